@@ -1,0 +1,19 @@
+//! The custom resources of group `mimeo.dev`, version `v1alpha1`: what users write.
+//!
+//! The field names are a contract with users, so they stay plain. Validation lives in the schema
+//! (enums, `x-kubernetes-validations` CEL rules with messages a person understands) wherever the
+//! apiserver can enforce it, so a bad rule is refused at `kubectl apply` rather than failing later.
+
+mod crds;
+mod remote_cluster;
+mod rule;
+
+pub use crds::{all_crds, crds_yaml};
+pub use remote_cluster::{KubeconfigSecretRef, RemoteCluster, RemoteClusterSpec, RemoteClusterStatus};
+pub use rule::{
+    ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, KeyFilter,
+    MetadataPolicy, RuleSpec, RuleStatus, Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
+};
+
+/// The API group of every mimeo resource.
+pub const GROUP: &str = "mimeo.dev";

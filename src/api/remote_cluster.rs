@@ -1,0 +1,70 @@
+//! `RemoteCluster`: another cluster that rules may copy to and from.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Another cluster, reached with a kubeconfig held in a Secret. Its labels are what
+/// `targets[].clusterSelector` selects on.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "mimeo.dev",
+    version = "v1alpha1",
+    kind = "RemoteCluster",
+    status = "RemoteClusterStatus",
+    shortname = "mrc",
+    category = "mimeo",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.serverVersion"),
+    printcolumn(name = "Rules", type_ = "integer", json_path = ".status.rules"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteClusterSpec {
+    /// The Secret holding the kubeconfig used to reach the cluster.
+    pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// The namespaces whose `SyncRule`s may use this cluster. Unset: none, only
+    /// `ClusterSyncRule`s. An empty selector (`{}`) allows every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<LabelSelector>,
+}
+
+/// A key of a Secret in a given namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeconfigSecretRef {
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key holding the kubeconfig. Cluster API writes it under `value`.
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+fn default_kubeconfig_key() -> String {
+    "value".to_owned()
+}
+
+/// What the controller last observed of a remote cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` says whether the cluster can be reached with the given credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The Kubernetes version the cluster's apiserver reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    /// How many rules use this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<i32>,
+}

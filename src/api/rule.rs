@@ -1,0 +1,343 @@
+//! `SyncRule` and `ClusterSyncRule`: what to copy, where to, and how.
+//!
+//! Both kinds share one spec type, [`RuleSpec`]; they differ only in scope and in the rules the
+//! apiserver enforces on the source (a `SyncRule` reads from its own namespace alone).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::ops::Deref;
+
+/// CEL: the source is one of the well-known namespaced kinds, so every target needs a namespace.
+const SOURCE_IS_KNOWN_NAMESPACED: &str = "((self.spec.source.kind == 'Secret' || self.spec.source.kind == 'ConfigMap') \
+     && (!has(self.spec.source.apiVersion) || self.spec.source.apiVersion == 'v1')) \
+     || (self.spec.source.kind == 'Policy' \
+     && (!has(self.spec.source.apiVersion) || self.spec.source.apiVersion.startsWith('kyverno.io/')))";
+
+/// CEL: the source is Kyverno's cluster-scoped `ClusterPolicy`.
+const SOURCE_IS_CLUSTER_POLICY: &str = "self.spec.source.kind == 'ClusterPolicy' \
+     && (!has(self.spec.source.apiVersion) || self.spec.source.apiVersion.startsWith('kyverno.io/'))";
+
+fn targets_need_namespace() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "!({SOURCE_IS_KNOWN_NAMESPACED}) || self.spec.targets.all(t, has(t.__namespace__) || has(t.namespaceSelector))"
+    ))
+    .message("every target needs namespace or namespaceSelector: Secrets, ConfigMaps and Policies live in namespaces")
+}
+
+fn cluster_scoped_targets_have_no_namespace() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "!({SOURCE_IS_CLUSTER_POLICY}) || self.spec.targets.all(t, !has(t.__namespace__) && !has(t.namespaceSelector))"
+    ))
+    .message("a ClusterPolicy is cluster-scoped: its targets name clusters, not namespaces")
+}
+
+fn cluster_rule_source_needs_namespace() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "!({SOURCE_IS_KNOWN_NAMESPACED}) || has(self.spec.source.__namespace__)"
+    ))
+    .message("spec.source.namespace is required: name the namespace the source lives in")
+}
+
+/// Copies objects from the rule's own namespace to other namespaces and clusters.
+///
+/// Creating a `SyncRule` grants no read access its author did not already have: it may only copy
+/// objects of its own namespace, and other namespaces receive copies only if they accept them.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "mimeo.dev",
+    version = "v1alpha1",
+    kind = "SyncRule",
+    namespaced,
+    status = "RuleStatus",
+    shortname = "msr",
+    category = "mimeo",
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.source.kind"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.name"),
+    printcolumn(name = "Targets", type_ = "string", json_path = ".status.copies", description = "copies in sync / copies wanted"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = kube::core::Rule::new("!has(self.spec.source.__namespace__)")
+        .message("a SyncRule copies only from its own namespace: remove spec.source.namespace, or use a ClusterSyncRule"),
+    validation = kube::core::Rule::new(format!("!({SOURCE_IS_CLUSTER_POLICY})"))
+        .message("a ClusterPolicy is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule"),
+    validation = targets_need_namespace(),
+)]
+pub struct SyncRuleSpec {
+    #[serde(flatten)]
+    pub rule: RuleSpec,
+}
+
+/// Copies objects from any namespace or cluster-scoped source, for cluster administrators.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "mimeo.dev",
+    version = "v1alpha1",
+    kind = "ClusterSyncRule",
+    status = "RuleStatus",
+    shortname = "mcsr",
+    category = "mimeo",
+    printcolumn(name = "Kind", type_ = "string", json_path = ".spec.source.kind"),
+    printcolumn(name = "Namespace", type_ = "string", json_path = ".spec.source.namespace"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.name"),
+    printcolumn(name = "Targets", type_ = "string", json_path = ".status.copies", description = "copies in sync / copies wanted"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = cluster_rule_source_needs_namespace(),
+    validation = targets_need_namespace(),
+    validation = cluster_scoped_targets_have_no_namespace(),
+)]
+pub struct ClusterSyncRuleSpec {
+    #[serde(flatten)]
+    pub rule: RuleSpec,
+}
+
+impl Deref for SyncRuleSpec {
+    type Target = RuleSpec;
+
+    fn deref(&self) -> &RuleSpec {
+        &self.rule
+    }
+}
+
+impl Deref for ClusterSyncRuleSpec {
+    type Target = RuleSpec;
+
+    fn deref(&self) -> &RuleSpec {
+        &self.rule
+    }
+}
+
+/// The spec both rule kinds share.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSpec {
+    /// The object, or objects, to copy.
+    pub source: Source,
+    /// Where copies go. Each target yields one copy per source object and per namespace and
+    /// cluster it selects.
+    #[x_kube(validation = kube::core::Rule::new("size(self) > 0")
+        .message("at least one target is needed: say where copies go"))]
+    pub targets: Vec<Target>,
+    /// Plugins each copy passes through, in order, before it is written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transforms: Vec<Transform>,
+    /// What to do when an object that mimeo does not own stands where a copy should go.
+    #[serde(default)]
+    pub conflict: ConflictPolicy,
+    /// What happens to copies when the rule or its source goes away.
+    #[serde(default)]
+    pub deletion: DeletionPolicy,
+    /// Which of the source's labels and annotations travel to the copies. By default none do.
+    #[serde(default, skip_serializing_if = "MetadataPolicy::is_empty")]
+    pub metadata: MetadataPolicy,
+}
+
+/// The object, or set of objects, a rule copies.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = kube::core::Rule::new("has(self.name) != has(self.selector)")
+        .message("set exactly one of source.name (one object) or source.selector (every object whose labels match)"),
+    validation = kube::core::Rule::new("has(self.apiVersion) || self.kind in ['Secret', 'ConfigMap', 'Policy', 'ClusterPolicy']")
+        .message("source.kind must be Secret, ConfigMap, Policy or ClusterPolicy; for any other kind set source.apiVersion too"),
+)]
+pub struct Source {
+    /// The API version of the source kind, such as `v1` or `kyverno.io/v1`. Needed only for kinds
+    /// other than Secret, ConfigMap, Policy and ClusterPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// The kind of the source: `Secret`, `ConfigMap`, `Policy`, `ClusterPolicy`, or any kind
+    /// together with `apiVersion`.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// The name of the one source object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+    /// Copies every object whose labels match, each to every target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// The namespace the source lives in. Only in a `ClusterSyncRule`: a `SyncRule` reads from
+    /// its own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+    /// The `RemoteCluster` the source lives in. Empty means the cluster this rule lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+/// One place copies go: namespaces (by name or selector) in clusters (by name or selector).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = kube::core::Rule::new("!(has(self.__namespace__) && has(self.namespaceSelector))")
+        .message("set namespace or namespaceSelector in a target, not both"),
+    validation = kube::core::Rule::new("!(has(self.cluster) && has(self.clusterSelector))")
+        .message("set cluster or clusterSelector in a target, not both"),
+)]
+pub struct Target {
+    /// The namespace the copy is written to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+    /// Copies into every namespace whose labels match; a namespace that stops matching loses its
+    /// copy according to `deletion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// The `RemoteCluster` the copy is written to. Empty means the cluster this rule lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Copies into every `RemoteCluster` whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// The name of the copy. Defaults to the source's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+}
+
+/// One step of the transform chain.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Transform {
+    /// Where the plugin comes from.
+    #[schemars(length(min = 1))]
+    pub plugin: String,
+    /// The plugin's configuration, handed to it as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub config: Option<serde_json::Value>,
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// What to do when an object mimeo does not own is in the way of a copy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConflictPolicy {
+    /// Leave the object alone and report the copy as `Conflict`.
+    #[default]
+    Fail,
+    /// Take the object over: record mimeo as its owner and write the copy into it.
+    Adopt,
+    /// Replace the object with the copy.
+    Overwrite,
+}
+
+/// What happens to copies when their rule or source goes away.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Delete the copies.
+    #[default]
+    Delete,
+    /// Keep the copies and strip mimeo's ownership from them.
+    Orphan,
+}
+
+/// Which source labels and annotations are carried over to copies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataPolicy {
+    /// Label keys to carry over.
+    #[serde(default, skip_serializing_if = "KeyFilter::is_empty")]
+    pub labels: KeyFilter,
+    /// Annotation keys to carry over.
+    #[serde(default, skip_serializing_if = "KeyFilter::is_empty")]
+    pub annotations: KeyFilter,
+}
+
+impl MetadataPolicy {
+    fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+/// Glob patterns over keys (`*` matches any run of characters): a key is kept when it matches an
+/// `include` pattern and no `exclude` pattern.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyFilter {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+}
+
+impl KeyFilter {
+    fn is_empty(&self) -> bool {
+        self.include.is_empty() && self.exclude.is_empty()
+    }
+}
+
+/// What the controller last observed and did for a rule.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` says whether every copy is in sync, and if not, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// A digest over the content of every source object the copies were made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
+    /// Copies in sync out of copies wanted, as `synced/total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<String>,
+    /// Every copy this rule owns: the inventory used for clean-up, even of copies whose target no
+    /// longer matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<CopyStatus>,
+}
+
+/// One copy in a rule's inventory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyStatus {
+    /// The source object this copy is made from.
+    pub source: SourceRef,
+    /// The `RemoteCluster` holding the copy; empty for the cluster the rule lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    pub state: CopyState,
+    /// The digest of the content last written to this copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// Why the copy is not `Synced`, in words. Never holds secret values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A source object, by namespace and name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub struct SourceRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// The state of one copy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum CopyState {
+    /// The copy matches its source.
+    Synced,
+    /// The copy is being written.
+    Pending,
+    /// An object mimeo does not own has the copy's name, and `conflict` says to leave it alone.
+    Conflict,
+    /// The target namespace does not accept copies from this rule's namespace.
+    NotAccepted,
+    /// Writing the copy failed; `message` says why.
+    Failed,
+}

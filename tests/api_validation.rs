@@ -1,0 +1,236 @@
+//! The CRDs against a real kube-apiserver: they install, valid rules are accepted, and each
+//! invalid shape is refused by the apiserver itself with the message we wrote for it.
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use mimeo::api::{ClusterSyncRule, RemoteCluster, SyncRule};
+use mimeo_envtest::ControlPlane;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+fn crd_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")
+}
+
+async fn plane_with_crds() -> ControlPlane {
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    println!("control plane ready in {:.2?}", plane.startup_time());
+    let names = plane
+        .install_crds(&[crd_file()])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        names,
+        [
+            "syncrules.mimeo.dev",
+            "clustersyncrules.mimeo.dev",
+            "remoteclusters.mimeo.dev"
+        ]
+    );
+    plane.create_namespace("team-a", &[]).await.expect("namespace");
+    plane
+}
+
+fn sync_rule(spec: Value) -> Value {
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+           "metadata": {"name": "r", "namespace": "team-a"}, "spec": spec})
+}
+
+fn cluster_sync_rule(spec: Value) -> Value {
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
+           "metadata": {"name": "r"}, "spec": spec})
+}
+
+/// Creates `object` with a server-side dry run, so cases do not see each other.
+async fn create(client: &kube::Client, object: Value) -> Result<(), String> {
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    let resource = match kind.as_str() {
+        "SyncRule" => ApiResource::erase::<SyncRule>(&()),
+        "ClusterSyncRule" => ApiResource::erase::<ClusterSyncRule>(&()),
+        "RemoteCluster" => ApiResource::erase::<RemoteCluster>(&()),
+        other => panic!("unexpected kind {other}"),
+    };
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let object: DynamicObject = serde_json::from_value(object).expect("test object is well-formed");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match api.create(&dry_run, &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) => Err(status.message),
+        Err(other) => panic!("unexpected client error: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn valid_rules_are_accepted() {
+    let plane = plane_with_crds().await;
+    let client = plane.client().await.unwrap();
+    let cases = [
+        (
+            "SyncRule by name into a namespace",
+            sync_rule(json!({
+                "source": {"kind": "Secret", "name": "registry-creds"},
+                "targets": [{"namespace": "tenant-a", "name": "helm-registry"}],
+                "transforms": [{"plugin": "file://filter-keys.wasm", "config": {"include": [".dockerconfigjson"]}}],
+                "conflict": "Fail", "deletion": "Delete",
+                "metadata": {"labels": {"include": ["app.kubernetes.io/*"]}},
+            })),
+        ),
+        (
+            "SyncRule by selector into selected namespaces of selected clusters",
+            sync_rule(json!({
+                "source": {"kind": "ConfigMap", "selector": {"matchLabels": {"share": "yes"}}},
+                "targets": [{"namespaceSelector": {"matchLabels": {"team": "x"}},
+                             "clusterSelector": {"matchLabels": {"region": "eu"}}}],
+            })),
+        ),
+        (
+            "SyncRule for any kind by apiVersion",
+            sync_rule(json!({
+                "source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w"},
+                "targets": [{"cluster": "workload-eu1"}],
+            })),
+        ),
+        (
+            "ClusterSyncRule from a namespace",
+            cluster_sync_rule(json!({
+                "source": {"kind": "Secret", "namespace": "platform", "name": "pull-secret"},
+                "targets": [{"namespaceSelector": {"matchLabels": {"team": "x"}}}],
+                "conflict": "Adopt", "deletion": "Orphan",
+            })),
+        ),
+        (
+            "ClusterSyncRule for a ClusterPolicy to other clusters",
+            cluster_sync_rule(json!({
+                "source": {"kind": "ClusterPolicy", "name": "require-labels"},
+                "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}}],
+            })),
+        ),
+        (
+            "RemoteCluster",
+            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+                   "metadata": {"name": "workload-eu1", "labels": {"region": "eu"}},
+                   "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "eu1-kubeconfig", "key": "kubeconfig"},
+                            "allowedNamespaces": {"matchLabels": {"platform": "true"}}}}),
+        ),
+    ];
+    for (case, object) in cases {
+        if let Err(message) = create(&client, object).await {
+            panic!("{case}: rejected: {message}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn invalid_rules_are_rejected_with_our_messages() {
+    let plane = plane_with_crds().await;
+    let client = plane.client().await.unwrap();
+    let cases = [
+        (
+            "name and selector both set",
+            sync_rule(json!({
+                "source": {"kind": "Secret", "name": "a", "selector": {"matchLabels": {"x": "y"}}},
+                "targets": [{"namespace": "b"}],
+            })),
+            "set exactly one of source.name (one object) or source.selector",
+        ),
+        (
+            "neither name nor selector",
+            sync_rule(json!({"source": {"kind": "Secret"}, "targets": [{"namespace": "b"}]})),
+            "set exactly one of source.name (one object) or source.selector",
+        ),
+        (
+            "no targets",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"}, "targets": []})),
+            "at least one target is needed: say where copies go",
+        ),
+        (
+            "unknown conflict value",
+            sync_rule(
+                json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
+                             "conflict": "Replace"}),
+            ),
+            r#"spec.conflict: Unsupported value: "Replace": supported values: "Fail", "Adopt", "Overwrite""#,
+        ),
+        (
+            "unknown deletion value",
+            sync_rule(
+                json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
+                             "deletion": "Keep"}),
+            ),
+            r#"spec.deletion: Unsupported value: "Keep": supported values: "Delete", "Orphan""#,
+        ),
+        (
+            "namespace in a SyncRule source",
+            sync_rule(
+                json!({"source": {"kind": "Secret", "name": "a", "namespace": "other"},
+                             "targets": [{"namespace": "b"}]}),
+            ),
+            "a SyncRule copies only from its own namespace: remove spec.source.namespace, or use a ClusterSyncRule",
+        ),
+        (
+            "namespace and namespaceSelector both set",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespace": "b", "namespaceSelector": {}}]})),
+            "set namespace or namespaceSelector in a target, not both",
+        ),
+        (
+            "cluster and clusterSelector both set",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespace": "b", "cluster": "c", "clusterSelector": {}}]})),
+            "set cluster or clusterSelector in a target, not both",
+        ),
+        (
+            "a Secret target without a namespace",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"name": "b"}]})),
+            "every target needs namespace or namespaceSelector: Secrets, ConfigMaps and Policies live in namespaces",
+        ),
+        (
+            "an unknown kind without apiVersion",
+            sync_rule(json!({"source": {"kind": "Widget", "name": "a"}, "targets": [{"namespace": "b"}]})),
+            "source.kind must be Secret, ConfigMap, Policy or ClusterPolicy; for any other kind set source.apiVersion too",
+        ),
+        (
+            "a ClusterPolicy in a SyncRule",
+            sync_rule(
+                json!({"source": {"kind": "ClusterPolicy", "name": "a"}, "targets": [{"cluster": "c"}]}),
+            ),
+            "a ClusterPolicy is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule",
+        ),
+        (
+            "a ClusterSyncRule for a Secret without a source namespace",
+            cluster_sync_rule(
+                json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}]}),
+            ),
+            "spec.source.namespace is required: name the namespace the source lives in",
+        ),
+        (
+            "a ClusterPolicy copied into a namespace",
+            cluster_sync_rule(json!({"source": {"kind": "ClusterPolicy", "name": "a"},
+                                     "targets": [{"namespace": "b", "cluster": "c"}]})),
+            "a ClusterPolicy is cluster-scoped: its targets name clusters, not namespaces",
+        ),
+        (
+            "a RemoteCluster without a kubeconfig reference",
+            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+                   "metadata": {"name": "c"}, "spec": {}}),
+            "spec.kubeconfigSecretRef: Required value",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (case, object, expected) in cases {
+        match create(&client, object).await {
+            Ok(()) => failures.push(format!("{case}: accepted, expected {expected:?}")),
+            Err(message) if message.contains(expected) => println!("{case}: {message}"),
+            Err(message) => failures.push(format!(
+                "{case}: rejected with {message:?}, expected {expected:?}"
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
