@@ -18,3 +18,46 @@ pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed CRDs are what the code generates (CI also diffs `mimeo crds` against them).
+    #[test]
+    fn committed_crds_match_the_types() {
+        let committed = include_str!("../../crds/mimeo.yaml");
+        assert!(
+            committed == crds_yaml().unwrap(),
+            "crds/mimeo.yaml is out of date: run `cargo run -- crds > crds/mimeo.yaml`"
+        );
+    }
+
+    #[test]
+    fn every_crd_has_a_status_subresource_and_short_names() {
+        for crd in all_crds() {
+            let name = crd.metadata.name.clone().unwrap();
+            let version = &crd.spec.versions[0];
+            assert!(
+                version
+                    .subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some(),
+                "{name}"
+            );
+            assert!(
+                crd.spec.names.short_names.as_ref().is_some_and(|s| !s.is_empty()),
+                "{name}"
+            );
+            assert!(
+                crd.spec
+                    .names
+                    .categories
+                    .as_ref()
+                    .is_some_and(|c| c.contains(&"mimeo".to_owned())),
+                "{name}"
+            );
+        }
+    }
+}

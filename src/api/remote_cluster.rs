@@ -1,5 +1,9 @@
 //! `RemoteCluster`: another cluster that rules may copy to and from.
 
+// kube-derive's repeated `printcolumn(...)`/`validation = ...` arguments look like duplicated
+// attributes to clippy; they are distinct columns and rules.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;

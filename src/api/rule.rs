@@ -3,7 +3,12 @@
 //! Both kinds share one spec type, [`RuleSpec`]; they differ only in scope and in the rules the
 //! apiserver enforces on the source (a `SyncRule` reads from its own namespace alone).
 
+// kube-derive's repeated `printcolumn(...)`/`validation = ...` arguments look like duplicated
+// attributes to clippy; they are distinct columns and rules.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,25 +24,40 @@ const SOURCE_IS_KNOWN_NAMESPACED: &str = "((self.spec.source.kind == 'Secret' ||
 const SOURCE_IS_CLUSTER_POLICY: &str = "self.spec.source.kind == 'ClusterPolicy' \
      && (!has(self.spec.source.apiVersion) || self.spec.source.apiVersion.startsWith('kyverno.io/'))";
 
-fn targets_need_namespace() -> kube::core::Rule {
-    kube::core::Rule::new(format!(
+fn targets_need_namespace() -> Rule {
+    Rule::new(format!(
         "!({SOURCE_IS_KNOWN_NAMESPACED}) || self.spec.targets.all(t, has(t.__namespace__) || has(t.namespaceSelector))"
     ))
     .message("every target needs namespace or namespaceSelector: Secrets, ConfigMaps and Policies live in namespaces")
+    .field_path(".spec.targets")
 }
 
-fn cluster_scoped_targets_have_no_namespace() -> kube::core::Rule {
-    kube::core::Rule::new(format!(
+fn cluster_scoped_targets_have_no_namespace() -> Rule {
+    Rule::new(format!(
         "!({SOURCE_IS_CLUSTER_POLICY}) || self.spec.targets.all(t, !has(t.__namespace__) && !has(t.namespaceSelector))"
     ))
     .message("a ClusterPolicy is cluster-scoped: its targets name clusters, not namespaces")
+    .field_path(".spec.targets")
 }
 
-fn cluster_rule_source_needs_namespace() -> kube::core::Rule {
-    kube::core::Rule::new(format!(
+fn cluster_rule_source_needs_namespace() -> Rule {
+    Rule::new(format!(
         "!({SOURCE_IS_KNOWN_NAMESPACED}) || has(self.spec.source.__namespace__)"
     ))
     .message("spec.source.namespace is required: name the namespace the source lives in")
+    .field_path(".spec.source")
+}
+
+fn sync_rule_source_has_no_namespace() -> Rule {
+    Rule::new("!has(self.spec.source.__namespace__)")
+        .message("a SyncRule copies only from its own namespace: remove spec.source.namespace, or use a ClusterSyncRule")
+        .field_path(".spec.source.namespace")
+}
+
+fn sync_rule_source_is_namespaced() -> Rule {
+    Rule::new(format!("!({SOURCE_IS_CLUSTER_POLICY})"))
+        .message("a ClusterPolicy is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule")
+        .field_path(".spec.source.kind")
 }
 
 /// Copies objects from the rule's own namespace to other namespaces and clusters.
@@ -58,10 +78,8 @@ fn cluster_rule_source_needs_namespace() -> kube::core::Rule {
     printcolumn(name = "Targets", type_ = "string", json_path = ".status.copies", description = "copies in sync / copies wanted"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = kube::core::Rule::new("!has(self.spec.source.__namespace__)")
-        .message("a SyncRule copies only from its own namespace: remove spec.source.namespace, or use a ClusterSyncRule"),
-    validation = kube::core::Rule::new(format!("!({SOURCE_IS_CLUSTER_POLICY})"))
-        .message("a ClusterPolicy is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule"),
+    validation = sync_rule_source_has_no_namespace(),
+    validation = sync_rule_source_is_namespaced(),
     validation = targets_need_namespace(),
 )]
 pub struct SyncRuleSpec {
@@ -117,7 +135,7 @@ pub struct RuleSpec {
     pub source: Source,
     /// Where copies go. Each target yields one copy per source object and per namespace and
     /// cluster it selects.
-    #[x_kube(validation = kube::core::Rule::new("size(self) > 0")
+    #[x_kube(validation = Rule::new("size(self) > 0")
         .message("at least one target is needed: say where copies go"))]
     pub targets: Vec<Target>,
     /// Plugins each copy passes through, in order, before it is written.
@@ -138,9 +156,9 @@ pub struct RuleSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = kube::core::Rule::new("has(self.name) != has(self.selector)")
+    validation = Rule::new("has(self.name) != has(self.selector)")
         .message("set exactly one of source.name (one object) or source.selector (every object whose labels match)"),
-    validation = kube::core::Rule::new("has(self.apiVersion) || self.kind in ['Secret', 'ConfigMap', 'Policy', 'ClusterPolicy']")
+    validation = Rule::new("has(self.apiVersion) || self.kind in ['Secret', 'ConfigMap', 'Policy', 'ClusterPolicy']")
         .message("source.kind must be Secret, ConfigMap, Policy or ClusterPolicy; for any other kind set source.apiVersion too"),
 )]
 pub struct Source {
@@ -173,9 +191,9 @@ pub struct Source {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = kube::core::Rule::new("!(has(self.__namespace__) && has(self.namespaceSelector))")
+    validation = Rule::new("!(has(self.__namespace__) && has(self.namespaceSelector))")
         .message("set namespace or namespaceSelector in a target, not both"),
-    validation = kube::core::Rule::new("!(has(self.cluster) && has(self.clusterSelector))")
+    validation = Rule::new("!(has(self.cluster) && has(self.clusterSelector))")
         .message("set cluster or clusterSelector in a target, not both"),
 )]
 pub struct Target {
@@ -340,4 +358,55 @@ pub enum CopyState {
     NotAccepted,
     /// Writing the copy failed; `message` says why.
     Failed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DESIGN_EXAMPLE: &str = r#"
+apiVersion: mimeo.dev/v1alpha1
+kind: SyncRule
+metadata: {name: chart-registry-creds, namespace: platform-helm}
+spec:
+  source: {kind: Secret, name: registry-creds}
+  targets:
+    - {namespace: tenant-a, name: helm-registry}
+  transforms:
+    - plugin: oci://registry.example.com/mimeo/filter-keys:1.0.0
+      config: {include: [".dockerconfigjson"]}
+  metadata: {labels: {include: ["app.kubernetes.io/*"]}}
+"#;
+
+    #[test]
+    fn a_rule_reads_with_safe_defaults() {
+        let rule: SyncRule = serde_yaml_ng::from_str(DESIGN_EXAMPLE).unwrap();
+        assert_eq!(
+            rule.spec.conflict,
+            ConflictPolicy::Fail,
+            "never overwrite what is not ours by default"
+        );
+        assert_eq!(rule.spec.deletion, DeletionPolicy::Delete);
+        assert_eq!(rule.spec.source.name.as_deref(), Some("registry-creds"));
+        assert_eq!(rule.spec.targets[0].name.as_deref(), Some("helm-registry"));
+        assert_eq!(rule.spec.metadata.labels.include, ["app.kubernetes.io/*"]);
+        assert!(rule.spec.metadata.annotations.is_empty());
+        assert_eq!(
+            rule.spec.transforms[0].config,
+            Some(serde_json::json!({"include": [".dockerconfigjson"]}))
+        );
+    }
+
+    #[test]
+    fn the_flattened_spec_round_trips_unchanged() {
+        let rule: SyncRule = serde_yaml_ng::from_str(DESIGN_EXAMPLE).unwrap();
+        let json = serde_json::to_value(&rule).unwrap();
+        assert!(
+            json["spec"].get("rule").is_none(),
+            "the shared spec must sit directly under spec"
+        );
+        assert_eq!(json["spec"]["source"]["kind"], "Secret");
+        let again: SyncRule = serde_json::from_value(json).unwrap();
+        assert_eq!(again.spec, rule.spec);
+    }
 }

@@ -31,6 +31,14 @@ fi
 command -v go >/dev/null || { log "go is not installed"; exit 1; }
 mkdir -p "$BIN_DIR" "$BUILD_ROOT"
 
+# One build at a time: test binaries and CI may ask at once.
+exec 9>"$BUILD_ROOT/.lock"
+flock 9
+if have_all; then
+  echo "$BIN_DIR"
+  exit 0
+fi
+
 # Writes `replace` lines that point every `=> ./path` replacement of an upstream go.mod at the
 # published version of that module.
 published_replacements() {

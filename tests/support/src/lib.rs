@@ -21,6 +21,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use pki::Pki;
 use process::{Reaped, spawn_tied};
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -152,6 +153,13 @@ impl ControlPlane {
         };
         plane.wait_ready().await?;
         plane.startup = started.elapsed();
+        // Straight to stderr, past the test harness's capture: start-up time belongs in every log.
+        let _ = writeln!(
+            std::io::stderr(),
+            "envtest: control plane at {} ready in {:.2?}",
+            plane.server,
+            plane.startup
+        );
         Ok(plane)
     }
 
