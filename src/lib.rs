@@ -1,10 +1,11 @@
 //! mimeo copies Secrets, ConfigMaps and other Kubernetes objects between namespaces and clusters,
 //! driven by small custom resources.
 //!
-//! The crate is laid out as a pipeline: `api` holds the custom resource types users write, `cli`
-//! the command line. The controller, the sync logic and the plugin host arrive in their own
-//! modules.
+//! The crate is laid out as a pipeline: `api` holds the custom resource types users write, `sync`
+//! the pure decisions (desired copies, consent, conflicts, digests), `controller` the watches,
+//! reconcile loop, writes and status, and `cli`, `telemetry`, `metrics` and `server` the edges.
 #![deny(unsafe_code)]
 
 pub mod api;
 pub mod cli;
+pub mod sync;

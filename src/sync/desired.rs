@@ -1,0 +1,239 @@
+//! The desired copy of a source object for one target: what gets written, and its digests.
+
+use super::filter::keeps;
+use super::hash::digest;
+use super::ownership::{
+    HASH_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PREFIX, RULE_ANNOTATION, RuleKey, SOURCE_ANNOTATION,
+    SOURCE_HASH_ANNOTATION,
+};
+use crate::api::{KeyFilter, MetadataPolicy, SourceRef};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// Top-level fields that describe an object rather than hold its content; never copied.
+const NOT_CONTENT: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
+/// Annotations that describe the source object itself and would mislead on a copy.
+const NEVER_CARRIED: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// Where one copy goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CopyTarget {
+    /// The `RemoteCluster` holding the copy; `None` for the local cluster.
+    pub cluster: Option<String>,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// A copy as it should be.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredCopy {
+    pub target: CopyTarget,
+    pub source: SourceRef,
+    /// The full object to apply: apiVersion, kind, metadata (name, namespace, labels,
+    /// annotations) and content.
+    pub object: Value,
+    /// Digest of what the copy holds: content plus carried labels and annotations.
+    pub hash: String,
+    /// Digest of the source's content the copy was made from.
+    pub source_hash: String,
+}
+
+/// The content of an object: every top-level field but those describing it.
+pub fn content(object: &Value) -> Map<String, Value> {
+    object
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| !NOT_CONTENT.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The digest of a source object's content.
+pub fn source_hash(source: &Value) -> String {
+    digest(&Value::Object(content(source)))
+}
+
+fn carried(map: Option<&Value>, filter: &KeyFilter) -> BTreeMap<String, String> {
+    map.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| {
+                    !k.starts_with(PREFIX) && !NEVER_CARRIED.contains(&k.as_str()) && keeps(filter, k)
+                })
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Builds the copy of `source` (a whole object as JSON) for `target`, made by `rule`.
+pub fn desired_copy(
+    rule: &RuleKey,
+    metadata: &MetadataPolicy,
+    source: &Value,
+    source_ref: &SourceRef,
+    target: CopyTarget,
+) -> DesiredCopy {
+    let body = content(source);
+    let mut labels = carried(source.pointer("/metadata/labels"), &metadata.labels);
+    let mut annotations = carried(source.pointer("/metadata/annotations"), &metadata.annotations);
+    let hash = digest(&json!({"content": body, "labels": labels, "annotations": annotations}));
+    let source_hash = source_hash(source);
+
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
+    annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
+    annotations.insert(SOURCE_ANNOTATION.to_owned(), source_label(source, source_ref));
+    annotations.insert(SOURCE_HASH_ANNOTATION.to_owned(), source_hash.clone());
+    annotations.insert(HASH_ANNOTATION.to_owned(), hash.clone());
+
+    let mut meta = Map::new();
+    meta.insert("name".into(), Value::String(target.name.clone()));
+    if let Some(ns) = &target.namespace {
+        meta.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    meta.insert("labels".into(), json!(labels));
+    meta.insert("annotations".into(), json!(annotations));
+
+    let mut object = Map::new();
+    object.insert(
+        "apiVersion".into(),
+        source.get("apiVersion").cloned().unwrap_or(Value::Null),
+    );
+    object.insert("kind".into(), source.get("kind").cloned().unwrap_or(Value::Null));
+    object.insert("metadata".into(), Value::Object(meta));
+    object.extend(body);
+
+    DesiredCopy {
+        target,
+        source: source_ref.clone(),
+        object: Value::Object(object),
+        hash,
+        source_hash,
+    }
+}
+
+/// `Kind/namespace/name` of the source, as recorded on the copy.
+fn source_label(source: &Value, source_ref: &SourceRef) -> String {
+    let kind = source.get("kind").and_then(Value::as_str).unwrap_or_default();
+    match &source_ref.namespace {
+        Some(ns) => format!("{kind}/{ns}/{}", source_ref.name),
+        None => format!("{kind}/{}", source_ref.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_secret() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {
+                "name": "registry-creds", "namespace": "platform-helm", "uid": "u-1", "resourceVersion": "7",
+                "managedFields": [{"manager": "kubectl"}],
+                "ownerReferences": [{"kind": "Thing", "name": "x"}],
+                "labels": {"app.kubernetes.io/name": "registry", "team": "platform", "mimeo.dev/managed-by": "mimeo"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "hi"}
+            },
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": "e30="},
+            "immutable": false
+        })
+    }
+
+    fn target() -> CopyTarget {
+        CopyTarget {
+            cluster: None,
+            namespace: Some("cluster-a".into()),
+            name: "helm-registry".into(),
+        }
+    }
+
+    fn source_ref() -> SourceRef {
+        SourceRef {
+            namespace: Some("platform-helm".into()),
+            name: "registry-creds".into(),
+        }
+    }
+
+    #[test]
+    fn a_copy_keeps_content_and_drops_server_fields() {
+        let rule = RuleKey::sync_rule("platform-helm", "creds");
+        let copy = desired_copy(
+            &rule,
+            &MetadataPolicy::default(),
+            &registry_secret(),
+            &source_ref(),
+            target(),
+        );
+        let o = &copy.object;
+        assert_eq!(o["type"], "kubernetes.io/dockerconfigjson");
+        assert_eq!(o["data"][".dockerconfigjson"], "e30=");
+        assert_eq!(o["immutable"], false);
+        assert_eq!(o["metadata"]["name"], "helm-registry");
+        assert_eq!(o["metadata"]["namespace"], "cluster-a");
+        for field in ["uid", "resourceVersion", "managedFields", "ownerReferences"] {
+            assert!(o["metadata"].get(field).is_none(), "{field} must not be copied");
+        }
+        assert_eq!(
+            o["metadata"]["labels"],
+            json!({"mimeo.dev/managed-by": "mimeo"}),
+            "no labels travel by default"
+        );
+        assert_eq!(
+            o["metadata"]["annotations"]["mimeo.dev/rule"],
+            "SyncRule/platform-helm/creds"
+        );
+        assert_eq!(
+            o["metadata"]["annotations"]["mimeo.dev/source"],
+            "Secret/platform-helm/registry-creds"
+        );
+        assert_eq!(o["metadata"]["annotations"]["mimeo.dev/hash"], copy.hash.as_str());
+    }
+
+    #[test]
+    fn metadata_travels_as_the_rule_says_but_never_ours_or_last_applied() {
+        let policy = MetadataPolicy {
+            labels: KeyFilter {
+                include: vec!["*".into()],
+                exclude: vec!["team".into()],
+            },
+            annotations: KeyFilter {
+                include: vec!["*".into()],
+                exclude: vec![],
+            },
+        };
+        let rule = RuleKey::sync_rule("platform-helm", "creds");
+        let copy = desired_copy(&rule, &policy, &registry_secret(), &source_ref(), target());
+        let meta = &copy.object["metadata"];
+        assert_eq!(meta["labels"]["app.kubernetes.io/name"], "registry");
+        assert!(meta["labels"].get("team").is_none());
+        assert_eq!(meta["annotations"]["note"], "hi");
+        assert!(
+            meta["annotations"]
+                .get("kubectl.kubernetes.io/last-applied-configuration")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn digests_follow_content_not_bookkeeping() {
+        let rule = RuleKey::sync_rule("platform-helm", "creds");
+        let policy = MetadataPolicy::default();
+        let a = desired_copy(&rule, &policy, &registry_secret(), &source_ref(), target());
+
+        let mut bumped = registry_secret();
+        bumped["metadata"]["resourceVersion"] = json!("8");
+        let b = desired_copy(&rule, &policy, &bumped, &source_ref(), target());
+        assert_eq!(a.hash, b.hash, "a new resourceVersion alone changes nothing");
+
+        let mut rotated = registry_secret();
+        rotated["data"][".dockerconfigjson"] = json!("e30K");
+        let c = desired_copy(&rule, &policy, &rotated, &source_ref(), target());
+        assert_ne!(a.hash, c.hash);
+        assert_ne!(a.source_hash, c.source_hash);
+    }
+}

@@ -1,0 +1,177 @@
+//! How a copy records who made it, and how a rule is named in that record.
+//!
+//! Every copy carries the label [`MANAGED_BY_LABEL`] (so one label-selected watch per kind sees
+//! all copies and nothing else) and annotations naming its rule, its source and the digests of
+//! what it was made from. An object without them is not mimeo's and is never touched unless the
+//! rule says `Adopt` or `Overwrite`.
+
+use kube::core::ObjectMeta;
+use std::fmt;
+use std::str::FromStr;
+
+/// The field manager of every write mimeo makes.
+pub const FIELD_MANAGER: &str = "mimeo";
+/// The finalizer on every rule, so copies are cleaned up before the rule goes.
+pub const FINALIZER: &str = "mimeo.dev/cleanup";
+/// Prefix of every label and annotation mimeo owns; never carried over from a source.
+pub const PREFIX: &str = "mimeo.dev/";
+pub const MANAGED_BY_LABEL: &str = "mimeo.dev/managed-by";
+pub const MANAGED_BY_VALUE: &str = "mimeo";
+pub const RULE_ANNOTATION: &str = "mimeo.dev/rule";
+pub const SOURCE_ANNOTATION: &str = "mimeo.dev/source";
+pub const SOURCE_HASH_ANNOTATION: &str = "mimeo.dev/source-hash";
+pub const HASH_ANNOTATION: &str = "mimeo.dev/hash";
+/// On a namespace: which namespaces' `SyncRule`s may write copies into it (`a,b` or `*`).
+pub const ACCEPT_FROM_ANNOTATION: &str = "mimeo.dev/accept-from";
+
+/// The two rule kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleKind {
+    SyncRule,
+    ClusterSyncRule,
+}
+
+/// A rule's identity as copies record it: `SyncRule/<namespace>/<name>` or
+/// `ClusterSyncRule/<name>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleKey {
+    pub kind: RuleKind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl RuleKey {
+    pub fn sync_rule(namespace: &str, name: &str) -> Self {
+        RuleKey {
+            kind: RuleKind::SyncRule,
+            namespace: Some(namespace.to_owned()),
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn cluster_sync_rule(name: &str) -> Self {
+        RuleKey {
+            kind: RuleKind::ClusterSyncRule,
+            namespace: None,
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for RuleKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.kind, &self.namespace) {
+            (RuleKind::SyncRule, Some(ns)) => write!(f, "SyncRule/{ns}/{}", self.name),
+            (RuleKind::SyncRule, None) => write!(f, "SyncRule/{}", self.name),
+            (RuleKind::ClusterSyncRule, _) => write!(f, "ClusterSyncRule/{}", self.name),
+        }
+    }
+}
+
+impl FromStr for RuleKey {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let parts: Vec<&str> = s.split('/').collect();
+        match parts.as_slice() {
+            ["SyncRule", ns, name] if !ns.is_empty() && !name.is_empty() => Ok(RuleKey::sync_rule(ns, name)),
+            ["ClusterSyncRule", name] if !name.is_empty() => Ok(RuleKey::cluster_sync_rule(name)),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Who owns a live object, as far as mimeo is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// Not a mimeo copy.
+    Nobody,
+    /// A copy made by the rule asking.
+    ThisRule,
+    /// A copy made by another rule, named.
+    OtherRule(String),
+}
+
+/// The owner of a live object, seen from `rule`.
+pub fn owner_of(meta: &ObjectMeta, rule: &RuleKey) -> Owner {
+    let managed = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE);
+    let recorded = meta.annotations.as_ref().and_then(|a| a.get(RULE_ANNOTATION));
+    match (managed, recorded) {
+        (true, Some(recorded)) if *recorded == rule.to_string() => Owner::ThisRule,
+        (true, Some(recorded)) => Owner::OtherRule(recorded.clone()),
+        _ => Owner::Nobody,
+    }
+}
+
+/// The rule recorded on a copy, if it is one.
+pub fn recorded_rule(meta: &ObjectMeta) -> Option<RuleKey> {
+    let managed = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE);
+    if !managed {
+        return None;
+    }
+    meta.annotations.as_ref()?.get(RULE_ANNOTATION)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> ObjectMeta {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        ObjectMeta {
+            labels: map(labels),
+            annotations: map(annotations),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rule_keys_round_trip() {
+        for key in [
+            RuleKey::sync_rule("platform", "creds"),
+            RuleKey::cluster_sync_rule("pull-secret"),
+        ] {
+            assert_eq!(key.to_string().parse::<RuleKey>(), Ok(key.clone()));
+        }
+        assert!("SyncRule/only-name".parse::<RuleKey>().is_err());
+        assert!("Deployment/a/b".parse::<RuleKey>().is_err());
+    }
+
+    #[test]
+    fn ownership_needs_label_and_matching_annotation() {
+        let rule = RuleKey::sync_rule("platform", "creds");
+        let ours = meta(
+            &[(MANAGED_BY_LABEL, "mimeo")],
+            &[(RULE_ANNOTATION, "SyncRule/platform/creds")],
+        );
+        let other = meta(
+            &[(MANAGED_BY_LABEL, "mimeo")],
+            &[(RULE_ANNOTATION, "SyncRule/platform/other")],
+        );
+        let annotation_only = meta(&[], &[(RULE_ANNOTATION, "SyncRule/platform/creds")]);
+        assert_eq!(owner_of(&ours, &rule), Owner::ThisRule);
+        assert_eq!(
+            owner_of(&other, &rule),
+            Owner::OtherRule("SyncRule/platform/other".into())
+        );
+        assert_eq!(owner_of(&annotation_only, &rule), Owner::Nobody);
+        assert_eq!(owner_of(&ObjectMeta::default(), &rule), Owner::Nobody);
+        assert_eq!(recorded_rule(&ours), Some(rule));
+        assert_eq!(recorded_rule(&annotation_only), None);
+    }
+}

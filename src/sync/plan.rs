@@ -1,0 +1,295 @@
+//! What to do about one copy, given the copy as it should be and the object now in its place.
+
+use super::desired::DesiredCopy;
+use super::ownership::{Owner, RuleKey, owner_of};
+use crate::api::ConflictPolicy;
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
+
+/// The decision for one copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The live copy already is what it should be: no write.
+    InSync,
+    /// Write the copy this way.
+    Write(Write),
+    /// Leave the object alone; the reason goes to status.
+    Conflict(String),
+}
+
+/// How a copy is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Nothing is there: create the copy (server-side apply).
+    Create,
+    /// Our copy is out of date: server-side apply the desired fields.
+    Apply,
+    /// Fields that others added must go too: replace the whole content, keeping the object.
+    Replace,
+    /// The object cannot be changed in place (immutable, or a type change): delete, then create.
+    Recreate,
+}
+
+/// Decides what to do about one copy. `may_take_over` says whether `Adopt`/`Overwrite` apply in
+/// this place (a `SyncRule` may take over objects only in its own namespace).
+pub fn decide(
+    rule: &RuleKey,
+    desired: &DesiredCopy,
+    live: Option<&DynamicObject>,
+    conflict: ConflictPolicy,
+    may_take_over: bool,
+) -> Decision {
+    let Some(live) = live else {
+        return Decision::Write(Write::Create);
+    };
+    match owner_of(&live.metadata, rule) {
+        Owner::ThisRule => match in_place_change(desired, live) {
+            None => Decision::InSync,
+            Some(write) => Decision::Write(write),
+        },
+        Owner::OtherRule(other) => Decision::Conflict(format!("the object is a copy made by {other}")),
+        Owner::Nobody => match conflict {
+            ConflictPolicy::Fail => Decision::Conflict(
+                "an object not managed by mimeo has this name; it is left alone \
+                 (set conflict: Adopt or Overwrite to take it over)"
+                    .to_owned(),
+            ),
+            _ if !may_take_over => Decision::Conflict(
+                "an object not managed by mimeo has this name, and a SyncRule may adopt or overwrite \
+                 only in its own namespace"
+                    .to_owned(),
+            ),
+            ConflictPolicy::Adopt if must_recreate(desired, live) => Decision::Write(Write::Recreate),
+            ConflictPolicy::Adopt => Decision::Write(Write::Replace),
+            ConflictPolicy::Overwrite => Decision::Write(Write::Recreate),
+        },
+    }
+}
+
+/// The content of a live object, as plain JSON (everything but metadata and status).
+pub fn live_content(live: &DynamicObject) -> Map<String, Value> {
+    match &live.data {
+        Value::Object(map) => map
+            .iter()
+            .filter(|(k, _)| k.as_str() != "status")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        _ => Map::new(),
+    }
+}
+
+fn desired_content(desired: &DesiredCopy) -> Map<String, Value> {
+    super::desired::content(&desired.object)
+}
+
+/// How our own copy has to change, or `None` when it matches.
+fn in_place_change(desired: &DesiredCopy, live: &DynamicObject) -> Option<Write> {
+    let want = desired_content(desired);
+    let have = live_content(live);
+    let content_matches = want == have;
+    if content_matches && metadata_matches(desired, live) {
+        return None;
+    }
+    if !content_matches && must_recreate(desired, live) {
+        return Some(Write::Recreate);
+    }
+    if has_extra_fields(&Value::Object(have), &Value::Object(want)) {
+        return Some(Write::Replace);
+    }
+    Some(Write::Apply)
+}
+
+/// Whether the live object refuses in-place changes to its content: it is immutable, or its
+/// `type` (a Secret's) differs, which the apiserver never lets change.
+fn must_recreate(desired: &DesiredCopy, live: &DynamicObject) -> bool {
+    let have = live_content(live);
+    have.get("immutable") == Some(&Value::Bool(true)) || have.get("type") != desired.object.get("type")
+}
+
+/// Every label and annotation of the desired copy is on the live one with the same value.
+fn metadata_matches(desired: &DesiredCopy, live: &DynamicObject) -> bool {
+    let sub = |field: &str, live_map: &Option<std::collections::BTreeMap<String, String>>| {
+        desired.object["metadata"][field].as_object().is_none_or(|want| {
+            want.iter()
+                .all(|(k, v)| live_map.as_ref().and_then(|m| m.get(k)).map(String::as_str) == v.as_str())
+        })
+    };
+    sub("labels", &live.metadata.labels) && sub("annotations", &live.metadata.annotations)
+}
+
+/// Whether `have` holds object keys, at any depth, that `want` lacks: fields a server-side apply
+/// would leave in place because someone else owns them.
+fn has_extra_fields(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => h
+            .iter()
+            .any(|(k, hv)| w.get(k).is_none_or(|wv| has_extra_fields(hv, wv))),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{MetadataPolicy, SourceRef};
+    use crate::sync::desired::{CopyTarget, desired_copy};
+    use serde_json::json;
+
+    fn rule() -> RuleKey {
+        RuleKey::sync_rule("platform", "creds")
+    }
+
+    fn source(data: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "creds", "namespace": "platform"},
+               "type": "Opaque", "data": data})
+    }
+
+    fn desired(data: Value) -> DesiredCopy {
+        desired_copy(
+            &rule(),
+            &MetadataPolicy::default(),
+            &source(data),
+            &SourceRef {
+                namespace: Some("platform".into()),
+                name: "creds".into(),
+            },
+            CopyTarget {
+                cluster: None,
+                namespace: Some("tenant".into()),
+                name: "creds".into(),
+            },
+        )
+    }
+
+    /// The live object as the apiserver would return the desired one, plus server fields.
+    fn live_from(desired: &DesiredCopy) -> DynamicObject {
+        let mut object = desired.object.clone();
+        object["metadata"]["uid"] = json!("u-1");
+        object["metadata"]["resourceVersion"] = json!("42");
+        object["metadata"]["labels"]["added-by-someone"] = json!("yes");
+        serde_json::from_value(object).unwrap()
+    }
+
+    fn unmanaged(data: Value) -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": "tenant"}, "type": "Opaque", "data": data}))
+        .unwrap()
+    }
+
+    #[test]
+    fn decisions() {
+        let want = desired(json!({"k": "djE="}));
+        let in_sync = live_from(&want);
+        let stale = live_from(&desired(json!({"k": "djA="})));
+        let mut with_extra_key = live_from(&want);
+        with_extra_key.data["data"]["extra"] = json!("eA==");
+        let mut immutable_stale = live_from(&desired(json!({"k": "djA="})));
+        immutable_stale.data["immutable"] = json!(true);
+        let mut type_changed = live_from(&want);
+        type_changed.data["type"] = json!("kubernetes.io/tls");
+        let mut label_removed = live_from(&want);
+        label_removed
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove("mimeo.dev/managed-by");
+        let mut other_rule = live_from(&want);
+        other_rule
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("mimeo.dev/rule".into(), "SyncRule/x/y".into());
+        let foreign = unmanaged(json!({"k": "b3RoZXI="}));
+
+        use ConflictPolicy::*;
+        let cases: Vec<(&str, Option<&DynamicObject>, ConflictPolicy, bool, Decision)> = vec![
+            ("nothing there", None, Fail, false, Decision::Write(Write::Create)),
+            (
+                "our copy, in sync, foreign label ignored",
+                Some(&in_sync),
+                Fail,
+                false,
+                Decision::InSync,
+            ),
+            (
+                "our copy, stale",
+                Some(&stale),
+                Fail,
+                false,
+                Decision::Write(Write::Apply),
+            ),
+            (
+                "our copy with a key someone added",
+                Some(&with_extra_key),
+                Fail,
+                false,
+                Decision::Write(Write::Replace),
+            ),
+            (
+                "our immutable copy, stale",
+                Some(&immutable_stale),
+                Fail,
+                false,
+                Decision::Write(Write::Recreate),
+            ),
+            (
+                "our copy with another type",
+                Some(&type_changed),
+                Fail,
+                false,
+                Decision::Write(Write::Recreate),
+            ),
+            (
+                "our label stripped: no longer ours",
+                Some(&label_removed),
+                Fail,
+                true,
+                conflict_fail(),
+            ),
+            (
+                "another rule's copy",
+                Some(&other_rule),
+                Overwrite,
+                true,
+                Decision::Conflict("the object is a copy made by SyncRule/x/y".into()),
+            ),
+            ("unmanaged, Fail", Some(&foreign), Fail, true, conflict_fail()),
+            (
+                "unmanaged, Adopt",
+                Some(&foreign),
+                Adopt,
+                true,
+                Decision::Write(Write::Replace),
+            ),
+            (
+                "unmanaged, Overwrite",
+                Some(&foreign),
+                Overwrite,
+                true,
+                Decision::Write(Write::Recreate),
+            ),
+        ];
+        for (case, live, policy, may_take_over, expected) in cases {
+            assert_eq!(
+                decide(&rule(), &want, live, policy, may_take_over),
+                expected,
+                "{case}"
+            );
+        }
+        let Decision::Conflict(reason) = decide(&rule(), &want, Some(&foreign), Adopt, false) else {
+            panic!("a SyncRule must not adopt outside its namespace");
+        };
+        assert!(reason.contains("only in its own namespace"), "{reason}");
+    }
+
+    fn conflict_fail() -> Decision {
+        Decision::Conflict(
+            "an object not managed by mimeo has this name; it is left alone \
+             (set conflict: Adopt or Overwrite to take it over)"
+                .into(),
+        )
+    }
+}
