@@ -8,4 +8,8 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
+pub mod metrics;
+pub mod server;
 pub mod sync;
+pub mod telemetry;

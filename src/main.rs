@@ -1,14 +1,69 @@
 use anyhow::Context;
 use clap::Parser;
-use mimeo::cli::{Cli, Command};
+use mimeo::cli::{Cli, Command, RunArgs};
+use mimeo::controller::{self, ControllerConfig};
+use mimeo::metrics::Metrics;
+use mimeo::server::{self, Readiness};
+use std::sync::Arc;
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => {
             let yaml = mimeo::api::crds_yaml().context("rendering the CRDs as YAML")?;
             print!("{yaml}");
+            Ok(())
+        }
+        Command::Run(args) => run(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the cluster (kubeconfig or in-cluster)")?;
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Readiness::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let (bound, serve) = server::bind(args.http_addr, metrics.clone(), readiness.clone(), stopped())
+        .await
+        .with_context(|| format!("binding {}", args.http_addr))?;
+    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(serve);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing the reconciles in flight");
+        let _ = stop_tx.send(true);
+    });
+    let config = ControllerConfig {
+        watch_namespace: args.watch_namespace,
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    controller::run(client, config, metrics, readiness, stopped()).await?;
+    let _ = server.await;
+    Ok(())
+}
+
+/// SIGTERM (what Kubernetes sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
         }
     }
-    Ok(())
 }

@@ -10,3 +10,4 @@ pub mod kinds;
 pub mod ownership;
 pub mod plan;
 pub mod targets;
+pub mod validate;

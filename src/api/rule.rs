@@ -350,12 +350,12 @@ pub struct SourceRef {
 pub enum CopyState {
     /// The copy matches its source.
     Synced,
-    /// The copy is being written.
-    Pending,
     /// An object mimeo does not own has the copy's name, and `conflict` says to leave it alone.
     Conflict,
     /// The target namespace does not accept copies from this rule's namespace.
     NotAccepted,
+    /// The target namespace does not exist; the copy is written once it does.
+    NamespaceMissing,
     /// Writing the copy failed; `message` says why.
     Failed,
 }

@@ -1,0 +1,157 @@
+//! The controller: shared watches, one reconcile loop per rule kind, and the context they share.
+//!
+//! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
+
+mod error;
+mod reconcile;
+mod rule;
+mod status;
+mod watches;
+mod write;
+
+pub use error::Error;
+pub use rule::RuleResource;
+
+use crate::api::{ClusterSyncRule, SyncRule};
+use crate::metrics::Metrics;
+use crate::server::Readiness;
+use crate::sync::kinds::supported_resources;
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, watcher};
+use std::future::Future;
+use std::sync::Arc;
+use watches::{Triggers, Watches};
+
+/// What the controller is started with.
+#[derive(Clone, Debug, Default)]
+pub struct ControllerConfig {
+    /// Reconcile only the `SyncRule`s of this namespace, and no `ClusterSyncRule`s.
+    pub watch_namespace: Option<String>,
+    /// Names this instance in events (the pod name in a cluster).
+    pub instance: Option<String>,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    watches: Arc<Watches>,
+}
+
+/// Fails with a clear message when the CRDs are not installed.
+pub async fn check_crds(client: &Client) -> Result<(), Error> {
+    let probe = ListParams::default().limit(1);
+    for result in [
+        Api::<SyncRule>::all(client.clone())
+            .list(&probe)
+            .await
+            .map(|_| ()),
+        Api::<ClusterSyncRule>::all(client.clone())
+            .list(&probe)
+            .await
+            .map(|_| ()),
+    ] {
+        match result {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => return Err(Error::CrdsMissing(e.message)),
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the controller until `shutdown` completes, then finishes the reconciles in flight.
+pub async fn run(
+    client: Client,
+    config: ControllerConfig,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    check_crds(&client).await?;
+    let (triggers, streams) = Triggers::new();
+    let watches = Watches::start(client.clone(), metrics.clone(), triggers, supported_resources());
+    let reporter = Reporter {
+        controller: "mimeo".into(),
+        instance: config.instance.clone(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        metrics,
+        recorder: Recorder::new(client.clone(), reporter),
+        watches: watches.clone(),
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let ready_watches = watches.clone();
+    tokio::spawn(async move {
+        if ready_watches.wait_ready().await.is_ok() {
+            readiness.set_ready();
+        }
+    });
+
+    let sync_rules = match &config.watch_namespace {
+        Some(ns) => Api::<SyncRule>::namespaced(client.clone(), ns),
+        None => Api::<SyncRule>::all(client.clone()),
+    };
+    let sync_loop = Controller::new(sync_rules, watcher::Config::default())
+        .reconcile_on(streams.sync_rules)
+        .graceful_shutdown_on(stopped())
+        .run(
+            reconcile::reconcile::<SyncRule>,
+            reconcile::error_policy::<SyncRule>,
+            ctx.clone(),
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "SyncRule controller");
+            }
+        });
+    match &config.watch_namespace {
+        Some(ns) => {
+            tracing::info!(namespace = %ns, "reconciling the SyncRules of one namespace; ClusterSyncRules are not reconciled");
+            sync_loop.await;
+        }
+        None => {
+            let cluster_loop = Controller::new(
+                Api::<ClusterSyncRule>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .reconcile_on(streams.cluster_sync_rules)
+            .graceful_shutdown_on(stopped())
+            .run(
+                reconcile::reconcile::<ClusterSyncRule>,
+                reconcile::error_policy::<ClusterSyncRule>,
+                ctx.clone(),
+            )
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "ClusterSyncRule controller");
+                }
+            });
+            futures::join!(sync_loop, cluster_loop);
+        }
+    }
+    tracing::info!("controller stopped");
+    Ok(())
+}
+
+/// How many shared source watches the controller runs now (for tests and benchmarks).
+pub fn source_watch_count(ctx: &Context) -> usize {
+    ctx.watches.source_watch_count()
+}

@@ -1,0 +1,149 @@
+//! The rule's status: the inventory of copies and the `Ready` condition, built deterministically
+//! so that an unchanged world writes no status and wakes nobody.
+
+use crate::api::{CopyState, CopyStatus, RuleStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// The `Ready` condition's status, reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub ready: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Summarises an inventory: every copy in sync, or which are not and why.
+pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
+    let total = inventory.len();
+    let synced = inventory.iter().filter(|c| c.state == CopyState::Synced).count();
+    if total == 0 {
+        return Readiness {
+            ready: true,
+            reason: "NothingToCopy".into(),
+            message: "no copy is wanted: no target matches".into(),
+        };
+    }
+    if synced == total {
+        return Readiness {
+            ready: true,
+            reason: "Synced".into(),
+            message: format!("{synced}/{total} copies in sync"),
+        };
+    }
+    let problems: Vec<&CopyStatus> = inventory
+        .iter()
+        .filter(|c| c.state != CopyState::Synced)
+        .collect();
+    let mut message = format!("{synced}/{total} copies in sync");
+    for copy in problems.iter().take(3) {
+        let place = match &copy.namespace {
+            Some(ns) => format!("{ns}/{}", copy.name),
+            None => copy.name.clone(),
+        };
+        message.push_str(&format!("; {place}: {:?}", copy.state));
+        if let Some(why) = &copy.message {
+            message.push_str(&format!(" ({why})"));
+        }
+    }
+    if problems.len() > 3 {
+        message.push_str(&format!("; and {} more", problems.len() - 3));
+    }
+    Readiness {
+        ready: false,
+        reason: format!("{:?}", problems[0].state),
+        message,
+    }
+}
+
+/// A status with `Ready` set, keeping the previous transition time when the condition's status
+/// did not change.
+pub fn with_ready(
+    mut status: RuleStatus,
+    previous: Option<&RuleStatus>,
+    generation: Option<i64>,
+    ready: Readiness,
+) -> RuleStatus {
+    let state = if ready.ready { "True" } else { "False" };
+    let last = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
+    let since = match last {
+        Some(c) if c.status == state => c.last_transition_time.clone(),
+        _ => Time(k8s_openapi::jiff::Timestamp::now()),
+    };
+    status.observed_generation = generation;
+    status.conditions = vec![Condition {
+        type_: "Ready".into(),
+        status: state.into(),
+        reason: ready.reason,
+        message: ready.message,
+        observed_generation: generation,
+        last_transition_time: since,
+    }];
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::SourceRef;
+
+    fn copy(ns: &str, state: CopyState, message: Option<&str>) -> CopyStatus {
+        CopyStatus {
+            source: SourceRef {
+                namespace: Some("platform".into()),
+                name: "creds".into(),
+            },
+            cluster: None,
+            namespace: Some(ns.into()),
+            name: "creds".into(),
+            state,
+            hash: None,
+            message: message.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn summaries() {
+        let all_good = summarize(&[
+            copy("a", CopyState::Synced, None),
+            copy("b", CopyState::Synced, None),
+        ]);
+        assert_eq!(
+            all_good,
+            Readiness {
+                ready: true,
+                reason: "Synced".into(),
+                message: "2/2 copies in sync".into()
+            }
+        );
+
+        let one_refused = summarize(&[
+            copy("a", CopyState::Synced, None),
+            copy("tenant-b", CopyState::NotAccepted, Some("annotate it")),
+        ]);
+        assert!(!one_refused.ready);
+        assert_eq!(one_refused.reason, "NotAccepted");
+        assert_eq!(
+            one_refused.message,
+            "1/2 copies in sync; tenant-b/creds: NotAccepted (annotate it)"
+        );
+
+        assert_eq!(summarize(&[]).reason, "NothingToCopy");
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_transitions() {
+        let ready = |r: bool| Readiness {
+            ready: r,
+            reason: "X".into(),
+            message: "m".into(),
+        };
+        let first = with_ready(RuleStatus::default(), None, Some(1), ready(true));
+        let since = first.conditions[0].last_transition_time.clone();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let again = with_ready(RuleStatus::default(), Some(&first), Some(2), ready(true));
+        assert_eq!(again.conditions[0].last_transition_time, since);
+        assert_eq!(again.observed_generation, Some(2));
+        let flipped = with_ready(RuleStatus::default(), Some(&first), Some(2), ready(false));
+        assert_ne!(flipped.conditions[0].last_transition_time, since);
+    }
+}

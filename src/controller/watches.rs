@@ -1,0 +1,494 @@
+//! The shared watches, and the routing from a watch event to exactly the rules it concerns.
+//!
+//! - Copies: one label-selected watch per kind over all namespaces, so only copies are cached.
+//! - Namespaces: one metadata-only watch.
+//! - Sources: one watch per (kind, namespace) that holds sources, started when the first rule
+//!   needs it and stopped when the last rule lets go. Never one watch per rule.
+//!
+//! Each rule declares its [`Interest`] (which source watch, which names or selector, which
+//! namespaces) when it is reconciled; events are matched against those interests, so an event
+//! wakes exactly the rules it may concern. Caches drop `managedFields`.
+
+use super::error::Error;
+use crate::api::{ClusterSyncRule, SyncRule};
+use crate::metrics::Metrics;
+use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
+use crate::sync::targets::NamespaceInfo;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::core::{ApiResource, Selector, SelectorExt};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::task::AbortHandle;
+
+/// How long a reconcile waits for a cache to fill before it gives up and retries.
+const CACHE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Identifies one shared source watch: a kind in a namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceWatchKey {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub namespace: String,
+}
+
+impl SourceWatchKey {
+    pub fn new(resource: &ApiResource, namespace: &str) -> Self {
+        SourceWatchKey {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            namespace: namespace.to_owned(),
+        }
+    }
+}
+
+/// Which source objects a rule reads.
+#[derive(Clone, Debug)]
+pub struct SourceInterest {
+    pub watch: SourceWatchKey,
+    pub resource: ApiResource,
+    pub name: Option<String>,
+    pub selector: Option<Selector>,
+    /// Names that matched at the last reconcile: a source that stops matching must wake the rule.
+    pub matched: BTreeSet<String>,
+}
+
+impl SourceInterest {
+    fn concerns(&self, object: &DynamicObject) -> bool {
+        let name = object.name_any();
+        match (&self.name, &self.selector) {
+            (Some(wanted), _) => *wanted == name,
+            (None, Some(selector)) => selector.matches(object.labels()) || self.matched.contains(&name),
+            (None, None) => false,
+        }
+    }
+}
+
+/// Which namespaces' comings, goings and label or annotation changes matter to a rule.
+#[derive(Clone, Debug, Default)]
+pub struct NamespaceInterest {
+    pub names: BTreeSet<String>,
+    /// The rule selects namespaces by labels, so any namespace may matter.
+    pub any: bool,
+}
+
+/// All a rule watches, as declared at its last reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct Interest {
+    pub source: Option<SourceInterest>,
+    pub namespaces: NamespaceInterest,
+}
+
+/// Channels into the two controllers: sending a rule's reference makes it reconcile.
+#[derive(Clone)]
+pub struct Triggers {
+    sync_rules: UnboundedSender<ObjectRef<SyncRule>>,
+    cluster_sync_rules: UnboundedSender<ObjectRef<ClusterSyncRule>>,
+}
+
+/// The receiving ends, one per controller.
+pub struct TriggerStreams {
+    pub sync_rules: UnboundedReceiver<ObjectRef<SyncRule>>,
+    pub cluster_sync_rules: UnboundedReceiver<ObjectRef<ClusterSyncRule>>,
+}
+
+impl Triggers {
+    pub fn new() -> (Self, TriggerStreams) {
+        let (sync_tx, sync_rx) = unbounded();
+        let (cluster_tx, cluster_rx) = unbounded();
+        (
+            Triggers {
+                sync_rules: sync_tx,
+                cluster_sync_rules: cluster_tx,
+            },
+            TriggerStreams {
+                sync_rules: sync_rx,
+                cluster_sync_rules: cluster_rx,
+            },
+        )
+    }
+
+    pub fn fire(&self, rule: &RuleKey) {
+        // A closed channel means the controller is shutting down; nothing to wake then.
+        match (rule.kind, &rule.namespace) {
+            (RuleKind::SyncRule, Some(ns)) => {
+                let _ = self
+                    .sync_rules
+                    .unbounded_send(ObjectRef::new(&rule.name).within(ns));
+            }
+            (RuleKind::SyncRule, None) => {}
+            (RuleKind::ClusterSyncRule, _) => {
+                let _ = self.cluster_sync_rules.unbounded_send(ObjectRef::new(&rule.name));
+            }
+        }
+    }
+}
+
+struct SourceWatch {
+    store: Store<DynamicObject>,
+    task: AbortHandle,
+}
+
+/// A source object, to remember when the controller saw each of its versions.
+type SourceId = (String, String, String);
+
+/// The shared caches and the interests that route their events.
+pub struct Watches {
+    /// This very value, for the watch tasks it starts: they must not keep it alive.
+    me: Weak<Watches>,
+    client: Client,
+    metrics: Arc<Metrics>,
+    triggers: Triggers,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    copies: Vec<(ApiResource, Store<DynamicObject>)>,
+    sources: Mutex<HashMap<SourceWatchKey, SourceWatch>>,
+    interests: Mutex<HashMap<RuleKey, Interest>>,
+    seen: Mutex<HashMap<SourceId, (String, Instant)>>,
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for task in self.tasks.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            task.abort();
+        }
+        for (_, watch) in self.sources.get_mut().unwrap_or_else(|p| p.into_inner()).drain() {
+            watch.task.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Watches {
+    /// Starts the namespace watch and one copies watch per kind in `copy_kinds`.
+    pub fn start(
+        client: Client,
+        metrics: Arc<Metrics>,
+        triggers: Triggers,
+        copy_kinds: Vec<ApiResource>,
+    ) -> Arc<Self> {
+        let ns_writer: Writer<PartialObjectMeta<Namespace>> = Writer::default();
+        let namespaces = ns_writer.as_reader();
+        let mut copy_writers = Vec::new();
+        let mut copies = Vec::new();
+        for resource in copy_kinds {
+            let writer = Writer::new(resource.clone());
+            copies.push((resource.clone(), writer.as_reader()));
+            copy_writers.push((resource, writer));
+        }
+        let this = Arc::new_cyclic(|me| Watches {
+            me: me.clone(),
+            client: client.clone(),
+            metrics,
+            triggers,
+            namespaces,
+            copies,
+            sources: Mutex::new(HashMap::new()),
+            interests: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Vec::new()),
+        });
+
+        let mut tasks = Vec::new();
+        let weak = this.weak_self();
+        let ns_stream = watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|ns| ns.managed_fields_mut().clear())
+        .reflect(ns_writer);
+        tasks.push(spawn_consumer(
+            "namespaces",
+            ns_stream,
+            weak.clone(),
+            |this, event| match event {
+                watcher::Event::Apply(ns) | watcher::Event::Delete(ns) => this.on_namespace(&ns.name_any()),
+                watcher::Event::InitDone => this.on_namespaces_relisted(),
+                _ => {}
+            },
+        ));
+        for (resource, writer) in copy_writers {
+            let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+            let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+            let stream = watcher(api, config)
+                .default_backoff()
+                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+                .reflect(writer);
+            tasks.push(spawn_consumer(
+                "copies",
+                stream,
+                weak.clone(),
+                |this, event| match event {
+                    watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
+                        if let Some(rule) = recorded_rule(&copy.metadata) {
+                            this.triggers.fire(&rule);
+                        }
+                    }
+                    _ => {}
+                },
+            ));
+        }
+        *lock(&this.tasks) = tasks;
+        this
+    }
+
+    /// Waits until the namespace and copies caches hold a full list.
+    pub async fn wait_ready(&self) -> Result<(), Error> {
+        let all = async {
+            self.namespaces
+                .wait_until_ready()
+                .await
+                .map_err(|e| e.to_string())?;
+            for (_, store) in &self.copies {
+                store.wait_until_ready().await.map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        };
+        match tokio::time::timeout(CACHE_TIMEOUT, all).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::NotReady(e)),
+            Err(_) => Err(Error::NotReady("namespaces and copies are not listed yet".into())),
+        }
+    }
+
+    /// Every namespace, with labels and annotations.
+    pub fn namespaces(&self) -> Vec<NamespaceInfo> {
+        self.namespaces
+            .state()
+            .iter()
+            .map(|ns| NamespaceInfo {
+                name: ns.name_any(),
+                labels: ns.labels().clone(),
+                annotations: ns.annotations().clone(),
+            })
+            .collect()
+    }
+
+    /// A cached copy (an object carrying mimeo's label) of the given kind, if there is one.
+    pub fn cached_copy(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let (_, store) = self.copies.iter().find(|(r, _)| r == resource)?;
+        store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))
+    }
+
+    /// Every cached copy that records `rule` as its maker.
+    pub fn copies_of(&self, rule: &RuleKey) -> Vec<(ApiResource, Arc<DynamicObject>)> {
+        let mut out = Vec::new();
+        for (resource, store) in &self.copies {
+            for copy in store.state() {
+                if recorded_rule(&copy.metadata).as_ref() == Some(rule) {
+                    out.push((resource.clone(), copy));
+                }
+            }
+        }
+        out
+    }
+
+    /// Records what `rule` watches now, starting and stopping shared source watches as needed,
+    /// and returns the cache of its sources once it holds a full list.
+    pub async fn declare(
+        &self,
+        rule: &RuleKey,
+        interest: Interest,
+    ) -> Result<Option<Store<DynamicObject>>, Error> {
+        let wanted = interest
+            .source
+            .as_ref()
+            .map(|s| (s.watch.clone(), s.resource.clone()));
+        lock(&self.interests).insert(rule.clone(), interest);
+        let store = wanted.map(|(key, resource)| self.acquire(key, resource));
+        self.stop_unused_watches();
+        if let Some(store) = &store {
+            match tokio::time::timeout(CACHE_TIMEOUT, store.wait_until_ready()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(Error::NotReady(e.to_string())),
+                Err(_) => return Err(Error::NotReady("the source watch has not listed yet".into())),
+            }
+        }
+        Ok(store)
+    }
+
+    /// Updates the names a selector-based rule matched, so that a source leaving the selector
+    /// still wakes the rule.
+    pub fn set_matched(&self, rule: &RuleKey, matched: BTreeSet<String>) {
+        if let Some(source) = lock(&self.interests)
+            .get_mut(rule)
+            .and_then(|i| i.source.as_mut())
+        {
+            source.matched = matched;
+        }
+    }
+
+    /// Forgets a rule (deleted): its source watch stops if no other rule needs it.
+    pub fn forget(&self, rule: &RuleKey) {
+        lock(&self.interests).remove(rule);
+        self.stop_unused_watches();
+    }
+
+    /// When the controller saw version `resource_version` of a source, if it did.
+    pub fn seen_at(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Option<Instant> {
+        let id = (resource.plural.clone(), namespace.to_owned(), name.to_owned());
+        lock(&self.seen)
+            .get(&id)
+            .filter(|(rv, _)| rv == resource_version)
+            .map(|(_, at)| *at)
+    }
+
+    /// How many shared source watches run.
+    pub fn source_watch_count(&self) -> usize {
+        lock(&self.sources).len()
+    }
+
+    fn acquire(&self, key: SourceWatchKey, resource: ApiResource) -> Store<DynamicObject> {
+        let mut sources = lock(&self.sources);
+        if let Some(watch) = sources.get(&key) {
+            return watch.store.clone();
+        }
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &key.namespace, &resource);
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .reflect(writer);
+        let watched = key.clone();
+        let task = spawn_consumer(
+            "sources",
+            stream,
+            self.weak_self(),
+            move |this, event| match event {
+                watcher::Event::Apply(o) => {
+                    this.remember_seen(&watched, &o);
+                    this.on_source(&watched, &o);
+                }
+                watcher::Event::Delete(o) => this.on_source(&watched, &o),
+                watcher::Event::InitDone => this.on_sources_relisted(&watched),
+                _ => {}
+            },
+        );
+        tracing::debug!(kind = %key.plural, namespace = %key.namespace, "starting a shared source watch");
+        sources.insert(
+            key,
+            SourceWatch {
+                store: store.clone(),
+                task,
+            },
+        );
+        self.metrics.set_source_watches(sources.len());
+        store
+    }
+
+    fn stop_unused_watches(&self) {
+        let used: BTreeSet<SourceWatchKey> = lock(&self.interests)
+            .values()
+            .filter_map(|i| i.source.as_ref().map(|s| s.watch.clone()))
+            .collect();
+        let mut sources = lock(&self.sources);
+        sources.retain(|key, watch| {
+            let keep = used.contains(key);
+            if !keep {
+                tracing::debug!(kind = %key.plural, namespace = %key.namespace, "stopping an unused source watch");
+                watch.task.abort();
+            }
+            keep
+        });
+        self.metrics.set_source_watches(sources.len());
+    }
+
+    fn weak_self(&self) -> Weak<Watches> {
+        self.me.clone()
+    }
+
+    fn remember_seen(&self, key: &SourceWatchKey, object: &DynamicObject) {
+        if let Some(rv) = object.resource_version() {
+            let id = (key.plural.clone(), key.namespace.clone(), object.name_any());
+            lock(&self.seen).insert(id, (rv, Instant::now()));
+        }
+    }
+
+    fn on_source(&self, key: &SourceWatchKey, object: &DynamicObject) {
+        let interests = lock(&self.interests);
+        for (rule, interest) in interests.iter() {
+            if interest
+                .source
+                .as_ref()
+                .is_some_and(|s| &s.watch == key && s.concerns(object))
+            {
+                self.triggers.fire(rule);
+            }
+        }
+    }
+
+    fn on_sources_relisted(&self, key: &SourceWatchKey) {
+        let interests = lock(&self.interests);
+        for (rule, interest) in interests.iter() {
+            if interest.source.as_ref().is_some_and(|s| &s.watch == key) {
+                self.triggers.fire(rule);
+            }
+        }
+    }
+
+    fn on_namespace(&self, namespace: &str) {
+        let interests = lock(&self.interests);
+        for (rule, interest) in interests.iter() {
+            if interest.namespaces.any || interest.namespaces.names.contains(namespace) {
+                self.triggers.fire(rule);
+            }
+        }
+    }
+
+    fn on_namespaces_relisted(&self) {
+        let interests = lock(&self.interests);
+        for rule in interests.keys() {
+            self.triggers.fire(rule);
+        }
+    }
+}
+
+/// Runs a reflected watch stream on its own task, handing each event to `on_event` while the
+/// [`Watches`] lives. Watch errors are logged and retried with backoff by the stream itself.
+fn spawn_consumer<K, S, F>(what: &'static str, stream: S, watches: Weak<Watches>, on_event: F) -> AbortHandle
+where
+    K: Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    F: Fn(&Watches, &watcher::Event<K>) + Send + 'static,
+{
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            let Some(watches) = watches.upgrade() else { break };
+            match event {
+                Ok(event) => {
+                    if matches!(event, watcher::Event::InitDone) {
+                        tracing::debug!(watch = what, "watch listed");
+                    }
+                    on_event(&watches, &event)
+                }
+                Err(e) => tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff"),
+            }
+        }
+    });
+    task.abort_handle()
+}

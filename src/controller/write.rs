@@ -1,0 +1,145 @@
+//! The writes: every change mimeo makes to a copy goes through here, under one field manager.
+
+use crate::api::DeletionPolicy;
+use crate::sync::desired::DesiredCopy;
+use crate::sync::ownership::{
+    FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
+    SOURCE_HASH_ANNOTATION,
+};
+use crate::sync::plan::Write;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// Looks up the object at a copy's place, whoever owns it.
+pub async fn get(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> kube::Result<Option<DynamicObject>> {
+    let mut found = api(client, resource, namespace).get_opt(name).await?;
+    if let Some(o) = found.as_mut() {
+        o.metadata.managed_fields = None;
+    }
+    Ok(found)
+}
+
+/// Writes `desired` over `live` the way `how` says.
+pub async fn write(
+    client: &Client,
+    resource: &ApiResource,
+    desired: &DesiredCopy,
+    live: Option<&DynamicObject>,
+    how: Write,
+) -> kube::Result<()> {
+    let api = api(client, resource, desired.target.namespace.as_deref());
+    let name = &desired.target.name;
+    match (how, live) {
+        (Write::Create | Write::Apply, _) | (Write::Replace | Write::Recreate, None) => {
+            api.patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired.object),
+            )
+            .await?;
+        }
+        (Write::Replace, Some(live)) => {
+            api.replace(
+                name,
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &replaced(live, desired),
+            )
+            .await?;
+        }
+        (Write::Recreate, Some(live)) => {
+            delete_exact(&api, live).await?;
+            api.patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired.object),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes a copy, or strips mimeo's ownership from it, as `policy` says. Gone already is fine.
+pub async fn remove(
+    client: &Client,
+    resource: &ApiResource,
+    live: &DynamicObject,
+    policy: DeletionPolicy,
+) -> kube::Result<()> {
+    let api = api(client, resource, live.namespace().as_deref());
+    match policy {
+        DeletionPolicy::Delete => delete_exact(&api, live).await,
+        DeletionPolicy::Orphan => {
+            let mut annotations = serde_json::Map::new();
+            for key in [
+                RULE_ANNOTATION,
+                SOURCE_ANNOTATION,
+                SOURCE_HASH_ANNOTATION,
+                HASH_ANNOTATION,
+            ] {
+                annotations.insert(key.into(), Value::Null);
+            }
+            let patch = json!({"metadata": {"labels": {MANAGED_BY_LABEL: null}, "annotations": annotations}});
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            match api.patch(&live.name_any(), &params, &Patch::Merge(&patch)).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+/// Deletes exactly this object (by uid), so a newer object of the same name is never hit.
+async fn delete_exact(api: &Api<DynamicObject>, live: &DynamicObject) -> kube::Result<()> {
+    let params = DeleteParams {
+        preconditions: live.uid().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&live.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The live object with exactly the desired content and mimeo's labels and annotations set,
+/// keeping its other metadata: what a replace (PUT) writes.
+fn replaced(live: &DynamicObject, desired: &DesiredCopy) -> DynamicObject {
+    let mut object = live.clone();
+    object.data = Value::Object(crate::sync::desired::content(&desired.object));
+    for (field, target) in [
+        ("labels", object.metadata.labels.get_or_insert_default()),
+        ("annotations", object.metadata.annotations.get_or_insert_default()),
+    ] {
+        if let Some(map) = desired.object["metadata"][field].as_object() {
+            for (k, v) in map {
+                target.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    object
+}

@@ -1,0 +1,207 @@
+//! Prometheus metrics, prefixed `mimeo_`, served in text format on `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    kind: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: String,
+}
+
+/// Every metric the controller keeps.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<KindLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: Family<KindLabels, Histogram>,
+    copies: Family<StateLabels, Gauge>,
+    writes: Family<VerbLabels, Counter>,
+    propagation: Histogram,
+    source_watches: Gauge,
+    /// Copies by state per rule, so the `copies` gauge is a sum that forgets deleted rules.
+    copies_by_rule: Mutex<HashMap<String, HashMap<String, i64>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mimeo");
+        let reconciles = Family::<KindLabels, Counter>::default();
+        registry.register("reconciles", "Rule reconciliations", reconciles.clone());
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed rule reconciliations by reason",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 14))
+        });
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent reconciling one rule",
+            reconcile_duration.clone(),
+        );
+        let copies = Family::<StateLabels, Gauge>::default();
+        registry.register("copies", "Copies by state, over all rules", copies.clone());
+        let writes = Family::<VerbLabels, Counter>::default();
+        registry.register("writes", "Writes to copies by verb", writes.clone());
+        let propagation = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        registry.register(
+            "propagation_seconds",
+            "From the controller seeing a source change to a copy of it written",
+            propagation.clone(),
+        );
+        let source_watches = Gauge::default();
+        registry.register(
+            "source_watches",
+            "Shared source watches running",
+            source_watches.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            copies,
+            writes,
+            propagation,
+            source_watches,
+            copies_by_rule: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn reconciled(&self, kind: &str, took: Duration) {
+        let labels = KindLabels {
+            kind: kind.to_owned(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn reconcile_failed(&self, kind: &str, reason: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                kind: kind.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn wrote(&self, verb: &str) {
+        self.writes
+            .get_or_create(&VerbLabels {
+                verb: verb.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn propagated(&self, latency: Duration) {
+        self.propagation.observe(latency.as_secs_f64());
+    }
+
+    pub fn set_source_watches(&self, count: usize) {
+        self.source_watches.set(count as i64);
+    }
+
+    /// Records how many copies of `rule` are in each state; `None` forgets the rule.
+    pub fn set_copies(&self, rule: &str, by_state: Option<HashMap<String, i64>>) {
+        let mut all = self.copies_by_rule.lock().unwrap_or_else(|p| p.into_inner());
+        match by_state {
+            Some(counts) => all.insert(rule.to_owned(), counts),
+            None => all.remove(rule),
+        };
+        let mut totals: HashMap<&str, i64> = HashMap::new();
+        for counts in all.values() {
+            for (state, n) in counts {
+                *totals.entry(state).or_default() += n;
+            }
+        }
+        for state in ["Synced", "Conflict", "NotAccepted", "NamespaceMissing", "Failed"] {
+            let n = totals.get(state).copied().unwrap_or(0);
+            self.copies
+                .get_or_create(&StateLabels {
+                    state: state.to_owned(),
+                })
+                .set(n);
+        }
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_are_summed_over_rules_and_forgotten_with_them() {
+        let m = Metrics::new();
+        m.set_copies("a", Some([("Synced".to_owned(), 3)].into()));
+        m.set_copies(
+            "b",
+            Some([("Synced".to_owned(), 2), ("Conflict".to_owned(), 1)].into()),
+        );
+        let text = m.encode();
+        assert!(text.contains("mimeo_copies{state=\"Synced\"} 5"), "{text}");
+        assert!(text.contains("mimeo_copies{state=\"Conflict\"} 1"), "{text}");
+        m.set_copies("b", None);
+        let text = m.encode();
+        assert!(text.contains("mimeo_copies{state=\"Synced\"} 3"), "{text}");
+        assert!(text.contains("mimeo_copies{state=\"Conflict\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn counters_and_histograms_are_exposed() {
+        let m = Metrics::new();
+        m.reconciled("SyncRule", Duration::from_millis(3));
+        m.reconcile_failed("SyncRule", "kube");
+        m.wrote("apply");
+        m.propagated(Duration::from_millis(40));
+        let text = m.encode();
+        for expected in [
+            "mimeo_reconciles_total{kind=\"SyncRule\"} 1",
+            "mimeo_reconcile_errors_total{kind=\"SyncRule\",reason=\"kube\"} 1",
+            "mimeo_writes_total{verb=\"apply\"} 1",
+            "mimeo_propagation_seconds_count 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Shared scaffolding for the controller's integration tests: a real control plane with mimeo's
+//! CRDs, the controller running in-process against it, and helpers to wait for convergence.
+#![allow(dead_code)]
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use mimeo::controller::{self, ControllerConfig};
+use mimeo::metrics::Metrics;
+use mimeo::server::Readiness;
+use mimeo_envtest::ControlPlane;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A control plane with mimeo's CRDs and, while started, the controller.
+pub struct Harness {
+    pub plane: ControlPlane,
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    running: Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>,
+}
+
+impl Harness {
+    /// A fresh control plane with the CRDs installed and the controller running.
+    pub async fn start() -> Self {
+        let mut h = Self::without_controller().await;
+        h.start_controller().await;
+        h
+    }
+
+    pub async fn without_controller() -> Self {
+        let filter = std::env::var("MIMEO_TEST_LOG").unwrap_or_else(|_| "mimeo=info".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+        let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml");
+        plane
+            .install_crds(&[crds])
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let client = plane.client().await.unwrap();
+        Harness {
+            plane,
+            client,
+            metrics: Arc::new(Metrics::new()),
+            running: None,
+        }
+    }
+
+    pub async fn start_controller(&mut self) {
+        assert!(self.running.is_none(), "the controller is already running");
+        let (tx, mut rx) = tokio::sync::watch::channel(false);
+        let shutdown = async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        self.metrics = Arc::new(Metrics::new());
+        let (client, metrics) = (self.plane.client().await.unwrap(), self.metrics.clone());
+        let task = tokio::spawn(async move {
+            controller::run(
+                client,
+                ControllerConfig::default(),
+                metrics,
+                Readiness::default(),
+                shutdown,
+            )
+            .await
+            .expect("the controller runs");
+        });
+        self.running = Some((tx, task));
+    }
+
+    pub async fn stop_controller(&mut self) {
+        let (tx, task) = self.running.take().expect("the controller is running");
+        tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("the controller stops")
+            .unwrap();
+    }
+
+    pub fn secrets(&self, ns: &str) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    pub fn config_maps(&self, ns: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// Creates a namespace with labels and annotations.
+    pub async fn namespace(&self, name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) {
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": map(labels), "annotations": map(annotations)}
+        }))
+        .unwrap();
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+    }
+
+    /// Merges labels and annotations into a namespace (a `null` value removes one).
+    pub async fn patch_namespace(&self, name: &str, metadata: Value) {
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": metadata})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Creates or replaces an Opaque Secret with string data.
+    pub async fn put_secret(&self, ns: &str, name: &str, data: &[(&str, &str)]) -> Secret {
+        let secret = secret(ns, name, "Opaque", data);
+        self.secrets(ns)
+            .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&secret))
+            .await
+            .unwrap()
+    }
+
+    /// Applies any object given as JSON (a rule, a namespace, a Secret...).
+    pub async fn apply(&self, object: Value) {
+        let api_resource = kube::core::ApiResource::from_gvk(
+            &kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+                api_version: object["apiVersion"].as_str().unwrap().into(),
+                kind: object["kind"].as_str().unwrap().into(),
+            })
+            .unwrap(),
+        );
+        let api_resource = match api_resource.kind.as_str() {
+            "SyncRule" | "ClusterSyncRule" => api_resource,
+            _ => api_resource,
+        };
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &api_resource),
+            None => Api::all_with(self.client.clone(), &api_resource),
+        };
+        api.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&object))
+            .await
+            .unwrap();
+    }
+
+    pub async fn delete_rule(&self, ns: &str, name: &str) {
+        Api::<mimeo::api::SyncRule>::namespaced(self.client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    pub async fn rule(&self, ns: &str, name: &str) -> Option<mimeo::api::SyncRule> {
+        Api::<mimeo::api::SyncRule>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the rule's Ready condition has this status and reason; returns the rule.
+    pub async fn wait_ready(&self, ns: &str, name: &str, status: &str, reason: &str) -> mimeo::api::SyncRule {
+        eventually(
+            &format!("SyncRule {ns}/{name} Ready={status} ({reason})"),
+            || async {
+                let rule = self.rule(ns, name).await?;
+                let ready = rule
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Ready")?
+                    .clone();
+                (ready.status == status && ready.reason == reason).then_some(rule)
+            },
+        )
+        .await
+    }
+
+    /// Total write requests the apiserver has served for these resources, from its own metrics.
+    pub async fn apiserver_writes(&self, resources: &[&str]) -> u64 {
+        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let text = self.client.request_text(request).await.unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| {
+                [
+                    "verb=\"POST\"",
+                    "verb=\"PUT\"",
+                    "verb=\"PATCH\"",
+                    "verb=\"APPLY\"",
+                    "verb=\"DELETE\"",
+                ]
+                .iter()
+                .any(|v| l.contains(v))
+            })
+            .filter(|l| resources.iter().any(|r| l.contains(&format!("resource=\"{r}\""))))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+pub fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+    kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+pub fn secret(ns: &str, name: &str, type_: &str, data: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: kube::core::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some(type_.into()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The value of a Secret key as text.
+pub fn secret_value(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+/// Polls `check` until it returns `Some`, or panics after [`WAIT`] naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {WAIT:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks that `check` holds for `period` (to show that something does not happen).
+pub async fn stays<F, Fut>(what: &str, period: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + period;
+    while Instant::now() < deadline {
+        assert!(check().await, "no longer true: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
