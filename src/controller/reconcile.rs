@@ -15,6 +15,7 @@ use crate::sync::plan::{Decision, Write, decide};
 use crate::sync::targets::{placements, selector};
 use crate::sync::validate;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, SelectorExt};
@@ -193,7 +194,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 continue;
             }
             if !place.exists {
-                let why = format!("namespace {} does not exist", place.namespace);
+                let why = format!("namespace {} does not exist or is being deleted", place.namespace);
                 planned.push(Planned::blocked(
                     target,
                     source_ref.clone(),
@@ -282,10 +283,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         match result {
             Ok(()) => {
                 ctx.metrics.wrote(verb(how));
-                events.note(
+                tracing::info!(rule = %key, copy = %place, verb = verb(how), "wrote a copy");
+                events.note_copy(
                     EventType::Normal,
                     reason(how),
                     format!("{} copy {place}", past(how)),
+                    &resource,
+                    &plan.target,
                 );
                 if let Some(seen) = plan.source_version.as_deref().and_then(|rv| {
                     ctx.watches.seen_at(
@@ -326,16 +330,23 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         match remove_owned(ctx, &key, &kind, namespace.as_deref(), &name, spec).await {
             Ok(Some(done)) => {
                 ctx.metrics.wrote(done);
-                let place = place_of(&CopyTarget {
+                let target = CopyTarget {
                     cluster: None,
                     namespace: namespace.clone(),
                     name: name.clone(),
-                });
+                };
+                let place = place_of(&target);
                 let what = if done == "delete" { "Deleted" } else { "Orphaned" };
-                events.note(
+                tracing::info!(rule = %key, copy = %place, verb = done, "removed a copy that is no longer wanted");
+                events.note_copy(
                     EventType::Normal,
                     &format!("Copy{what}"),
-                    format!("{what} copy {place}: no longer a target"),
+                    format!(
+                        "{what} copy {place}: no longer wanted there (its namespace no longer matches, \
+                         accepts copies or exists, or the source is gone)"
+                    ),
+                    &kind,
+                    &target,
                 );
             }
             Ok(None) => {}
@@ -411,13 +422,21 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 .find(|c| c.namespace == copy.namespace && c.name == copy.name)
         });
         if copy.state != CopyState::Synced && was.is_none_or(|w| w.state != copy.state) {
-            let place = place_of(&CopyTarget {
+            let target = CopyTarget {
                 cluster: None,
                 namespace: copy.namespace.clone(),
                 name: copy.name.clone(),
-            });
+            };
+            let place = place_of(&target);
             let note = format!("copy {place}: {}", copy.message.clone().unwrap_or_default());
-            events.note(EventType::Warning, &format!("{:?}", copy.state), note);
+            tracing::warn!(rule = %key, copy = %place, state = ?copy.state, message = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
+            events.note_copy(
+                EventType::Warning,
+                &format!("{:?}", copy.state),
+                note,
+                &resource,
+                &target,
+            );
         }
     }
     if ready.reason == "SourceNotFound" {
@@ -640,24 +659,44 @@ fn past(how: Write) -> &'static str {
 /// Events gathered during one reconcile, published at its end with a cap.
 #[derive(Default)]
 struct EventLog {
-    events: Vec<(EventType, String, String)>,
+    events: Vec<(EventType, String, String, Option<ObjectReference>)>,
 }
 
 impl EventLog {
     fn note(&mut self, type_: EventType, reason: &str, note: String) {
-        self.events.push((type_, reason.to_owned(), note));
+        self.events.push((type_, reason.to_owned(), note, None));
+    }
+
+    /// An event about one copy, which it names as the related object (so that events about
+    /// different copies are not merged into one).
+    fn note_copy(
+        &mut self,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        resource: &ApiResource,
+        target: &CopyTarget,
+    ) {
+        let related = ObjectReference {
+            api_version: Some(resource.api_version.clone()),
+            kind: Some(resource.kind.clone()),
+            namespace: target.namespace.clone(),
+            name: Some(target.name.clone()),
+            ..Default::default()
+        };
+        self.events.push((type_, reason.to_owned(), note, Some(related)));
     }
 
     async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) {
         let reference = rule.object_ref(&());
         let total = self.events.len();
-        for (type_, reason, note) in self.events.into_iter().take(EVENTS_PER_RECONCILE) {
+        for (type_, reason, note, secondary) in self.events.into_iter().take(EVENTS_PER_RECONCILE) {
             let event = Event {
                 type_,
                 reason: reason.clone(),
                 note: Some(short_message(&note)),
                 action: reason,
-                secondary: None,
+                secondary,
             };
             if let Err(e) = ctx.recorder.publish(&event, &reference).await {
                 tracing::debug!(error = %e, "publishing an event failed");

@@ -134,7 +134,21 @@ impl Triggers {
 
 struct SourceWatch {
     store: Store<DynamicObject>,
+    listed: Listed,
     task: AbortHandle,
+}
+
+/// Whether a watch has delivered its first full list. kube's `Store::wait_until_ready` loses
+/// wake-ups when several tasks wait at once, so readiness is tracked here with a channel that
+/// any number of waiters can share.
+type Listed = tokio::sync::watch::Receiver<bool>;
+
+async fn wait_listed(mut listed: Listed, what: &str) -> Result<(), Error> {
+    match tokio::time::timeout(CACHE_TIMEOUT, listed.wait_for(|done| *done)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => Err(Error::NotReady(format!("the {what} watch stopped"))),
+        Err(_) => Err(Error::NotReady(format!("the {what} watch has not listed yet"))),
+    }
 }
 
 /// A source object, to remember when the controller saw each of its versions.
@@ -149,6 +163,8 @@ pub struct Watches {
     triggers: Triggers,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     copies: Vec<(ApiResource, Store<DynamicObject>)>,
+    /// The namespace and copies watches, each listed at least once.
+    base_listed: Vec<Listed>,
     sources: Mutex<HashMap<SourceWatchKey, SourceWatch>>,
     interests: Mutex<HashMap<RuleKey, Interest>>,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
@@ -187,6 +203,14 @@ impl Watches {
             copies.push((resource.clone(), writer.as_reader()));
             copy_writers.push((resource, writer));
         }
+        let (ns_listed_tx, ns_listed) = tokio::sync::watch::channel(false);
+        let mut base_listed = vec![ns_listed];
+        let mut copy_listed_tx = Vec::new();
+        for _ in &copy_writers {
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            base_listed.push(rx);
+            copy_listed_tx.push(tx);
+        }
         let this = Arc::new_cyclic(|me| Watches {
             me: me.clone(),
             client: client.clone(),
@@ -194,6 +218,7 @@ impl Watches {
             triggers,
             namespaces,
             copies,
+            base_listed,
             sources: Mutex::new(HashMap::new()),
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
@@ -213,13 +238,14 @@ impl Watches {
             "namespaces",
             ns_stream,
             weak.clone(),
+            ns_listed_tx,
             |this, event| match event {
                 watcher::Event::Apply(ns) | watcher::Event::Delete(ns) => this.on_namespace(&ns.name_any()),
                 watcher::Event::InitDone => this.on_namespaces_relisted(),
                 _ => {}
             },
         ));
-        for (resource, writer) in copy_writers {
+        for ((resource, writer), listed) in copy_writers.into_iter().zip(copy_listed_tx) {
             let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
             let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
             let stream = watcher(api, config)
@@ -230,6 +256,7 @@ impl Watches {
                 "copies",
                 stream,
                 weak.clone(),
+                listed,
                 |this, event| match event {
                     watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
                         if let Some(rule) = recorded_rule(&copy.metadata) {
@@ -246,21 +273,10 @@ impl Watches {
 
     /// Waits until the namespace and copies caches hold a full list.
     pub async fn wait_ready(&self) -> Result<(), Error> {
-        let all = async {
-            self.namespaces
-                .wait_until_ready()
-                .await
-                .map_err(|e| e.to_string())?;
-            for (_, store) in &self.copies {
-                store.wait_until_ready().await.map_err(|e| e.to_string())?;
-            }
-            Ok::<(), String>(())
-        };
-        match tokio::time::timeout(CACHE_TIMEOUT, all).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::NotReady(e)),
-            Err(_) => Err(Error::NotReady("namespaces and copies are not listed yet".into())),
+        for listed in &self.base_listed {
+            wait_listed(listed.clone(), "namespaces and copies").await?;
         }
+        Ok(())
     }
 
     /// Every namespace, with labels and annotations.
@@ -272,6 +288,7 @@ impl Watches {
                 name: ns.name_any(),
                 labels: ns.labels().clone(),
                 annotations: ns.annotations().clone(),
+                terminating: ns.metadata.deletion_timestamp.is_some(),
             })
             .collect()
     }
@@ -312,16 +329,15 @@ impl Watches {
             .as_ref()
             .map(|s| (s.watch.clone(), s.resource.clone()));
         lock(&self.interests).insert(rule.clone(), interest);
-        let store = wanted.map(|(key, resource)| self.acquire(key, resource));
+        let acquired = wanted.map(|(key, resource)| self.acquire(key, resource));
         self.stop_unused_watches();
-        if let Some(store) = &store {
-            match tokio::time::timeout(CACHE_TIMEOUT, store.wait_until_ready()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(Error::NotReady(e.to_string())),
-                Err(_) => return Err(Error::NotReady("the source watch has not listed yet".into())),
+        match acquired {
+            Some((store, listed)) => {
+                wait_listed(listed, "source").await?;
+                Ok(Some(store))
             }
+            None => Ok(None),
         }
-        Ok(store)
     }
 
     /// Updates the names a selector-based rule matched, so that a source leaving the selector
@@ -361,11 +377,12 @@ impl Watches {
         lock(&self.sources).len()
     }
 
-    fn acquire(&self, key: SourceWatchKey, resource: ApiResource) -> Store<DynamicObject> {
+    fn acquire(&self, key: SourceWatchKey, resource: ApiResource) -> (Store<DynamicObject>, Listed) {
         let mut sources = lock(&self.sources);
         if let Some(watch) = sources.get(&key) {
-            return watch.store.clone();
+            return (watch.store.clone(), watch.listed.clone());
         }
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &key.namespace, &resource);
@@ -378,12 +395,13 @@ impl Watches {
             "sources",
             stream,
             self.weak_self(),
+            listed_tx,
             move |this, event| match event {
                 watcher::Event::Apply(o) => {
-                    this.remember_seen(&watched, &o);
-                    this.on_source(&watched, &o);
+                    this.remember_seen(&watched, o);
+                    this.on_source(&watched, o);
                 }
-                watcher::Event::Delete(o) => this.on_source(&watched, &o),
+                watcher::Event::Delete(o) => this.on_source(&watched, o),
                 watcher::Event::InitDone => this.on_sources_relisted(&watched),
                 _ => {}
             },
@@ -393,11 +411,12 @@ impl Watches {
             key,
             SourceWatch {
                 store: store.clone(),
+                listed: listed.clone(),
                 task,
             },
         );
         self.metrics.set_source_watches(sources.len());
-        store
+        (store, listed)
     }
 
     fn stop_unused_watches(&self) {
@@ -469,7 +488,13 @@ impl Watches {
 
 /// Runs a reflected watch stream on its own task, handing each event to `on_event` while the
 /// [`Watches`] lives. Watch errors are logged and retried with backoff by the stream itself.
-fn spawn_consumer<K, S, F>(what: &'static str, stream: S, watches: Weak<Watches>, on_event: F) -> AbortHandle
+fn spawn_consumer<K, S, F>(
+    what: &'static str,
+    stream: S,
+    watches: Weak<Watches>,
+    listed: tokio::sync::watch::Sender<bool>,
+    on_event: F,
+) -> AbortHandle
 where
     K: Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -482,7 +507,9 @@ where
             match event {
                 Ok(event) => {
                     if matches!(event, watcher::Event::InitDone) {
+                        // The reflector has stored the full list by the time the event gets here.
                         tracing::debug!(watch = what, "watch listed");
+                        listed.send_replace(true);
                     }
                     on_event(&watches, &event)
                 }

@@ -11,6 +11,8 @@ pub struct NamespaceInfo {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The namespace is being deleted: no copy is written into it any more.
+    pub terminating: bool,
 }
 
 /// One namespace a target points at.
@@ -42,7 +44,7 @@ pub fn placements(
     let mut out = Vec::new();
     for target in targets {
         if let Some(ns) = &target.namespace {
-            let exists = namespaces.iter().any(|n| &n.name == ns);
+            let exists = namespaces.iter().any(|n| &n.name == ns && !n.terminating);
             out.push(Placement {
                 namespace: ns.clone(),
                 rename: target.name.clone(),
@@ -51,7 +53,10 @@ pub fn placements(
         }
         if let Some(sel) = &target.namespace_selector {
             let sel = selector(sel)?;
-            for ns in namespaces.iter().filter(|n| sel.matches(&n.labels)) {
+            for ns in namespaces
+                .iter()
+                .filter(|n| !n.terminating && sel.matches(&n.labels))
+            {
                 out.push(Placement {
                     namespace: ns.name.clone(),
                     rename: target.name.clone(),
@@ -77,6 +82,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             annotations: BTreeMap::new(),
+            terminating: false,
         }
     }
 
@@ -128,6 +134,27 @@ mod tests {
                 ("payments-worker", None, true),
             ]
         );
+    }
+
+    #[test]
+    fn terminating_namespaces_receive_nothing() {
+        let mut going = ns("going", &[("team", "x")]);
+        going.terminating = true;
+        let namespaces = [going, ns("staying", &[("team", "x")])];
+        let targets = [
+            Target {
+                namespace_selector: Some(by_labels(&[("team", "x")])),
+                ..Default::default()
+            },
+            Target {
+                namespace: Some("going".into()),
+                name: Some("named".into()),
+                ..Default::default()
+            },
+        ];
+        let got = placements(&targets, &namespaces).unwrap();
+        let got: Vec<(&str, bool)> = got.iter().map(|p| (p.namespace.as_str(), p.exists)).collect();
+        assert_eq!(got, [("going", false), ("staying", true)]);
     }
 
     #[test]

@@ -168,21 +168,31 @@ impl Harness {
 
     /// Waits until the rule's Ready condition has this status and reason; returns the rule.
     pub async fn wait_ready(&self, ns: &str, name: &str, status: &str, reason: &str) -> mimeo::api::SyncRule {
-        eventually(
-            &format!("SyncRule {ns}/{name} Ready={status} ({reason})"),
-            || async {
-                let rule = self.rule(ns, name).await?;
-                let ready = rule
-                    .status
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let rule = self.rule(ns, name).await;
+            let ready = rule.as_ref().and_then(|r| {
+                r.status
                     .as_ref()?
                     .conditions
                     .iter()
-                    .find(|c| c.type_ == "Ready")?
-                    .clone();
-                (ready.status == status && ready.reason == reason).then_some(rule)
-            },
-        )
-        .await
+                    .find(|c| c.type_ == "Ready")
+                    .cloned()
+            });
+            if ready
+                .as_ref()
+                .is_some_and(|r| r.status == status && r.reason == reason)
+            {
+                return rule.unwrap();
+            }
+            if Instant::now() > deadline {
+                let last = rule.and_then(|r| r.status);
+                panic!(
+                    "timed out waiting for SyncRule {ns}/{name} Ready={status} ({reason}); last status: {last:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Total write requests the apiserver has served for these resources, from its own metrics.

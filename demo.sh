@@ -1,0 +1,425 @@
+#!/usr/bin/env bash
+# The local demo: a real etcd + kube-apiserver on loopback, mimeo running against it, and the two
+# scenarios in examples/ played through, with nothing but Rust and Go installed.
+#
+#   ./demo.sh          (or ./demo.sh up)   build what is needed, start everything, walk through
+#   ./demo.sh down                         stop mimeo and the control plane, remove .demo/
+#
+# The first run builds etcd, kube-apiserver and kubectl from their Go modules (several minutes,
+# once; cached in ~/.cache/mimeo). Everything the demo runs writes into .demo/: the kubeconfig,
+# the logs and the pid files. Nothing listens on anything but 127.0.0.1.
+#
+# Settings: CARGO_TARGET_DIR (default ~/.cache/mimeo/target), MIMEO_DEMO_HTTP_ADDR (mimeo's
+# --http-addr, default 127.0.0.1:18080), MIMEO_DEMO_TIMEOUT (seconds per wait, default 60).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+
+STATE="$ROOT/.demo"
+KUBECONFIG_PATH="$STATE/kubeconfig"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mimeo/target}"
+HTTP_ADDR="${MIMEO_DEMO_HTTP_ADDR:-127.0.0.1:18080}"
+TIMEOUT="${MIMEO_DEMO_TIMEOUT:-60}"
+MIMEO="$CARGO_TARGET_DIR/debug/mimeo"
+ENVTEST="$CARGO_TARGET_DIR/debug/envtest"
+
+# Set once the processes are started, for the error and interrupt handlers.
+ENVTEST_PID=""
+MIMEO_PID=""
+UP_DONE=""
+
+step() { printf '\n== %s\n' "$*"; }
+say() { printf '%s\n' "$*"; }
+indent() { sed 's/^/    /'; }
+die() {
+  printf '\ndemo: error: %s\n' "$1" >&2
+  if [[ -n "${2:-}" && -s "$2" ]]; then
+    printf -- '--- last lines of %s ---\n' "${2#"$ROOT"/}" >&2
+    tail -n 25 "$2" >&2
+  fi
+  exit 1
+}
+
+usage() {
+  cat <<'EOF'
+usage: ./demo.sh [up|down]
+
+  up     (the default) build mimeo and a local control plane, start both, and walk through the
+         scenarios in examples/; everything keeps running afterwards
+  down   stop mimeo and the control plane and remove .demo/
+EOF
+}
+
+# --- processes ------------------------------------------------------------------------------
+
+# Whether pid $1 is a live (not zombie) process started from a program named $2.
+is_running() {
+  local pid="$1" name="$2" stat argv0
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
+  [[ "${stat##*) }" != Z* ]] || return 1
+  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)" || return 1
+  [[ "$(basename -- "$argv0")" == "$name" ]]
+}
+
+# The pid recorded in file $1 if that process is running program $2; fails otherwise.
+running_from() {
+  local file="$1" name="$2" pid
+  [[ -f "$file" ]] || return 1
+  pid="$(tr -d '[:space:]' <"$file")"
+  is_running "$pid" "$name" || return 1
+  printf '%s\n' "$pid"
+}
+
+# Sends SIGTERM to pid $1 (program $2) and waits for it to go; SIGKILL after 20 s.
+stop_process() {
+  local pid="$1" name="$2" i
+  is_running "$pid" "$name" || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 200; i++)); do
+    is_running "$pid" "$name" || { say "stopped $name (pid $pid)"; return 0; }
+    sleep 0.1
+  done
+  say "$name (pid $pid) did not stop within 20 s; killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Runs a program in the background, detached from this terminal, its output going to a log.
+# Prints nothing; the pid is in $!.
+launch() {
+  local log="$1"
+  shift
+  if command -v setsid >/dev/null; then
+    setsid nohup "$@" </dev/null >"$log" 2>&1 &
+  else
+    nohup "$@" </dev/null >"$log" 2>&1 &
+  fi
+}
+
+# Whether our own background child $1 still runs. (Its name may not be set yet: right after
+# launch it can still be setsid or nohup, about to exec.)
+child_alive() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" && [[ "${stat##*) }" != Z* ]]
+}
+
+# Fails with the relevant log when mimeo or the control plane has died.
+check_alive() {
+  if [[ -n "$ENVTEST_PID" ]] && ! child_alive "$ENVTEST_PID"; then
+    die "the control plane (envtest, pid $ENVTEST_PID) exited" "$STATE/envtest.log"
+  fi
+  if [[ -n "$MIMEO_PID" ]] && ! child_alive "$MIMEO_PID"; then
+    die "mimeo (pid $MIMEO_PID) exited" "$STATE/mimeo.log"
+  fi
+}
+
+# --- waiting --------------------------------------------------------------------------------
+
+now_ms() { date +%s%3N; }
+since() { local ms=$(($(now_ms) - $1)); printf '%d.%01d s' $((ms / 1000)) $((ms % 1000 / 100)); }
+
+# poll COMMAND...: runs COMMAND until it succeeds, for at most $TIMEOUT seconds; fails on timeout.
+poll() {
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    check_alive
+    ((SECONDS < deadline)) || return 1
+    sleep 0.25
+  done
+}
+
+# wait_for WHAT COMMAND...: poll, and stop the demo with mimeo's log on timeout.
+wait_for() {
+  local what="$1"
+  shift
+  poll "$@" || die "timed out after ${TIMEOUT} s waiting for $what" "$STATE/mimeo.log"
+}
+
+# --- kubectl helpers ------------------------------------------------------------------------
+
+kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# Shows a kubectl command line, then runs it with its output indented.
+show() {
+  say "\$ kubectl $*"
+  if ! kc "$@" 2>&1 | indent; then
+    die "kubectl $* failed"
+  fi
+}
+
+exists() { kc get "$@" -o name >/dev/null 2>&1; }
+
+# Whether the object is gone (NotFound); fails on any other error, too.
+gone() {
+  local out
+  out="$(kc get "$@" --ignore-not-found -o name 2>/dev/null)" && [[ -z "$out" ]]
+}
+
+# A short hash of an object's data field: KIND NAME NAMESPACE. Never prints values themselves.
+data_hash() {
+  kc get "$1" "$2" -n "$3" -o 'jsonpath={.data}' | sha256sum | cut -c1-12
+}
+
+same_data() { [[ "$(data_hash "$1" "$2" "$3")" == "$(data_hash "$1" "$4" "$5")" ]]; }
+
+# Whether SyncRule NAMESPACE/NAME reports COPIES (synced/total) in status and is Ready.
+rule_reports() {
+  local copies ready
+  copies="$(kc get syncrule "$2" -n "$1" -o 'jsonpath={.status.copies}')"
+  ready="$(kc get syncrule "$2" -n "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')"
+  [[ "$copies" == "$3" && "$ready" == "True" ]]
+}
+
+# wait_rule NAMESPACE NAME COPIES: waits for the rule's status to say COPIES and Ready=True.
+wait_rule() {
+  poll rule_reports "$@" || die "timed out after ${TIMEOUT} s waiting for SyncRule $1/$2 to report \
+status.copies=$3 and condition Ready=True; its status is: $(kc get syncrule "$2" -n "$1" -o 'jsonpath={.status}' 2>&1)" \
+    "$STATE/mimeo.log"
+}
+
+managed_label() {
+  kc get "$1" "$2" -n "$3" -o 'jsonpath={.metadata.labels.mimeo\.dev/managed-by}'
+}
+
+# Checks and reports one copy: KIND SOURCE-NS SOURCE-NAME TARGET-NS TARGET-NAME STARTED-MS.
+report_copy() {
+  local kind="$1" sns="$2" sname="$3" tns="$4" tname="$5" started="$6" label
+  label="$(managed_label "$kind" "$tname" "$tns")"
+  [[ "$label" == mimeo ]] ||
+    die "the copy $tns/$tname has label mimeo.dev/managed-by=\"$label\", expected \"mimeo\"" "$STATE/mimeo.log"
+  same_data "$kind" "$sname" "$sns" "$tname" "$tns" ||
+    die "the copy $tns/$tname holds other data than its source $sns/$sname" "$STATE/mimeo.log"
+  say "copied $sns/$sname -> $tns/$tname within $(since "$started")  (data sha256 $(data_hash "$kind" "$tname" "$tns"), same as the source; labelled mimeo.dev/managed-by=mimeo)"
+}
+
+# --- up -------------------------------------------------------------------------------------
+
+on_exit() {
+  local status=$?
+  if [[ -z "$UP_DONE" && $status -ne 0 && (-n "$ENVTEST_PID" || -n "$MIMEO_PID") ]]; then
+    printf '\nThe demo stopped early. Logs: .demo/envtest.log, .demo/mimeo.log\n' >&2
+    printf 'What was started is still running, for a look around; ./demo.sh down stops it.\n' >&2
+  fi
+}
+
+on_interrupt() {
+  trap - INT TERM
+  printf '\ninterrupted: stopping the demo\n' >&2
+  [[ -n "$MIMEO_PID" ]] && stop_process "$MIMEO_PID" mimeo
+  [[ -n "$ENVTEST_PID" ]] && stop_process "$ENVTEST_PID" envtest
+  rm -rf "$STATE"
+  ENVTEST_PID="" MIMEO_PID=""
+  exit 130
+}
+
+up() {
+  local pid mimeo_pid
+  if pid="$(running_from "$STATE/envtest.pid" envtest)"; then
+    say "A demo is already running (control plane: envtest pid $pid)."
+    if mimeo_pid="$(running_from "$STATE/mimeo.pid" mimeo)"; then
+      say "mimeo is running too (pid $mimeo_pid), logging to .demo/mimeo.log."
+    else
+      say "mimeo is NOT running; see .demo/mimeo.log, and start afresh with ./demo.sh down && ./demo.sh"
+    fi
+    say "kubeconfig: $KUBECONFIG_PATH"
+    say "Stop it with: ./demo.sh down"
+    exit 0
+  fi
+  if [[ -e "$STATE" ]]; then
+    say "Clearing what an earlier demo left in .demo/"
+    down quiet
+  fi
+
+  local host="${HTTP_ADDR%:*}" port="${HTTP_ADDR##*:}"
+  if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
+    die "something already listens on $HTTP_ADDR, where mimeo's HTTP server should go; stop it or set MIMEO_DEMO_HTTP_ADDR"
+  fi
+
+  step "Control-plane binaries: etcd, kube-apiserver, kubectl (built from source on first use: several minutes, once)"
+  local bin_dir
+  bin_dir="$(bash tests/support/build-control-plane.sh | tail -n 1)"
+  KUBECTL="$bin_dir/kubectl"
+  [[ -x "$KUBECTL" ]] || die "tests/support/build-control-plane.sh named $bin_dir, which holds no kubectl"
+  say "in $bin_dir"
+
+  step "Building mimeo and envtest (cargo, into $CARGO_TARGET_DIR)"
+  cargo build --workspace --bin mimeo --bin envtest
+  "$MIMEO" run --help >/dev/null 2>&1 ||
+    die "this build of mimeo has no working 'mimeo run' command ($MIMEO run --help fails)"
+
+  trap on_exit EXIT
+  trap on_interrupt INT TERM
+  mkdir -p "$STATE"
+
+  step "Starting a control plane: etcd + kube-apiserver on loopback, with mimeo's CRDs"
+  local started
+  started="$(now_ms)"
+  MIMEO_ENVTEST_BIN_DIR="$bin_dir" launch "$STATE/envtest.log" \
+    "$ENVTEST" up --state-dir "$STATE" --crds crds/mimeo.yaml
+  ENVTEST_PID=$!
+  local deadline=$((SECONDS + TIMEOUT + 60))
+  until [[ -e "$STATE/ready" ]]; do
+    if ! child_alive "$ENVTEST_PID"; then
+      ENVTEST_PID=""
+      die "the control plane failed to start" "$STATE/envtest.log"
+    fi
+    if ((SECONDS >= deadline)); then
+      stop_process "$ENVTEST_PID" envtest
+      ENVTEST_PID=""
+      die "the control plane was not ready after $((TIMEOUT + 60)) s" "$STATE/envtest.log"
+    fi
+    sleep 0.2
+  done
+  say "ready after $(since "$started") (envtest pid $ENVTEST_PID); kubeconfig: .demo/kubeconfig"
+
+  step "Starting mimeo (log: .demo/mimeo.log, JSON)"
+  started="$(now_ms)"
+  KUBECONFIG="$KUBECONFIG_PATH" launch "$STATE/mimeo.log" \
+    "$MIMEO" run --log-format json --http-addr "$HTTP_ADDR"
+  MIMEO_PID=$!
+  printf '%s\n' "$MIMEO_PID" >"$STATE/mimeo.pid"
+  wait_for "mimeo to listen on $HTTP_ADDR" bash -c "exec 3<>/dev/tcp/$host/$port"
+  say "mimeo is running (pid $MIMEO_PID), serving HTTP on $HTTP_ADDR, up after $(since "$started")"
+
+  scenario_registry_credentials
+  scenario_fan_out
+  scenario_rotation
+  scenario_new_namespace
+  scenario_relabel
+
+  step "Where things stand"
+  show get syncrules -A
+  show get secrets,configmaps -A -l mimeo.dev/managed-by=mimeo
+
+  UP_DONE=1
+  trap - INT TERM
+  cat <<EOF
+
+The demo keeps running: a control plane and mimeo, on this machine only.
+
+  kubeconfig   $KUBECONFIG_PATH
+  try          $KUBECTL --kubeconfig $KUBECONFIG_PATH get syncrules -A
+               (or: export KUBECONFIG=$KUBECONFIG_PATH PATH=$bin_dir:\$PATH, then kubectl as usual)
+  logs         .demo/mimeo.log (JSON), .demo/envtest.log
+  stop         ./demo.sh down
+EOF
+}
+
+scenario_registry_credentials() {
+  step "Registry credentials next to a HelmRelease (examples/registry-credentials.yaml)"
+  say "A SyncRule in platform-helm copies the Secret registry-creds into cluster-a as helm-registry;"
+  say "cluster-a accepts it with the annotation mimeo.dev/accept-from: platform-helm."
+  local started
+  show apply -f examples/registry-credentials.yaml
+  started="$(now_ms)"
+  wait_for "the copy cluster-a/helm-registry" exists secret helm-registry -n cluster-a
+  report_copy secret platform-helm registry-creds cluster-a helm-registry "$started"
+  wait_rule platform-helm chart-registry-creds 1/1
+  show get secret helm-registry -n cluster-a
+  show get syncrules -A
+}
+
+scenario_fan_out() {
+  step "Fan-out to a team's namespaces (examples/fan-out.yaml)"
+  say "A SyncRule in platform-config copies the ConfigMap ca-bundle into every namespace labelled"
+  say "team=payments: payments-api and payments-worker. marketing has no such label."
+  local started ns
+  show apply -f examples/fan-out.yaml
+  started="$(now_ms)"
+  for ns in payments-api payments-worker; do
+    wait_for "the copy $ns/ca-bundle" exists configmap ca-bundle -n "$ns"
+    report_copy configmap platform-config ca-bundle "$ns" ca-bundle "$started"
+  done
+  wait_rule platform-config payments-ca-bundle 2/2
+  gone configmap ca-bundle -n marketing ||
+    die "marketing is not labelled team=payments, yet it holds a copy of ca-bundle" "$STATE/mimeo.log"
+  say "marketing (team=marketing): no copy, as it should be"
+  show get configmaps -A -l mimeo.dev/managed-by=mimeo
+}
+
+scenario_rotation() {
+  step "Rotating the registry credentials"
+  say "The source Secret gets a new password; the copy follows. (Only hashes are shown, never values.)"
+  local before password new_json new_hash started
+  before="$(data_hash secret registry-creds platform-helm)"
+  password="rotated-$(date +%s)"
+  new_json="$(printf '{"auths":{"registry.example.com":{"username":"demo-robot","password":"%s","auth":"%s"}}}' \
+    "$password" "$(printf 'demo-robot:%s' "$password" | base64 -w0)")"
+  say "\$ kubectl patch secret registry-creds -n platform-helm --type merge -p '{\"data\":{\".dockerconfigjson\":\"...\"}}'"
+  kc patch secret registry-creds -n platform-helm --type merge \
+    -p "{\"data\":{\".dockerconfigjson\":\"$(printf '%s' "$new_json" | base64 -w0)\"}}" | indent ||
+    die "patching the source Secret failed"
+  started="$(now_ms)"
+  new_hash="$(data_hash secret registry-creds platform-helm)"
+  [[ "$new_hash" != "$before" ]] || die "patching the source Secret did not change its data"
+  wait_for "cluster-a/helm-registry to follow the rotation" \
+    same_data secret registry-creds platform-helm helm-registry cluster-a
+  say "source platform-helm/registry-creds: data sha256 $before -> $new_hash"
+  say "copy   cluster-a/helm-registry:      data sha256 $(data_hash secret helm-registry cluster-a), in sync within $(since "$started")"
+}
+
+scenario_new_namespace() {
+  step "A new namespace of the payments team"
+  say "payments-reports is created with the label team=payments and accepts platform-config."
+  local started manifest
+  manifest='apiVersion: v1
+kind: Namespace
+metadata:
+  name: payments-reports
+  labels:
+    team: payments
+  annotations:
+    mimeo.dev/accept-from: platform-config'
+  say "\$ kubectl apply -f - <<EOF"
+  say "$manifest" | indent
+  say "EOF"
+  kc apply -f - <<<"$manifest" 2>&1 | indent || die "creating the namespace payments-reports failed"
+  started="$(now_ms)"
+  wait_for "the copy payments-reports/ca-bundle" exists configmap ca-bundle -n payments-reports
+  report_copy configmap platform-config ca-bundle payments-reports ca-bundle "$started"
+  wait_rule platform-config payments-ca-bundle 3/3
+}
+
+scenario_relabel() {
+  step "A namespace leaves the team"
+  say "payments-worker is relabelled team=other: the rule no longer selects it, so its copy goes."
+  local started
+  show label namespace payments-worker team=other --overwrite
+  started="$(now_ms)"
+  wait_for "the copy payments-worker/ca-bundle to be deleted" gone configmap ca-bundle -n payments-worker
+  say "deleted payments-worker/ca-bundle within $(since "$started")"
+  wait_rule platform-config payments-ca-bundle 2/2
+  exists configmap ca-bundle -n payments-api ||
+    die "payments-api lost its copy of ca-bundle when payments-worker was relabelled" "$STATE/mimeo.log"
+  say "payments-api and payments-reports keep theirs"
+}
+
+# --- down -----------------------------------------------------------------------------------
+
+down() {
+  local quiet="${1:-}" pid stopped=""
+  if pid="$(running_from "$STATE/mimeo.pid" mimeo)"; then
+    stop_process "$pid" mimeo
+    stopped=1
+  fi
+  if pid="$(running_from "$STATE/envtest.pid" envtest)"; then
+    stop_process "$pid" envtest
+    stopped=1
+  fi
+  if [[ -e "$STATE" ]]; then
+    rm -rf "$STATE"
+    [[ -n "$quiet" ]] || say "removed .demo/"
+  fi
+  [[ -n "$stopped$quiet" ]] || say "no demo was running"
+}
+
+case "${1:-up}" in
+  up) up ;;
+  down) down ;;
+  -h | --help | help) usage ;;
+  *)
+    usage >&2
+    exit 2
+    ;;
+esac
