@@ -86,7 +86,7 @@ impl Metrics {
             "Shared source watches running",
             source_watches.clone(),
         );
-        Metrics {
+        let metrics = Metrics {
             registry,
             reconciles,
             reconcile_errors,
@@ -96,7 +96,10 @@ impl Metrics {
             propagation,
             source_watches,
             copies_by_rule: Mutex::new(HashMap::new()),
-        }
+        };
+        // Every state is exposed from the start, at zero, so dashboards need no special case.
+        metrics.set_copies("", None);
+        metrics
     }
 
     pub fn reconciled(&self, kind: &str, took: Duration) {

@@ -670,3 +670,89 @@ async fn missing_source_then_large_secret() {
         );
     }
 }
+
+/// Immutable copies whose content must change are replaced, not left stale.
+#[tokio::test]
+async fn immutable_copies_are_replaced() {
+    let h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("tenant", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    for (name, value) in [("release-1", "one"), ("release-2", "two")] {
+        let mut s = secret("platform", name, "Opaque", &[("version", value)]);
+        s.immutable = Some(true);
+        h.secrets("platform")
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap();
+    }
+    let pinned = |source: &str| {
+        sync_rule(
+            "platform",
+            "pinned",
+            json!({"source": {"kind": "Secret", "name": source},
+            "targets": [{"namespace": "tenant", "name": "current-release"}]}),
+        )
+    };
+    h.apply(pinned("release-1")).await;
+    let first = eventually("the immutable copy", || async {
+        h.secrets("tenant").get_opt("current-release").await.unwrap()
+    })
+    .await;
+    assert_eq!(first.immutable, Some(true));
+
+    h.apply(pinned("release-2")).await;
+    let second = eventually("the copy replaced with the new content", || async {
+        let copy = h.secrets("tenant").get_opt("current-release").await.unwrap()?;
+        (secret_value(&copy, "version").as_deref() == Some("two")).then_some(copy)
+    })
+    .await;
+    assert_ne!(
+        second.metadata.uid, first.metadata.uid,
+        "an immutable copy is deleted and created anew"
+    );
+    assert_eq!(second.immutable, Some(true));
+    h.wait_ready("platform", "pinned", "True", "Synced").await;
+}
+
+/// A ClusterSyncRule: a CA bundle into every namespace, no consent needed, the source's own
+/// namespace skipped rather than reported as a conflict.
+#[tokio::test]
+async fn cluster_rule_copies_everywhere() {
+    let h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("team-a", &[], &[]).await;
+    h.namespace("team-b", &[], &[]).await;
+    h.config_maps("platform")
+        .create(
+            &PostParams::default(),
+            &config_map("platform", "ca-bundle", &[("ca.crt", "pem")]),
+        )
+        .await
+        .unwrap();
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": "ca-bundle"},
+        "spec": {"source": {"kind": "ConfigMap", "namespace": "platform", "name": "ca-bundle"},
+                 "targets": [{"namespaceSelector": {}}]}}))
+    .await;
+    for ns in ["team-a", "team-b", "default", "kube-system"] {
+        eventually(&format!("the CA bundle in {ns}"), || async {
+            h.config_maps(ns).get_opt("ca-bundle").await.unwrap()
+        })
+        .await;
+    }
+    let rules: Api<mimeo::api::ClusterSyncRule> = Api::all(h.client.clone());
+    let rule = eventually("the cluster rule ready", || async {
+        let rule = rules.get("ca-bundle").await.unwrap();
+        let ready = rule.status.as_ref()?.conditions.first()?.clone();
+        (ready.status == "True").then_some(rule)
+    })
+    .await;
+    let status = rule.status.unwrap();
+    assert!(
+        status
+            .targets
+            .iter()
+            .all(|c| c.namespace.as_deref() != Some("platform")),
+        "the source is not its own copy"
+    );
+}

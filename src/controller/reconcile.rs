@@ -182,6 +182,10 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 namespace: Some(place.namespace.clone()),
                 name: place.rename.clone().unwrap_or_else(|| source.name_any()),
             };
+            if target.namespace == source_ref.namespace && target.name == source_ref.name {
+                // A selector that matches the source's own namespace: the source is not its own copy.
+                continue;
+            }
             if !taken.insert((target.namespace.clone(), target.name.clone())) {
                 let why =
                     "another source of this rule maps to the same copy; give each target its own name".into();

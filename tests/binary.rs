@@ -1,0 +1,121 @@
+//! The `mimeo` binary as an operator runs it: refuses to start without CRDs, serves health and
+//! metrics, and shuts down cleanly on SIGTERM.
+
+mod common;
+
+use mimeo_envtest::ControlPlane;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn mimeo() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mimeo"))
+}
+
+/// A plain HTTP GET on loopback: (status code, body).
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn refuses_to_start_without_crds() {
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let output = mimeo()
+        .args([
+            "run",
+            "--log-format",
+            "json",
+            "--http-addr",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .env("KUBECONFIG", plane.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the mimeo CRDs are not installed"), "{stderr}");
+    assert!(
+        stderr.contains("mimeo crds | kubectl apply --server-side -f -"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn serves_health_and_metrics_and_stops_on_sigterm() {
+    let h = common::Harness::without_controller().await;
+    let port = free_port();
+    let mut child = mimeo()
+        .args([
+            "run",
+            "--log-format",
+            "json",
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env("KUBECONFIG", h.plane.kubeconfig_path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some((200, body)) = get(port, "/readyz") {
+            assert_eq!(body, "ok");
+            break;
+        }
+        assert!(Instant::now() < deadline, "mimeo did not become ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(get(port, "/healthz").map(|(code, _)| code), Some(200));
+    let (code, metrics) = get(port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for name in [
+        "mimeo_copies{state=\"Synced\"}",
+        "mimeo_source_watches",
+        "mimeo_propagation_seconds_bucket",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics:\n{metrics}");
+    }
+
+    let started = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "mimeo did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(stderr.contains("controller stopped"), "{stderr}");
+    for line in stderr.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+    }
+}
