@@ -21,7 +21,7 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -46,10 +46,18 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
             FinalizerEvent::Cleanup(rule) => cleanup(rule, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    .await;
     ctx.metrics.reconciled(R::KIND, started.elapsed());
-    result
+    match result {
+        Ok(action) => Ok(action),
+        // The rule's own error, so that metrics and retries see its real cause.
+        Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) => Err(e),
+        // The rule was already gone when its finalizer was to be removed: the clean-up is done.
+        Err(FinalizerError::RemoveFinalizer(kube::Error::Api(e))) if e.code == 404 => {
+            Ok(Action::await_change())
+        }
+        Err(e) => Err(Error::Finalizer(Box::new(e))),
+    }
 }
 
 /// Decides when a rule whose reconcile failed is tried again.
@@ -694,7 +702,10 @@ impl EventLog {
     async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) {
         let reference = rule.object_ref(&());
         let total = self.events.len();
-        for (type_, reason, note, secondary) in self.events.into_iter().take(EVENTS_PER_RECONCILE) {
+        let mut events = self.events;
+        // Warnings first: when there are more events than the cap, the problems must get through.
+        events.sort_by_key(|(type_, ..)| *type_ != EventType::Warning);
+        for (type_, reason, note, secondary) in events.into_iter().take(EVENTS_PER_RECONCILE) {
             let event = Event {
                 type_,
                 reason: reason.clone(),
