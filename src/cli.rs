@@ -3,6 +3,7 @@
 use crate::telemetry::LogFormat;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -21,6 +22,83 @@ pub enum Command {
     Crds,
     /// Run the controller against the current kubeconfig (or the in-cluster service account).
     Run(RunArgs),
+    /// Work with transform plugins: run them locally, look inside them.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// Run a plugin, or a chain of plugins in order, on an object, with the controller's limits
+    /// and checks. Prints the object to write as YAML. Exit codes: 0 written (or unchanged),
+    /// 1 the plugin failed or broke a rule, 3 the plugin skipped the copy.
+    Test(PluginTestArgs),
+    /// Show what a plugin is: its interface version, description, imports, exports, size, digest.
+    Inspect(PluginInspectArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PluginTestArgs {
+    /// Plugin component files (`.wasm`), run in the order given.
+    #[arg(required = true)]
+    pub plugins: Vec<PathBuf>,
+    /// The object to transform, as YAML or JSON.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// A plugin's config as JSON, or @file; give one per plugin, in order (missing ones are `{}`).
+    #[arg(long = "config")]
+    pub configs: Vec<String>,
+    /// The namespace the copy is written to (also set on the object).
+    #[arg(long)]
+    pub target_namespace: Option<String>,
+    /// The name of the copy (also set on the object); defaults to the object's name.
+    #[arg(long)]
+    pub target_name: Option<String>,
+    /// The rule the plugin is told it runs for.
+    #[arg(long, default_value = "SyncRule/default/plugin-test")]
+    pub rule: String,
+    /// Print the result as JSON instead of YAML.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub limits: PluginLimitArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PluginInspectArgs {
+    /// A plugin component file (`.wasm`).
+    pub plugin: PathBuf,
+    #[command(flatten)]
+    pub limits: PluginLimitArgs,
+}
+
+/// The limits a plugin runs under, as in the controller.
+#[derive(Args, Debug, Clone)]
+pub struct PluginLimitArgs {
+    /// Longest a plugin may run on one object, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub deadline_ms: u64,
+    /// Most memory one plugin call may use, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory_mib: usize,
+    /// Largest object a plugin may return, in KiB.
+    #[arg(long, default_value_t = 4096)]
+    pub output_kib: usize,
+    /// Directory for compiled plugins.
+    #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("mimeo-plugin-cache"))]
+    pub cache_dir: PathBuf,
+}
+
+impl PluginLimitArgs {
+    pub fn host_settings(&self) -> crate::plugin::HostSettings {
+        crate::plugin::HostSettings {
+            cache_dir: self.cache_dir.clone(),
+            deadline: std::time::Duration::from_millis(self.deadline_ms),
+            max_memory_bytes: self.memory_mib << 20,
+            max_output_bytes: self.output_kib << 10,
+            concurrency: 2,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -37,4 +115,38 @@ pub struct RunArgs {
     /// Reconcile only the SyncRules of this namespace (and no ClusterSyncRules).
     #[arg(long, env = "MIMEO_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+/// Where plugins come from and the limits they run under.
+#[derive(Args, Debug, Clone)]
+pub struct PluginArgs {
+    /// Directory holding the plugins that rules name as `file://<path>`.
+    #[arg(long, env = "MIMEO_PLUGIN_DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Directory for compiled plugins, kept across restarts.
+    #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("mimeo-plugin-cache"))]
+    pub plugin_cache_dir: PathBuf,
+    /// Longest a plugin may run on one copy, in milliseconds.
+    #[arg(long, env = "MIMEO_PLUGIN_DEADLINE_MS", default_value_t = 100)]
+    pub plugin_deadline_ms: u64,
+    /// Most memory one plugin call may use, in MiB.
+    #[arg(long, env = "MIMEO_PLUGIN_MEMORY_MIB", default_value_t = 64)]
+    pub plugin_memory_mib: usize,
+    /// Largest object a plugin may return, in KiB.
+    #[arg(long, env = "MIMEO_PLUGIN_OUTPUT_KIB", default_value_t = 4096)]
+    pub plugin_output_kib: usize,
+}
+
+impl PluginArgs {
+    pub fn host_settings(&self) -> crate::plugin::HostSettings {
+        crate::plugin::HostSettings {
+            cache_dir: self.plugin_cache_dir.clone(),
+            deadline: std::time::Duration::from_millis(self.plugin_deadline_ms),
+            max_memory_bytes: self.plugin_memory_mib << 20,
+            max_output_bytes: self.plugin_output_kib << 10,
+            ..Default::default()
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
 mod error;
+mod plugins;
 mod reconcile;
 mod rule;
 mod status;
@@ -14,6 +15,7 @@ pub use rule::RuleResource;
 
 use crate::api::{ClusterSyncRule, SyncRule};
 use crate::metrics::Metrics;
+use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
 use crate::sync::kinds::supported_resources;
 use futures::StreamExt;
@@ -32,6 +34,10 @@ pub struct ControllerConfig {
     pub watch_namespace: Option<String>,
     /// Names this instance in events (the pod name in a cluster).
     pub instance: Option<String>,
+    /// Where `file://` plugins are looked up.
+    pub plugin_dir: Option<std::path::PathBuf>,
+    /// Limits and the compiled-artifact cache of the plugin host.
+    pub plugin_host: HostSettings,
 }
 
 /// What every reconcile shares.
@@ -40,6 +46,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     watches: Arc<Watches>,
+    plugins: plugins::Plugins,
 }
 
 /// Fails with a clear message when the CRDs are not installed.
@@ -75,6 +82,7 @@ pub async fn run(
     check_crds(&client).await?;
     let (triggers, streams) = Triggers::new();
     let watches = Watches::start(client.clone(), metrics.clone(), triggers, supported_resources());
+    let host = PluginHost::new(config.plugin_host.clone()).map_err(|e| Error::PluginHost(e.to_string()))?;
     let reporter = Reporter {
         controller: "mimeo".into(),
         instance: config.instance.clone(),
@@ -84,6 +92,7 @@ pub async fn run(
         metrics,
         recorder: Recorder::new(client.clone(), reporter),
         watches: watches.clone(),
+        plugins: plugins::Plugins::new(host, client.clone(), config.plugin_dir.clone()),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod metrics;
+pub mod plugin;
 pub mod server;
 pub mod sync;
 pub mod telemetry;

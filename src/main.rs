@@ -1,21 +1,28 @@
+mod plugin_cmd;
+
 use anyhow::Context;
 use clap::Parser;
-use mimeo::cli::{Cli, Command, RunArgs};
+use mimeo::cli::{Cli, Command, PluginCommand, RunArgs};
 use mimeo::controller::{self, ControllerConfig};
 use mimeo::metrics::Metrics;
 use mimeo::server::{self, Readiness};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => {
             let yaml = mimeo::api::crds_yaml().context("rendering the CRDs as YAML")?;
             print!("{yaml}");
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Plugin(PluginCommand::Test(args)) => tokio::task::block_in_place(|| plugin_cmd::test(args)),
+        Command::Plugin(PluginCommand::Inspect(args)) => {
+            tokio::task::block_in_place(|| plugin_cmd::inspect(args))
+        }
     }
 }
 
@@ -46,6 +53,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = ControllerConfig {
         watch_namespace: args.watch_namespace,
         instance: std::env::var("POD_NAME").ok(),
+        plugin_dir: args.plugins.plugin_dir.clone(),
+        plugin_host: args.plugins.host_settings(),
     };
     controller::run(client, config, metrics, readiness, stopped()).await?;
     let _ = server.await;

@@ -22,6 +22,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorReason {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -41,6 +46,7 @@ pub struct Metrics {
     writes: Family<VerbLabels, Counter>,
     propagation: Histogram,
     source_watches: Gauge,
+    plugin_failures: Family<ErrorReason, Counter>,
     /// Copies by state per rule, so the `copies` gauge is a sum that forgets deleted rules.
     copies_by_rule: Mutex<HashMap<String, HashMap<String, i64>>>,
 }
@@ -86,7 +92,14 @@ impl Metrics {
             "Shared source watches running",
             source_watches.clone(),
         );
+        let plugin_failures = Family::<ErrorReason, Counter>::default();
+        registry.register(
+            "plugin_failures",
+            "Transform chains that failed on a copy, by reason",
+            plugin_failures.clone(),
+        );
         let metrics = Metrics {
+            plugin_failures,
             registry,
             reconciles,
             reconcile_errors,
@@ -133,6 +146,14 @@ impl Metrics {
         self.propagation.observe(latency.as_secs_f64());
     }
 
+    pub fn plugin_failed(&self, reason: &str) {
+        self.plugin_failures
+            .get_or_create(&ErrorReason {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
     pub fn set_source_watches(&self, count: usize) {
         self.source_watches.set(count as i64);
     }
@@ -150,7 +171,15 @@ impl Metrics {
                 *totals.entry(state).or_default() += n;
             }
         }
-        for state in ["Synced", "Conflict", "NotAccepted", "NamespaceMissing", "Failed"] {
+        for state in [
+            "Synced",
+            "Conflict",
+            "NotAccepted",
+            "NamespaceMissing",
+            "Skipped",
+            "PluginFailed",
+            "Failed",
+        ] {
             let n = totals.get(state).copied().unwrap_or(0);
             self.copies
                 .get_or_create(&StateLabels {

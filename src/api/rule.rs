@@ -356,6 +356,10 @@ pub enum CopyState {
     NotAccepted,
     /// The target namespace does not exist; the copy is written once it does.
     NamespaceMissing,
+    /// A transform plugin said not to write this copy; `message` says which and why.
+    Skipped,
+    /// A transform plugin failed on this copy; the previous copy, if any, is left as it is.
+    PluginFailed,
     /// Writing the copy failed; `message` says why.
     Failed,
 }

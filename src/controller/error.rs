@@ -17,6 +17,8 @@ pub enum Error {
          `mimeo crds | kubectl apply --server-side -f -`"
     )]
     CrdsMissing(String),
+    #[error("starting the plugin host: {0}")]
+    PluginHost(String),
 }
 
 impl Error {
@@ -28,6 +30,7 @@ impl Error {
             Error::NotReady(_) => "not_ready",
             Error::Cleanup(_) => "cleanup",
             Error::CrdsMissing(_) => "crds_missing",
+            Error::PluginHost(_) => "plugin_host",
         }
     }
 

@@ -7,6 +7,7 @@ use super::status::{Readiness, summarize, with_ready};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef};
+use crate::plugin::{ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message};
 use crate::sync::desired::{CopyTarget, DesiredCopy, desired_copy};
 use crate::sync::hash::digest;
@@ -78,6 +79,8 @@ struct Planned {
     desired: Option<DesiredCopy>,
     live: Option<DynamicObject>,
     decision: Option<Decision>,
+    /// Whatever copy is there now stays (a plugin failed: nothing is lost).
+    keeps_previous: bool,
 }
 
 impl Planned {
@@ -91,12 +94,14 @@ impl Planned {
             desired: None,
             live: None,
             decision: None,
+            keeps_previous: false,
         }
     }
 
     /// Whether the rule means to hold a copy here (so an owned copy here is not removed).
     fn holds_copy(&self) -> bool {
-        matches!(self.decision, Some(Decision::InSync | Decision::Write(_)))
+        self.keeps_previous
+            || matches!(self.decision, Some(Decision::InSync | Decision::Write(_)))
             || (self.state == CopyState::Failed && self.decision.is_none() && self.desired.is_some())
     }
 }
@@ -128,6 +133,32 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         }
     };
     let source_ns = rule.source_namespace().unwrap_or_default();
+
+    // The transform chain: every plugin loaded and its config accepted, or nothing changes.
+    let chain = match ctx
+        .plugins
+        .chain(&spec.transforms, key.namespace.as_deref())
+        .await
+    {
+        Ok(chain) => chain,
+        Err(problem) => {
+            let ready = Readiness {
+                ready: false,
+                reason: "PluginUnavailable".into(),
+                message: problem.to_string(),
+            };
+            publish_problem(&*rule, ctx, previous, &ready).await;
+            let keep = previous.cloned().unwrap_or_default();
+            write_status(
+                &*rule,
+                ctx,
+                with_ready(keep, previous, rule.meta().generation, ready),
+            )
+            .await?;
+            // A plugin file or ConfigMap that appears later is noticed on the next look.
+            return Ok(Action::requeue(RETRY_FAILED));
+        }
+    };
 
     // Gather: declare what this rule watches, then read the caches.
     let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
@@ -229,7 +260,45 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 ));
                 continue;
             }
-            let desired = desired_copy(&key, &spec.metadata, &source_json, &source_ref, target.clone());
+            let mut desired = desired_copy(&key, &spec.metadata, &source_json, &source_ref, target.clone());
+            if !chain.is_empty() {
+                let plugin_ctx = TransformContext {
+                    rule: key.to_string(),
+                    source_api_version: resource.api_version.clone(),
+                    source_kind: resource.kind.clone(),
+                    source_namespace: source_ref.namespace.clone(),
+                    source_name: source_ref.name.clone(),
+                    source_cluster: String::new(),
+                    target_cluster: String::new(),
+                    target_namespace: target.namespace.clone(),
+                    target_name: target.name.clone(),
+                };
+                match ctx.plugins.run(&chain, plugin_ctx, desired.object.clone()).await {
+                    Ok(ChainOutcome::Write(object)) => desired.replace_object(object),
+                    Ok(ChainOutcome::Skip { plugin, reason }) => {
+                        let why = format!("skipped by plugin {plugin}: {reason}");
+                        planned.push(Planned::blocked(
+                            target,
+                            source_ref.clone(),
+                            CopyState::Skipped,
+                            why,
+                        ));
+                        continue;
+                    }
+                    Err(e) => {
+                        ctx.metrics.plugin_failed(e.error.label());
+                        let mut failed = Planned::blocked(
+                            target,
+                            source_ref.clone(),
+                            CopyState::PluginFailed,
+                            short_message(&e.to_string()),
+                        );
+                        failed.keeps_previous = true;
+                        planned.push(failed);
+                        continue;
+                    }
+                }
+            }
             let mut plan = Planned {
                 target,
                 source: source_ref.clone(),
@@ -239,6 +308,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 desired: None,
                 live: None,
                 decision: None,
+                keeps_previous: false,
             };
             match live_object(ctx, &resource, &place.namespace, &desired.target.name).await {
                 Ok(live) => {
@@ -539,7 +609,10 @@ fn owned_copies(
         );
     }
     for copy in previous.map(|p| p.targets.as_slice()).unwrap_or_default() {
-        if matches!(copy.state, CopyState::Synced | CopyState::Failed) {
+        if matches!(
+            copy.state,
+            CopyState::Synced | CopyState::Failed | CopyState::PluginFailed
+        ) {
             out.entry((resource.plural.clone(), copy.namespace.clone(), copy.name.clone()))
                 .or_insert_with(|| (resource.clone(), copy.source.clone()));
         }
@@ -625,6 +698,7 @@ async fn publish_problem<R: RuleResource>(
     previous: Option<&RuleStatus>,
     ready: &Readiness,
 ) {
+    tracing::warn!(rule = %rule.key(), reason = %ready.reason, message = %ready.message, "rule cannot be acted on");
     let before = previous
         .and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.reason.as_str());

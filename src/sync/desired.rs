@@ -80,14 +80,12 @@ pub fn desired_copy(
     let body = content(source);
     let mut labels = carried(source.pointer("/metadata/labels"), &metadata.labels);
     let mut annotations = carried(source.pointer("/metadata/annotations"), &metadata.annotations);
-    let hash = digest(&json!({"content": body, "labels": labels, "annotations": annotations}));
     let source_hash = source_hash(source);
 
     labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
     annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
     annotations.insert(SOURCE_ANNOTATION.to_owned(), source_label(source, source_ref));
     annotations.insert(SOURCE_HASH_ANNOTATION.to_owned(), source_hash.clone());
-    annotations.insert(HASH_ANNOTATION.to_owned(), hash.clone());
 
     let mut meta = Map::new();
     meta.insert("name".into(), Value::String(target.name.clone()));
@@ -106,12 +104,47 @@ pub fn desired_copy(
     object.insert("metadata".into(), Value::Object(meta));
     object.extend(body);
 
-    DesiredCopy {
+    let mut copy = DesiredCopy {
         target,
         source: source_ref.clone(),
         object: Value::Object(object),
-        hash,
+        hash: String::new(),
         source_hash,
+    };
+    copy.rehash();
+    copy
+}
+
+impl DesiredCopy {
+    /// Replaces the object (with what a transform chain returned) and records its digest.
+    pub fn replace_object(&mut self, object: Value) {
+        self.object = object;
+        self.rehash();
+    }
+
+    /// Digests what the copy holds (content, and labels and annotations other than mimeo's) and
+    /// records the digest in the copy's annotation.
+    fn rehash(&mut self) {
+        let theirs = |field: &str| -> BTreeMap<String, Value> {
+            self.object["metadata"][field]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| !k.starts_with(PREFIX))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let hash = digest(&json!({
+            "content": content(&self.object),
+            "labels": theirs("labels"),
+            "annotations": theirs("annotations"),
+        }));
+        if let Some(annotations) = self.object["metadata"]["annotations"].as_object_mut() {
+            annotations.insert(HASH_ANNOTATION.to_owned(), Value::String(hash.clone()));
+        }
+        self.hash = hash;
     }
 }
 
@@ -216,6 +249,27 @@ mod tests {
             meta["annotations"]
                 .get("kubectl.kubernetes.io/last-applied-configuration")
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_transformed_object_gets_its_own_digest() {
+        let rule = RuleKey::sync_rule("platform-helm", "creds");
+        let mut copy = desired_copy(
+            &rule,
+            &MetadataPolicy::default(),
+            &registry_secret(),
+            &source_ref(),
+            target(),
+        );
+        let before = copy.hash.clone();
+        let mut transformed = copy.object.clone();
+        transformed["data"] = json!({"config.json": "e30="});
+        copy.replace_object(transformed);
+        assert_ne!(copy.hash, before);
+        assert_eq!(
+            copy.object["metadata"]["annotations"]["mimeo.dev/hash"],
+            copy.hash.as_str()
         );
     }
 

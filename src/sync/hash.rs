@@ -16,6 +16,17 @@ pub fn digest(value: &Value) -> String {
     out
 }
 
+/// `sha256:<hex>` of raw bytes, such as a plugin's component.
+pub fn digest_bytes(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
 fn write_canonical(value: &Value, hasher: &mut Sha256) {
     match value {
         Value::Object(map) => {

@@ -25,13 +25,20 @@ pub struct Harness {
     pub plane: ControlPlane,
     pub client: Client,
     pub metrics: Arc<Metrics>,
+    config: ControllerConfig,
     running: Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>,
 }
 
 impl Harness {
     /// A fresh control plane with the CRDs installed and the controller running.
     pub async fn start() -> Self {
+        Self::start_with(ControllerConfig::default()).await
+    }
+
+    /// Like [`Harness::start`], with the controller configured as given.
+    pub async fn start_with(config: ControllerConfig) -> Self {
         let mut h = Self::without_controller().await;
+        h.config = config;
         h.start_controller().await;
         h
     }
@@ -54,6 +61,7 @@ impl Harness {
             client,
             metrics: Arc::new(Metrics::new()),
             running: None,
+            config: ControllerConfig::default(),
         }
     }
 
@@ -65,16 +73,11 @@ impl Harness {
         };
         self.metrics = Arc::new(Metrics::new());
         let (client, metrics) = (self.plane.client().await.unwrap(), self.metrics.clone());
+        let config = self.config.clone();
         let task = tokio::spawn(async move {
-            controller::run(
-                client,
-                ControllerConfig::default(),
-                metrics,
-                Readiness::default(),
-                shutdown,
-            )
-            .await
-            .expect("the controller runs");
+            controller::run(client, config, metrics, Readiness::default(), shutdown)
+                .await
+                .expect("the controller runs");
         });
         self.running = Some((tx, task));
     }
@@ -277,4 +280,31 @@ where
         assert!(check().await, "no longer true: {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The directory of built plugins (`plugins/build.sh` builds them on first use; cargo makes a
+/// second build cheap).
+pub fn plugin_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/build.sh");
+        let output = std::process::Command::new("bash")
+            .arg(&script)
+            .output()
+            .expect("running plugins/build.sh");
+        assert!(
+            output.status.success(),
+            "plugins/build.sh failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        PathBuf::from(
+            stdout
+                .lines()
+                .last()
+                .expect("plugins/build.sh prints its output directory")
+                .trim(),
+        )
+    })
+    .clone()
 }

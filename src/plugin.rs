@@ -1,0 +1,378 @@
+//! The WebAssembly plugin host: runs a rule's transform chain on a copy, sandboxed.
+//!
+//! The face of this module is [`PluginHost`], [`Plugin`] and plain values in and out; nothing of
+//! wasmtime leaks from it. One engine (component model, pooling allocator, epoch interruption)
+//! compiles each component once per content digest, keeps the compiled artifact on disk, and
+//! instantiates a fresh store for every call so no state survives from one object to the next.
+//! A call has a deadline, a memory cap and an output cap; its output is validated before
+//! anything is written. Guests get WASI with nothing behind it: no files, no network, no
+//! environment, no arguments.
+
+mod engine;
+mod output;
+pub mod source;
+mod state;
+
+pub use output::check_output;
+
+use crate::sync::hash::digest_bytes;
+use engine::Compiled;
+use state::HostState;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+mod bindings {
+    wasmtime::component::bindgen!({ world: "plugin", path: "wit" });
+}
+
+use bindings::exports::mimeo::transform::transformer as guest;
+use bindings::mimeo::transform::types as wit;
+
+/// The interface versions this host runs.
+pub const SUPPORTED_INTERFACES: &[&str] = &["0.1.0"];
+/// The exported interface a plugin must implement, without its version.
+const TRANSFORMER_EXPORT: &str = "mimeo:transform/transformer";
+
+/// Limits and places, set when the controller starts.
+#[derive(Clone, Debug)]
+pub struct HostSettings {
+    /// Where compiled artifacts are kept between runs.
+    pub cache_dir: PathBuf,
+    /// How long one call may run.
+    pub deadline: Duration,
+    /// How much linear memory one call may use, over all its memories.
+    pub max_memory_bytes: usize,
+    /// How large a plugin's output may be.
+    pub max_output_bytes: usize,
+    /// How many calls may run at once (sizes the instance pool).
+    pub concurrency: u32,
+}
+
+impl Default for HostSettings {
+    fn default() -> Self {
+        HostSettings {
+            cache_dir: std::env::temp_dir().join("mimeo-plugin-cache"),
+            deadline: Duration::from_millis(100),
+            max_memory_bytes: 64 << 20,
+            max_output_bytes: 4 << 20,
+            concurrency: 16,
+        }
+    }
+}
+
+/// Why a plugin could not be loaded or did not deliver.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("not a WebAssembly component{0}")]
+    NotAComponent(String),
+    #[error("the component does not export {TRANSFORMER_EXPORT}: it is not a mimeo plugin (exports: {0})")]
+    NotAPlugin(String),
+    #[error("the plugin implements mimeo:transform@{found}; this mimeo runs {known}")]
+    UnsupportedInterface { found: String, known: String },
+    #[error("compiling the plugin failed: {0}")]
+    Compile(String),
+    #[error("the plugin needs imports this host does not provide: {0}")]
+    Link(String),
+    #[error("the plugin ran past its deadline of {0:?}")]
+    Timeout(Duration),
+    #[error("the plugin tried to use more than {0} bytes of memory")]
+    OutOfMemory(usize),
+    #[error("the plugin trapped: {0}")]
+    Trap(String),
+    #[error("the plugin returned {0} bytes, more than the {1} allowed")]
+    OutputTooLarge(usize, usize),
+    #[error("the plugin returned invalid JSON: {0}")]
+    InvalidOutput(String),
+    #[error("the plugin broke a rule: {0}")]
+    Violation(String),
+    #[error("the plugin reported an error: {0}")]
+    Failed(String),
+    #[error("the plugin refused its config: {0}")]
+    InvalidConfig(String),
+    #[error("plugin host: {0}")]
+    Host(String),
+}
+
+impl PluginError {
+    /// A short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PluginError::NotAComponent(_) => "not_a_component",
+            PluginError::NotAPlugin(_) => "not_a_plugin",
+            PluginError::UnsupportedInterface { .. } => "unsupported_interface",
+            PluginError::Compile(_) => "compile",
+            PluginError::Link(_) => "link",
+            PluginError::Timeout(_) => "timeout",
+            PluginError::OutOfMemory(_) => "out_of_memory",
+            PluginError::Trap(_) => "trap",
+            PluginError::OutputTooLarge(..) => "output_too_large",
+            PluginError::InvalidOutput(_) => "invalid_output",
+            PluginError::Violation(_) => "violation",
+            PluginError::Failed(_) => "failed",
+            PluginError::InvalidConfig(_) => "invalid_config",
+            PluginError::Host(_) => "host",
+        }
+    }
+}
+
+/// What a plugin says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub kinds: Vec<String>,
+}
+
+/// A loaded plugin, ready to run.
+pub struct Plugin {
+    /// The name it was loaded under (its reference), for logs and status.
+    pub name: String,
+    /// `sha256:<hex>` of the component's bytes.
+    pub digest: String,
+    pub size: usize,
+    /// The `mimeo:transform` version it implements.
+    pub interface_version: String,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    pub info: PluginInfo,
+    compiled: Compiled,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+/// The copy a plugin is transforming, and where it is going.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransformContext {
+    pub rule: String,
+    pub source_api_version: String,
+    pub source_kind: String,
+    pub source_namespace: Option<String>,
+    pub source_name: String,
+    pub source_cluster: String,
+    pub target_cluster: String,
+    pub target_namespace: Option<String>,
+    pub target_name: String,
+}
+
+/// What a plugin decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Unchanged,
+    Write(String),
+    Skip(String),
+}
+
+/// The result of a whole chain.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChainOutcome {
+    /// Write this object.
+    Write(serde_json::Value),
+    /// Do not write this copy: which plugin said so and why.
+    Skip { plugin: String, reason: String },
+}
+
+/// A chain step failed: which plugin, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin {plugin}: {error}")]
+pub struct ChainError {
+    pub plugin: String,
+    #[source]
+    pub error: PluginError,
+}
+
+/// One engine, its compiled plugins, and the limits every call runs under.
+pub struct PluginHost {
+    engine: engine::Engine,
+    settings: HostSettings,
+    loaded: Mutex<HashMap<String, Arc<Plugin>>>,
+}
+
+impl PluginHost {
+    pub fn new(settings: HostSettings) -> Result<Self, PluginError> {
+        let engine = engine::Engine::new(&settings)?;
+        Ok(PluginHost {
+            engine,
+            settings,
+            loaded: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn settings(&self) -> &HostSettings {
+        &self.settings
+    }
+
+    /// Loads a plugin from its bytes: compiled once per digest (or read from the on-disk cache),
+    /// checked for the interface version, and described. Blocking: call it off the async runtime.
+    pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Arc<Plugin>, PluginError> {
+        let digest = digest_bytes(bytes);
+        let cached = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&digest)
+            .filter(|p| p.name == name)
+            .cloned();
+        if let Some(plugin) = cached {
+            return Ok(plugin);
+        }
+        let compiled = self.engine.compile(bytes, &digest)?;
+        let interface_version = compiled.interface_version.clone();
+        let mut plugin = Plugin {
+            name: name.to_owned(),
+            digest: digest.clone(),
+            size: bytes.len(),
+            interface_version,
+            imports: compiled.imports.clone(),
+            exports: compiled.exports.clone(),
+            info: PluginInfo {
+                name: String::new(),
+                version: String::new(),
+                description: String::new(),
+                kinds: vec![],
+            },
+            compiled,
+        };
+        plugin.info = self.describe(&plugin)?;
+        let plugin = Arc::new(plugin);
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(digest, plugin.clone());
+        Ok(plugin)
+    }
+
+    fn describe(&self, plugin: &Plugin) -> Result<PluginInfo, PluginError> {
+        self.call(plugin, "", |store, t| t.call_describe(store))
+            .map(|info| PluginInfo {
+                name: info.name,
+                version: info.version,
+                description: info.description,
+                kinds: info.kinds,
+            })
+    }
+
+    /// Asks the plugin whether a rule's config for it is acceptable.
+    pub fn validate_config(&self, plugin: &Plugin, config: &str) -> Result<(), PluginError> {
+        self.call(plugin, "", |store, t| t.call_validate_config(store, config))?
+            .map_err(PluginError::InvalidConfig)
+    }
+
+    /// Runs one plugin on one object, with the host's limits. Blocking.
+    pub fn transform(
+        &self,
+        plugin: &Plugin,
+        ctx: &TransformContext,
+        config: &str,
+        object: &str,
+    ) -> Result<Outcome, PluginError> {
+        let wit_ctx = wit::Context {
+            rule: ctx.rule.clone(),
+            source: wit::ObjectRef {
+                api_version: ctx.source_api_version.clone(),
+                kind: ctx.source_kind.clone(),
+                namespace: ctx.source_namespace.clone(),
+                name: ctx.source_name.clone(),
+            },
+            source_cluster: ctx.source_cluster.clone(),
+            target: wit::Target {
+                cluster: ctx.target_cluster.clone(),
+                namespace: ctx.target_namespace.clone(),
+                name: ctx.target_name.clone(),
+            },
+            config: config.to_owned(),
+        };
+        let result = self.call(plugin, &ctx.rule, |store, t| {
+            t.call_transform(store, &wit_ctx, object)
+        })?;
+        match result {
+            Ok(wit::Outcome::Unchanged) => Ok(Outcome::Unchanged),
+            Ok(wit::Outcome::Write(out)) if out.len() > self.settings.max_output_bytes => Err(
+                PluginError::OutputTooLarge(out.len(), self.settings.max_output_bytes),
+            ),
+            Ok(wit::Outcome::Write(out)) => Ok(Outcome::Write(out)),
+            Ok(wit::Outcome::Skip(reason)) => Ok(Outcome::Skip(truncate(&reason, 512))),
+            Err(message) => Err(PluginError::Failed(truncate(&message, 512))),
+        }
+    }
+
+    /// Runs a chain in order on `object`; each step sees the previous step's output, and every
+    /// output is checked against the input before the next step. Blocking.
+    pub fn run_chain(
+        &self,
+        chain: &[(Arc<Plugin>, String)],
+        ctx: &TransformContext,
+        object: serde_json::Value,
+    ) -> Result<ChainOutcome, ChainError> {
+        let mut current = object;
+        for (plugin, config) in chain {
+            let fail = |error| ChainError {
+                plugin: plugin.name.clone(),
+                error,
+            };
+            let input =
+                serde_json::to_string(&current).map_err(|e| fail(PluginError::Host(e.to_string())))?;
+            match self.transform(plugin, ctx, config, &input).map_err(fail)? {
+                Outcome::Unchanged => {}
+                Outcome::Skip(reason) => {
+                    return Ok(ChainOutcome::Skip {
+                        plugin: plugin.name.clone(),
+                        reason,
+                    });
+                }
+                Outcome::Write(out) => {
+                    let next: serde_json::Value = serde_json::from_str(&out)
+                        .map_err(|e| fail(PluginError::InvalidOutput(e.to_string())))?;
+                    check_output(&current, &next).map_err(|e| fail(PluginError::Violation(e)))?;
+                    current = next;
+                }
+            }
+        }
+        Ok(ChainOutcome::Write(current))
+    }
+
+    /// Instantiates the plugin in a fresh store and runs `f` on its exports, mapping traps to
+    /// the limit that caused them.
+    fn call<R>(
+        &self,
+        plugin: &Plugin,
+        rule: &str,
+        f: impl FnOnce(&mut wasmtime::Store<HostState>, &guest::Guest) -> wasmtime::Result<R>,
+    ) -> Result<R, PluginError> {
+        let mut store = self.engine.store(&self.settings, &plugin.name, rule);
+        let outcome = plugin
+            .compiled
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| f(&mut store, instance.mimeo_transform_transformer()));
+        outcome.map_err(|e| {
+            if store.data().limiter.denied_memory() {
+                PluginError::OutOfMemory(self.settings.max_memory_bytes)
+            } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+                PluginError::Timeout(self.settings.deadline)
+            } else {
+                PluginError::Trap(truncate(&format!("{e:#}"), 512))
+            }
+        })
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}

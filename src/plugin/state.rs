@@ -1,0 +1,125 @@
+//! What a store holds for one call: an empty WASI context, the resource limiter, and the log
+//! import's state.
+
+use super::bindings::mimeo::transform::log::{Host as LogHost, Level};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// Log lines one call may write; the rest are counted and dropped.
+const MAX_LOG_LINES: u32 = 50;
+/// Characters of one log line kept.
+const MAX_LOG_LINE: usize = 1024;
+
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limiter: Limiter,
+    plugin: String,
+    rule: String,
+    log_lines: u32,
+}
+
+impl HostState {
+    pub fn new(limiter: Limiter, plugin: &str, rule: &str) -> Self {
+        // Nothing inherited: no arguments, environment, preopened directories, stdio or network.
+        let wasi = WasiCtxBuilder::new()
+            .allow_ip_name_lookup(false)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .build();
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter,
+            plugin: plugin.to_owned(),
+            rule: rule.to_owned(),
+            log_lines: 0,
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl LogHost for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        self.log_lines += 1;
+        if self.log_lines > MAX_LOG_LINES {
+            if self.log_lines == MAX_LOG_LINES + 1 {
+                tracing::warn!(plugin = %self.plugin, rule = %self.rule, "plugin log limit reached; dropping further lines of this call");
+            }
+            return;
+        }
+        let message = if message.len() > MAX_LOG_LINE {
+            let mut end = MAX_LOG_LINE;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            &message[..end]
+        } else {
+            &message
+        };
+        let (plugin, rule) = (&self.plugin, &self.rule);
+        match level {
+            Level::Trace => tracing::trace!(plugin = %plugin, rule = %rule, "{message}"),
+            Level::Debug => tracing::debug!(plugin = %plugin, rule = %rule, "{message}"),
+            Level::Info => tracing::info!(plugin = %plugin, rule = %rule, "{message}"),
+            Level::Warn => tracing::warn!(plugin = %plugin, rule = %rule, "{message}"),
+            Level::Error => tracing::error!(plugin = %plugin, rule = %rule, "{message}"),
+        }
+    }
+}
+
+/// Caps linear memory over all of a call's memories, and remembers when it said no, so that the
+/// trap that follows is reported as what it is.
+pub(crate) struct Limiter {
+    max_memory: usize,
+    used: usize,
+    denied: bool,
+}
+
+impl Limiter {
+    pub fn new(max_memory: usize) -> Self {
+        Limiter {
+            max_memory,
+            used: 0,
+            denied: false,
+        }
+    }
+
+    pub fn denied_memory(&self) -> bool {
+        self.denied
+    }
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.used + (desired - current);
+        if after > self.max_memory {
+            self.denied = true;
+            return Ok(false);
+        }
+        self.used = after;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}

@@ -1,0 +1,200 @@
+//! The plugin host with real, compiled plugins: the first-party ones, chains, and a plugin that
+//! misbehaves on purpose in every way the host must contain.
+
+mod common;
+
+use mimeo::plugin::{ChainOutcome, HostSettings, Outcome, Plugin, PluginError, PluginHost, TransformContext};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn host() -> PluginHost {
+    let cache = tempfile::tempdir().unwrap().keep();
+    PluginHost::new(HostSettings {
+        cache_dir: cache,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn load(host: &PluginHost, name: &str) -> Arc<Plugin> {
+    let path = common::plugin_dir().join(format!("{name}.wasm"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    host.load(name, &bytes)
+        .unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+fn copy() -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": "creds", "namespace": "tenant-a",
+                        "labels": {"mimeo.dev/managed-by": "mimeo"},
+                        "annotations": {"mimeo.dev/rule": "SyncRule/platform/creds"}},
+           "type": "Opaque",
+           "data": {".dockerconfigjson": "e30=", "username": "dQ==", "password": "cA=="}})
+}
+
+fn ctx() -> TransformContext {
+    TransformContext {
+        rule: "SyncRule/platform/creds".into(),
+        source_api_version: "v1".into(),
+        source_kind: "Secret".into(),
+        source_namespace: Some("platform".into()),
+        source_name: "creds".into(),
+        target_namespace: Some("tenant-a".into()),
+        target_name: "creds".into(),
+        ..Default::default()
+    }
+}
+
+fn written(outcome: ChainOutcome) -> Value {
+    match outcome {
+        ChainOutcome::Write(v) => v,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+#[test]
+fn first_party_plugins_and_a_chain() {
+    let host = host();
+    let filter = load(&host, "filter-keys");
+    let rename = load(&host, "rename-keys");
+    let set_metadata = load(&host, "set-metadata");
+    assert_eq!(filter.interface_version, "0.1.0");
+    assert_eq!(filter.info.name, "filter-keys");
+
+    let only_docker = (
+        filter.clone(),
+        json!({"include": [".dockerconfigjson"]}).to_string(),
+    );
+    let out = written(
+        host.run_chain(std::slice::from_ref(&only_docker), &ctx(), copy())
+            .unwrap(),
+    );
+    assert_eq!(out["data"], json!({".dockerconfigjson": "e30="}));
+
+    let renamed = (
+        rename.clone(),
+        json!({"rename": {".dockerconfigjson": "config.json"}}).to_string(),
+    );
+    let out = written(host.run_chain(&[only_docker, renamed], &ctx(), copy()).unwrap());
+    assert_eq!(
+        out["data"],
+        json!({"config.json": "e30="}),
+        "filter, then rename, in order"
+    );
+    assert_eq!(out["metadata"]["labels"]["mimeo.dev/managed-by"], "mimeo");
+
+    let labelled = (
+        set_metadata,
+        json!({"labels": {"copied-into": "{{target.namespace}}"}}).to_string(),
+    );
+    let out = written(host.run_chain(&[labelled], &ctx(), copy()).unwrap());
+    assert_eq!(out["metadata"]["labels"]["copied-into"], "tenant-a");
+
+    let err = host.validate_config(&rename, r#"{"rename": 5}"#).unwrap_err();
+    assert!(matches!(err, PluginError::InvalidConfig(_)), "{err}");
+}
+
+#[test]
+fn misbehaving_plugins_are_contained_and_the_host_goes_on() {
+    let host = host();
+    let bad = load(&host, "misbehave");
+    let good = load(&host, "filter-keys");
+    type Expect = fn(&PluginError) -> bool;
+    let cases: Vec<(&str, Expect)> = vec![
+        ("loop", |e| matches!(e, PluginError::Timeout(_))),
+        ("alloc", |e| matches!(e, PluginError::OutOfMemory(_))),
+        ("trap", |e| matches!(e, PluginError::Trap(_))),
+        ("huge-output", |e| {
+            matches!(e, PluginError::OutputTooLarge(..) | PluginError::OutOfMemory(_))
+        }),
+        ("invalid-json", |e| matches!(e, PluginError::InvalidOutput(_))),
+        (
+            "change-kind",
+            |e| matches!(e, PluginError::Violation(m) if m.contains("kind")),
+        ),
+        (
+            "change-namespace",
+            |e| matches!(e, PluginError::Violation(m) if m.contains("namespace")),
+        ),
+        (
+            "drop-ownership",
+            |e| matches!(e, PluginError::Violation(m) if m.contains("mimeo's own labels")),
+        ),
+        (
+            "error",
+            |e| matches!(e, PluginError::Failed(m) if m.contains("asked to fail")),
+        ),
+    ];
+    for (behaviour, expected) in cases {
+        let started = Instant::now();
+        let step = (bad.clone(), json!({"do": behaviour}).to_string());
+        let err = host.run_chain(&[step], &ctx(), copy()).expect_err(behaviour);
+        assert!(
+            expected(&err.error),
+            "{behaviour}: unexpected error {}",
+            err.error
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{behaviour} took {:?}",
+            started.elapsed()
+        );
+        println!("{behaviour}: {} ({:?})", err.error, started.elapsed());
+        // The host still serves the next call.
+        let step = (good.clone(), json!({"include": ["username"]}).to_string());
+        let out = written(host.run_chain(&[step], &ctx(), copy()).unwrap());
+        assert_eq!(out["data"], json!({"username": "dQ=="}), "after {behaviour}");
+    }
+
+    let skip = (bad.clone(), json!({"do": "skip"}).to_string());
+    match host.run_chain(&[skip], &ctx(), copy()).unwrap() {
+        ChainOutcome::Skip { reason, .. } => assert_eq!(reason, "asked to skip"),
+        other => panic!("expected a skip, got {other:?}"),
+    }
+    let noisy = host
+        .transform(
+            &bad,
+            &ctx(),
+            &json!({"do": "log"}).to_string(),
+            &copy().to_string(),
+        )
+        .unwrap();
+    assert_eq!(
+        noisy,
+        Outcome::Unchanged,
+        "a plugin that logs a lot is rate-limited, not failed"
+    );
+}
+
+#[test]
+fn not_a_plugin_is_refused_clearly() {
+    let host = host();
+    let core_module = b"\0asm\x01\0\0\0";
+    let err = host.load("core", core_module).unwrap_err();
+    assert!(err.to_string().contains("core WebAssembly module"), "{err}");
+    let err = host.load("text", b"hello").unwrap_err();
+    assert!(matches!(err, PluginError::NotAComponent(_)), "{err}");
+}
+
+#[test]
+fn compiled_plugins_are_cached_on_disk() {
+    let cache = tempfile::tempdir().unwrap();
+    let settings = HostSettings {
+        cache_dir: cache.path().to_owned(),
+        ..Default::default()
+    };
+    let bytes = std::fs::read(common::plugin_dir().join("filter-keys.wasm")).unwrap();
+    let first = PluginHost::new(settings.clone()).unwrap();
+    let compiled_at = Instant::now();
+    first.load("filter-keys", &bytes).unwrap();
+    let compile = compiled_at.elapsed();
+    let artifacts: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
+    assert_eq!(artifacts.len(), 1, "one compiled artifact per digest");
+
+    let second = PluginHost::new(settings).unwrap();
+    let loaded_at = Instant::now();
+    let plugin = second.load("filter-keys", &bytes).unwrap();
+    println!("compile {compile:?}, load from cache {:?}", loaded_at.elapsed());
+    assert_eq!(plugin.info.name, "filter-keys");
+}
