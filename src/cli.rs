@@ -57,6 +57,12 @@ pub struct PluginTestArgs {
     /// The rule the plugin is told it runs for.
     #[arg(long, default_value = "SyncRule/default/plugin-test")]
     pub rule: String,
+    /// The rest of the context as a JSON file, with any of the keys `rule`, `sourceApiVersion`,
+    /// `sourceKind`, `sourceNamespace`, `sourceName`, `sourceCluster`, `targetCluster`,
+    /// `targetNamespace`, `targetName` (a null namespace: cluster-scoped). What it leaves out comes
+    /// from the object and the flags above.
+    #[arg(long)]
+    pub context: Option<PathBuf>,
     /// Print the result as JSON instead of YAML.
     #[arg(long)]
     pub json: bool,

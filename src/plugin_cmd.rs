@@ -44,7 +44,7 @@ pub fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
         }
         chain.push((plugin, config));
     }
-    let ctx = TransformContext {
+    let mut ctx = TransformContext {
         rule: args.rule.clone(),
         source_api_version: object["apiVersion"].as_str().unwrap_or_default().to_owned(),
         source_kind: object["kind"].as_str().unwrap_or_default().to_owned(),
@@ -55,6 +55,12 @@ pub fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
         target_namespace: object["metadata"]["namespace"].as_str().map(str::to_owned),
         target_name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
     };
+    if let Some(path) = &args.context {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let given: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+        apply_context(&mut ctx, &given).with_context(|| format!("in {}", path.display()))?;
+    }
     match host.run_chain(&chain, &ctx, object) {
         Ok(ChainOutcome::Write(out)) => {
             if args.json {
@@ -73,6 +79,41 @@ pub fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Overrides context fields from a JSON object with the documented keys.
+fn apply_context(ctx: &mut TransformContext, given: &serde_json::Value) -> anyhow::Result<()> {
+    let Some(given) = given.as_object() else {
+        bail!("the context is not a JSON object")
+    };
+    for (key, value) in given {
+        let text = || -> anyhow::Result<String> {
+            value
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| format!("{key} must be a string"))
+        };
+        let namespace = || -> anyhow::Result<Option<String>> {
+            match value {
+                serde_json::Value::Null => Ok(None),
+                serde_json::Value::String(s) => Ok(Some(s.clone())),
+                _ => bail!("{key} must be a string or null"),
+            }
+        };
+        match key.as_str() {
+            "rule" => ctx.rule = text()?,
+            "sourceApiVersion" => ctx.source_api_version = text()?,
+            "sourceKind" => ctx.source_kind = text()?,
+            "sourceNamespace" => ctx.source_namespace = namespace()?,
+            "sourceName" => ctx.source_name = text()?,
+            "sourceCluster" => ctx.source_cluster = text()?,
+            "targetCluster" => ctx.target_cluster = text()?,
+            "targetNamespace" => ctx.target_namespace = namespace()?,
+            "targetName" => ctx.target_name = text()?,
+            other => bail!("unknown context key {other:?}"),
+        }
+    }
+    Ok(())
 }
 
 pub fn inspect(args: PluginInspectArgs) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,113 @@
+//! Every plugin's fixture cases, run through `mimeo plugin test` as a plugin author runs them:
+//! the same host, limits and output checks as the controller.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (component file, fixture directory) for every first-party plugin.
+fn first_party() -> Vec<(PathBuf, PathBuf)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins");
+    let built = common::plugin_dir();
+    [
+        ("filter-keys", "filter-keys"),
+        ("rename-keys", "rename-keys"),
+        ("set-metadata", "set-metadata"),
+        ("misbehave", "testing/misbehave"),
+    ]
+    .into_iter()
+    .map(|(name, dir)| {
+        (
+            built.join(format!("{name}.wasm")),
+            root.join(dir).join("fixtures"),
+        )
+    })
+    .collect()
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// Runs one case; returns what went wrong, if anything.
+fn run_case(plugin: &Path, case: &Path) -> Result<(), String> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mimeo"));
+    command
+        .args(["plugin", "test", "--json", "--rule", "SyncRule/platform/fixtures"])
+        .arg(plugin);
+    command.arg("-f").arg(case.join("object.yaml"));
+    if case.join("config.json").exists() {
+        command
+            .arg("--config")
+            .arg(format!("@{}", case.join("config.json").display()));
+    }
+    if case.join("context.json").exists() {
+        command.arg("--context").arg(case.join("context.json"));
+    }
+    let output = command.output().map_err(|e| e.to_string())?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    let code = output.status.code();
+    // A case whose plugin output the host refuses (the plugin's own tests see the raw output).
+    if let Some(expected) = read(&case.join("expected-host-error.txt")) {
+        if code != Some(1) || !stderr.contains(expected.trim()) {
+            return Err(format!("exit {code:?}, expected the host to refuse with {:?}: {stderr}", expected.trim()));
+        }
+        return Ok(());
+    }
+    if let Some(expected) = read(&case.join("expected.yaml")) {
+        let want: Value = serde_yaml_ng::from_str(&expected).map_err(|e| format!("expected.yaml: {e}"))?;
+        if code != Some(0) {
+            return Err(format!("exit {code:?}, expected a write: {stderr}"));
+        }
+        let got: Value =
+            serde_json::from_str(&stdout).map_err(|e| format!("output is not JSON ({e}): {stdout}"))?;
+        if got != want {
+            return Err(format!("got\n{got:#}\nexpected\n{want:#}"));
+        }
+    } else if let Some(expected) = read(&case.join("expected-skip.txt")) {
+        if code != Some(3) || !stderr.contains(expected.trim()) {
+            return Err(format!(
+                "exit {code:?}, expected a skip containing {:?}: {stderr}",
+                expected.trim()
+            ));
+        }
+    } else if let Some(expected) = read(&case.join("expected-error.txt")) {
+        if code != Some(1) || !stderr.contains(expected.trim()) {
+            return Err(format!(
+                "exit {code:?}, expected an error containing {:?}: {stderr}",
+                expected.trim()
+            ));
+        }
+    } else {
+        return Err("no expected.yaml, expected-skip.txt or expected-error.txt".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn fixtures_pass_through_mimeo_plugin_test() {
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (plugin, fixtures) in first_party() {
+        let mut cases: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+            .unwrap_or_else(|e| panic!("{}: {e}", fixtures.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        cases.sort();
+        for case in cases {
+            ran += 1;
+            if let Err(why) = run_case(&plugin, &case) {
+                failures.push(format!("{}: {why}", case.display()));
+            }
+        }
+    }
+    println!("{ran} fixture cases");
+    assert!(ran >= 8, "too few fixture cases found: {ran}");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
