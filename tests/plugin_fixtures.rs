@@ -55,7 +55,10 @@ fn run_case(plugin: &Path, case: &Path) -> Result<(), String> {
     // A case whose plugin output the host refuses (the plugin's own tests see the raw output).
     if let Some(expected) = read(&case.join("expected-host-error.txt")) {
         if code != Some(1) || !stderr.contains(expected.trim()) {
-            return Err(format!("exit {code:?}, expected the host to refuse with {:?}: {stderr}", expected.trim()));
+            return Err(format!(
+                "exit {code:?}, expected the host to refuse with {:?}: {stderr}",
+                expected.trim()
+            ));
         }
         return Ok(());
     }
