@@ -66,7 +66,12 @@ async fn a_skip_leaves_one_namespace_without_a_copy_and_says_why() {
         h.secrets("tenant-a").get_opt("registry").await.unwrap()
     })
     .await;
-    let rule = h.wait_ready("platform", "registry", "False", "Skipped").await;
+    let rule = h.wait_ready("platform", "registry", "True", "Synced").await;
+    assert!(
+        rule.status.as_ref().unwrap().conditions[0]
+            .message
+            .contains("1 skipped by plugins")
+    );
     let status = rule.status.unwrap();
     let skipped = status
         .targets

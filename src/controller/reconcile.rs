@@ -512,13 +512,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             let place = place_of(&target);
             let note = format!("copy {place}: {}", copy.message.clone().unwrap_or_default());
             tracing::warn!(rule = %key, copy = %place, state = ?copy.state, message = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
-            events.note_copy(
-                EventType::Warning,
-                &format!("{:?}", copy.state),
-                note,
-                &resource,
-                &target,
-            );
+            // A skip is the plugin's decision, reported as information rather than a warning.
+            let type_ = if copy.state == CopyState::Skipped {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            events.note_copy(type_, &format!("{:?}", copy.state), note, &resource, &target);
         }
     }
     if ready.reason == "SourceNotFound" {
@@ -526,7 +526,9 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     }
     events.publish(&*rule, ctx).await;
 
-    let any_failed = inventory.iter().any(|c| c.state == CopyState::Failed);
+    let any_failed = inventory
+        .iter()
+        .any(|c| matches!(c.state, CopyState::Failed | CopyState::PluginFailed));
     let status = RuleStatus {
         source_hash,
         copies: Some(format!("{synced}/{}", inventory.len())),

@@ -16,6 +16,13 @@ pub struct Readiness {
 pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
     let total = inventory.len();
     let synced = inventory.iter().filter(|c| c.state == CopyState::Synced).count();
+    // A plugin's skip is a decision, not a fault: it does not make the rule unready.
+    let skipped = inventory.iter().filter(|c| c.state == CopyState::Skipped).count();
+    let skipped_note = if skipped > 0 {
+        format!("; {skipped} skipped by plugins")
+    } else {
+        String::new()
+    };
     if total == 0 {
         return Readiness {
             ready: true,
@@ -23,18 +30,18 @@ pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
             message: "no copy is wanted: no target matches".into(),
         };
     }
-    if synced == total {
+    if synced + skipped == total {
         return Readiness {
             ready: true,
             reason: "Synced".into(),
-            message: format!("{synced}/{total} copies in sync"),
+            message: format!("{synced}/{total} copies in sync{skipped_note}"),
         };
     }
     let problems: Vec<&CopyStatus> = inventory
         .iter()
-        .filter(|c| c.state != CopyState::Synced)
+        .filter(|c| !matches!(c.state, CopyState::Synced | CopyState::Skipped))
         .collect();
-    let mut message = format!("{synced}/{total} copies in sync");
+    let mut message = format!("{synced}/{total} copies in sync{skipped_note}");
     for copy in problems.iter().take(3) {
         let place = match &copy.namespace {
             Some(ns) => format!("{ns}/{}", copy.name),
@@ -128,6 +135,13 @@ mod tests {
         );
 
         assert_eq!(summarize(&[]).reason, "NothingToCopy");
+
+        let one_skipped = summarize(&[
+            copy("a", CopyState::Synced, None),
+            copy("b", CopyState::Skipped, Some("why")),
+        ]);
+        assert!(one_skipped.ready, "a plugin's skip is not a fault");
+        assert_eq!(one_skipped.message, "1/2 copies in sync; 1 skipped by plugins");
     }
 
     #[test]
