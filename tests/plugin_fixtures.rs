@@ -114,3 +114,44 @@ fn fixtures_pass_through_mimeo_plugin_test() {
     assert!(ran >= 8, "too few fixture cases found: {ran}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The example plugins in other languages (`plugins/examples/*`), where built. CI builds them
+/// all and sets `MIMEO_REQUIRE_EXAMPLES=1`, so there a missing one fails the test.
+#[test]
+fn example_plugins_pass_the_shared_fixtures() {
+    let require = std::env::var_os("MIMEO_REQUIRE_EXAMPLES").is_some();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/examples");
+    let built = common::plugin_dir();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for lang in ["c", "go", "javascript", "python"] {
+        let plugin = built.join(format!("add-annotation-{lang}.wasm"));
+        if !plugin.exists() {
+            let note = format!(
+                "{} is not built (plugins/examples/{lang}/build.sh)",
+                plugin.display()
+            );
+            if require {
+                failures.push(note);
+            } else {
+                eprintln!("skipping: {note}");
+            }
+            continue;
+        }
+        let fixtures = root.join(lang).join("fixtures");
+        let mut cases: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+            .unwrap_or_else(|e| panic!("{}: {e}", fixtures.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        cases.sort();
+        for case in cases {
+            ran += 1;
+            if let Err(why) = run_case(&plugin, &case) {
+                failures.push(format!("{lang} {}: {why}", case.display()));
+            }
+        }
+    }
+    println!("{ran} example fixture cases");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
