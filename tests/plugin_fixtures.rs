@@ -155,3 +155,35 @@ fn example_plugins_pass_the_shared_fixtures() {
     println!("{ran} example fixture cases");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+#[test]
+fn inspect_shows_what_a_plugin_is() {
+    let plugin = common::plugin_dir().join("filter-keys.wasm");
+    let output = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["plugin", "inspect"])
+        .arg(&plugin)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in [
+        "plugin:      filter-keys",
+        "interface:   mimeo:transform@0.1.0",
+        "digest:      sha256:",
+        "  mimeo:transform/transformer@0.1.0",
+        "  mimeo:transform/log@0.1.0",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?} in\n{stdout}");
+    }
+    let not_a_plugin = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["plugin", "inspect"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .output()
+        .unwrap();
+    assert!(!not_a_plugin.status.success());
+    assert!(String::from_utf8_lossy(&not_a_plugin.stderr).contains("not a WebAssembly component"));
+}

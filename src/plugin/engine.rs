@@ -115,17 +115,7 @@ impl Engine {
             .exports(&self.engine)
             .map(|(name, _)| name.to_owned())
             .collect();
-        let version = exports
-            .iter()
-            .find_map(|e| e.strip_prefix(TRANSFORMER_EXPORT)?.strip_prefix('@'))
-            .map(str::to_owned)
-            .ok_or_else(|| PluginError::NotAPlugin(exports.join(", ")))?;
-        if !SUPPORTED_INTERFACES.contains(&version.as_str()) {
-            return Err(PluginError::UnsupportedInterface {
-                found: version,
-                known: SUPPORTED_INTERFACES.join(", "),
-            });
-        }
+        let version = interface_version(&exports)?;
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
@@ -204,5 +194,59 @@ fn check_header(bytes: &[u8]) -> Result<(), PluginError> {
         _ => Err(PluginError::NotAComponent(
             " (the file does not start with the WebAssembly header)".into(),
         )),
+    }
+}
+
+/// The `mimeo:transform` version a component's exports implement, if this host runs it.
+pub(super) fn interface_version(exports: &[String]) -> Result<String, PluginError> {
+    let version = exports
+        .iter()
+        .find_map(|e| e.strip_prefix(TRANSFORMER_EXPORT)?.strip_prefix('@'))
+        .map(str::to_owned)
+        .ok_or_else(|| PluginError::NotAPlugin(exports.join(", ")))?;
+    if !SUPPORTED_INTERFACES.contains(&version.as_str()) {
+        return Err(PluginError::UnsupportedInterface {
+            found: version,
+            known: SUPPORTED_INTERFACES.join(", "),
+        });
+    }
+    Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interface_versions() {
+        let exports = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            interface_version(&exports(&["exports", "mimeo:transform/transformer@0.1.0"])).unwrap(),
+            "0.1.0"
+        );
+        let newer = interface_version(&exports(&["mimeo:transform/transformer@0.2.0"])).unwrap_err();
+        assert_eq!(
+            newer.to_string(),
+            "the plugin implements mimeo:transform@0.2.0; this mimeo runs 0.1.0"
+        );
+        let other = interface_version(&exports(&["wasi:cli/run@0.2.0"])).unwrap_err();
+        assert!(
+            other
+                .to_string()
+                .contains("is not a mimeo plugin (exports: wasi:cli/run@0.2.0)"),
+            "{other}"
+        );
+    }
+
+    #[test]
+    fn headers() {
+        assert!(check_header(b"\0asm\x0d\0\x01\0rest").is_ok());
+        assert!(
+            check_header(b"\0asm\x01\0\0\0")
+                .unwrap_err()
+                .to_string()
+                .contains("core WebAssembly module")
+        );
+        assert!(check_header(b"PK").is_err());
     }
 }
