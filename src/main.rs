@@ -49,6 +49,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         tracing::info!("shutting down: finishing the reconciles in flight");
         let _ = stop_tx.send(true);
+        // Kubernetes kills the pod 30 s after SIGTERM; finish before that on our own terms.
+        tokio::time::sleep(GRACE).await;
+        tracing::error!(grace = ?GRACE, "graceful shutdown did not finish in time; exiting");
+        std::process::exit(1);
     });
     let config = ControllerConfig {
         watch_namespace: args.watch_namespace,
@@ -60,6 +64,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = server.await;
     Ok(())
 }
+
+/// How long a graceful shutdown may take.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// SIGTERM (what Kubernetes sends) or Ctrl-C.
 async fn shutdown_signal() {

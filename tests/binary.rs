@@ -74,6 +74,13 @@ async fn serves_health_and_metrics_and_stops_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Drain the log as it comes, so a full pipe can never hold the process up.
+    let mut pipe = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    });
 
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -104,14 +111,16 @@ async fn serves_health_and_metrics_and_stops_on_sigterm() {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "mimeo did not stop on SIGTERM"
-        );
+        if started.elapsed() > Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!(
+                "mimeo did not stop within 30 s of SIGTERM; its log:\n{}",
+                log.join().unwrap()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let stderr = log.join().unwrap();
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("controller stopped"), "{stderr}");
     for line in stderr.lines() {
