@@ -5,6 +5,7 @@
 mod error;
 mod plugins;
 mod reconcile;
+mod remote;
 mod rule;
 mod status;
 mod watches;
@@ -13,7 +14,7 @@ mod write;
 pub use error::Error;
 pub use rule::RuleResource;
 
-use crate::api::{ClusterSyncRule, SyncRule};
+use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::metrics::Metrics;
 use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
@@ -58,6 +59,10 @@ pub async fn check_crds(client: &Client) -> Result<(), Error> {
             .await
             .map(|_| ()),
         Api::<ClusterSyncRule>::all(client.clone())
+            .list(&probe)
+            .await
+            .map(|_| ()),
+        Api::<RemoteCluster>::all(client.clone())
             .list(&probe)
             .await
             .map(|_| ()),
@@ -153,7 +158,18 @@ pub async fn run(
                     tracing::debug!(error = %e, "ClusterSyncRule controller");
                 }
             });
-            futures::join!(sync_loop, cluster_loop);
+            let remote_loop = Controller::new(
+                Api::<RemoteCluster>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .graceful_shutdown_on(stopped())
+            .run(remote::reconcile, remote::error_policy, ctx.clone())
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "RemoteCluster controller");
+                }
+            });
+            futures::join!(sync_loop, cluster_loop, remote_loop);
         }
     }
     tracing::info!("controller stopped");

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod clusters;
 pub mod controller;
 pub mod metrics;
 pub mod plugin;

@@ -1,0 +1,123 @@
+//! `RemoteCluster` status: reads the kubeconfig Secret, reaches the cluster, and reports
+//! `Ready` with the server version, or why not. Rules cannot target remote clusters yet; this is
+//! the registration half.
+
+use super::Context;
+use super::error::{Error, short_message};
+use super::status::Readiness;
+use crate::api::{RemoteCluster, RemoteClusterStatus};
+use crate::clusters::{self, KubeconfigProblem};
+use crate::sync::ownership::FIELD_MANAGER;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a cluster is checked again: a rotated kubeconfig or a cluster that went away shows
+/// up within this time.
+const RECHECK: Duration = Duration::from_secs(60);
+
+pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let (ready, version) = match check(&cluster, &ctx).await {
+        Ok(version) => (
+            Readiness {
+                ready: true,
+                reason: "Connected".into(),
+                message: format!("reached; Kubernetes {version}"),
+            },
+            Some(version),
+        ),
+        Err(problem) => (
+            Readiness {
+                ready: false,
+                reason: problem.reason.into(),
+                message: short_message(&problem.message),
+            },
+            None,
+        ),
+    };
+    let previous = cluster.status.as_ref();
+    let state = if ready.ready { "True" } else { "False" };
+    let since = match previous.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")) {
+        Some(c) if c.status == state => c.last_transition_time.clone(),
+        _ => Time(k8s_openapi::jiff::Timestamp::now()),
+    };
+    let generation = cluster.meta().generation;
+    let status = RemoteClusterStatus {
+        observed_generation: generation,
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: state.into(),
+            reason: ready.reason.clone(),
+            message: ready.message.clone(),
+            observed_generation: generation,
+            last_transition_time: since,
+        }],
+        server_version: version.or_else(|| previous.and_then(|s| s.server_version.clone())),
+        rules: previous.and_then(|s| s.rules),
+    };
+    if previous != Some(&status) {
+        if !ready.ready {
+            tracing::warn!(cluster = %cluster.name_any(), reason = %ready.reason, message = %ready.message, "remote cluster not ready");
+        }
+        let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "status": status});
+        Api::<RemoteCluster>::all(ctx.client.clone())
+            .patch_status(
+                &cluster.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+    }
+    Ok(Action::requeue(RECHECK))
+}
+
+pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .reconcile_failed("RemoteCluster", error.metric_label());
+    tracing::warn!(cluster = %cluster.name_any(), error = %error, "reconcile failed");
+    Action::requeue(error.retry_after())
+}
+
+/// Reads the kubeconfig and asks the cluster for its version.
+async fn check(cluster: &RemoteCluster, ctx: &Context) -> Result<String, KubeconfigProblem> {
+    let reference = &cluster.spec.kubeconfig_secret_ref;
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &reference.namespace)
+        .get_opt(&reference.name)
+        .await
+        .map_err(|e| KubeconfigProblem {
+            reason: "SecretUnreadable",
+            message: format!("reading the kubeconfig Secret: {e}"),
+        })?
+        .ok_or_else(|| KubeconfigProblem {
+            reason: "SecretNotFound",
+            message: format!("Secret {}/{} does not exist", reference.namespace, reference.name),
+        })?;
+    let bytes = secret
+        .data
+        .and_then(|mut d| d.remove(&reference.key))
+        .ok_or_else(|| KubeconfigProblem {
+            reason: "KeyMissing",
+            message: format!(
+                "Secret {}/{} has no key {:?}",
+                reference.namespace, reference.name, reference.key
+            ),
+        })?;
+    let text = String::from_utf8(bytes.0).map_err(|_| KubeconfigProblem {
+        reason: "InvalidKubeconfig",
+        message: "the kubeconfig is not UTF-8 text".into(),
+    })?;
+    let client = clusters::client(clusters::parse(&text)?).await?;
+    let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
+        .await
+        .map_err(|_| KubeconfigProblem {
+            reason: "Unreachable",
+            message: "the cluster did not answer within 10 s".into(),
+        })?
+        .map_err(|e| clusters::classify(&e))?;
+    Ok(version.git_version)
+}
