@@ -27,6 +27,17 @@ fn first_party() -> Vec<(PathBuf, PathBuf)> {
     .collect()
 }
 
+/// The case folders under a `fixtures` folder, in order.
+fn cases(fixtures: &Path) -> Vec<PathBuf> {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(fixtures)
+        .unwrap_or_else(|e| panic!("{}: {e}", fixtures.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    cases
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
@@ -97,13 +108,7 @@ fn fixtures_pass_through_mimeo_plugin_test() {
     let mut failures = Vec::new();
     let mut ran = 0;
     for (plugin, fixtures) in first_party() {
-        let mut cases: Vec<PathBuf> = std::fs::read_dir(&fixtures)
-            .unwrap_or_else(|e| panic!("{}: {e}", fixtures.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_dir())
-            .collect();
-        cases.sort();
-        for case in cases {
+        for case in cases(&fixtures) {
             ran += 1;
             if let Err(why) = run_case(&plugin, &case) {
                 failures.push(format!("{}: {why}", case.display()));
@@ -139,13 +144,7 @@ fn example_plugins_pass_the_shared_fixtures() {
             continue;
         }
         let fixtures = root.join(lang).join("fixtures");
-        let mut cases: Vec<PathBuf> = std::fs::read_dir(&fixtures)
-            .unwrap_or_else(|e| panic!("{}: {e}", fixtures.display()))
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_dir())
-            .collect();
-        cases.sort();
-        for case in cases {
+        for case in cases(&fixtures) {
             ran += 1;
             if let Err(why) = run_case(&plugin, &case) {
                 failures.push(format!("{lang} {}: {why}", case.display()));

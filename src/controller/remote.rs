@@ -4,12 +4,11 @@
 
 use super::Context;
 use super::error::{Error, short_message};
-use super::status::Readiness;
+use super::status::{Readiness, ready_condition};
 use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::sync::ownership::FIELD_MANAGER;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -41,22 +40,14 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
         ),
     };
     let previous = cluster.status.as_ref();
-    let state = if ready.ready { "True" } else { "False" };
-    let since = match previous.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")) {
-        Some(c) if c.status == state => c.last_transition_time.clone(),
-        _ => Time(k8s_openapi::jiff::Timestamp::now()),
-    };
     let generation = cluster.meta().generation;
     let status = RemoteClusterStatus {
         observed_generation: generation,
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: state.into(),
-            reason: ready.reason.clone(),
-            message: ready.message.clone(),
-            observed_generation: generation,
-            last_transition_time: since,
-        }],
+        conditions: vec![ready_condition(
+            previous.map(|s| s.conditions.as_slice()),
+            generation,
+            ready.clone(),
+        )],
         server_version: version.or_else(|| previous.and_then(|s| s.server_version.clone())),
         rules: previous.and_then(|s| s.rules),
     };

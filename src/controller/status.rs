@@ -70,22 +70,35 @@ pub fn with_ready(
     generation: Option<i64>,
     ready: Readiness,
 ) -> RuleStatus {
+    status.observed_generation = generation;
+    status.conditions = vec![ready_condition(
+        previous.map(|p| p.conditions.as_slice()),
+        generation,
+        ready,
+    )];
+    status
+}
+
+/// The `Ready` condition, keeping the previous transition time when its status did not change.
+pub fn ready_condition(
+    previous: Option<&[Condition]>,
+    generation: Option<i64>,
+    ready: Readiness,
+) -> Condition {
     let state = if ready.ready { "True" } else { "False" };
-    let last = previous.and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"));
+    let last = previous.and_then(|p| p.iter().find(|c| c.type_ == "Ready"));
     let since = match last {
         Some(c) if c.status == state => c.last_transition_time.clone(),
         _ => Time(k8s_openapi::jiff::Timestamp::now()),
     };
-    status.observed_generation = generation;
-    status.conditions = vec![Condition {
+    Condition {
         type_: "Ready".into(),
         status: state.into(),
         reason: ready.reason,
         message: ready.message,
         observed_generation: generation,
         last_transition_time: since,
-    }];
-    status
+    }
 }
 
 #[cfg(test)]
