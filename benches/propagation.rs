@@ -4,20 +4,17 @@
 //! `cargo bench --bench propagation` (add `-- --rotations N` to change the count). Figures are
 //! printed as a table; docs/benchmarks.md records a run.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use mimeo::controller::{self, ControllerConfig};
-use mimeo::metrics::Metrics;
-use mimeo::server::Readiness;
-use mimeo_envtest::ControlPlane;
 use serde_json::json;
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TARGETS: usize = 10;
@@ -29,35 +26,10 @@ async fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(100);
-    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml");
-    plane
-        .install_crds(&[crds])
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let client = plane.client().await.unwrap();
-
+    let mut h = common::Harness::without_controller().await;
+    let client = h.client.clone();
     let watches_without = apiserver_watches(&client).await;
-    let metrics = Arc::new(Metrics::new());
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let controller = {
-        let (client, metrics) = (plane.client().await.unwrap(), metrics.clone());
-        let mut stopped = stopped.clone();
-        tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            controller::run(
-                client,
-                ControllerConfig::default(),
-                metrics,
-                Readiness::default(),
-                shutdown,
-            )
-            .await
-            .unwrap();
-        })
-    };
+    h.start_controller().await;
 
     // Propagation: one Secret copied into TARGETS namespaces, rotated `rotations` times.
     namespace(&client, "bench-src", &[]).await;
@@ -159,8 +131,7 @@ async fn main() {
     println!("  100 rules reading one namespace               {hundred_same_ns}");
     println!("  + 100 rules each reading its own namespace    {plus_hundred_own_ns}");
 
-    stop.send(true).unwrap();
-    let _ = tokio::time::timeout(Duration::from_secs(30), controller).await;
+    h.stop_controller().await;
 }
 
 /// Waits until every target namespace has seen `value`; returns when the last one did.

@@ -116,19 +116,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         Ok(resource) => resource,
         Err(problem) => {
             ctx.watches.forget(&key);
-            let keep = previous.cloned().unwrap_or_default();
             let ready = Readiness {
                 ready: false,
                 reason: problem.reason.into(),
                 message: problem.message,
             };
-            publish_problem(&*rule, ctx, previous, &ready).await;
-            write_status(
-                &*rule,
-                ctx,
-                with_ready(keep, previous, rule.meta().generation, ready),
-            )
-            .await?;
+            refuse(&*rule, ctx, previous, ready).await?;
             return Ok(Action::await_change());
         }
     };
@@ -147,14 +140,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 reason: "PluginUnavailable".into(),
                 message: problem.to_string(),
             };
-            publish_problem(&*rule, ctx, previous, &ready).await;
-            let keep = previous.cloned().unwrap_or_default();
-            write_status(
-                &*rule,
-                ctx,
-                with_ready(keep, previous, rule.meta().generation, ready),
-            )
-            .await?;
+            refuse(&*rule, ctx, previous, ready).await?;
             // A plugin file or ConfigMap that appears later is noticed on the next look.
             return Ok(Action::requeue(RETRY_FAILED));
         }
@@ -206,6 +192,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     // Decide: every (source, place) pair is one copy.
     let mut planned = Vec::new();
     let mut taken = BTreeSet::new();
+    let mut source_hashes: Vec<(String, String)> = Vec::with_capacity(sources.len());
     for source in &sources {
         let source_ref = SourceRef {
             namespace: source.namespace(),
@@ -215,6 +202,10 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         // Items of a list carry no apiVersion and kind; the copy needs both.
         source_json["apiVersion"] = json!(resource.api_version);
         source_json["kind"] = json!(resource.kind);
+        source_hashes.push((
+            source_ref.name.clone(),
+            crate::sync::desired::source_hash(&source_json),
+        ));
         for place in &places {
             let target = CopyTarget {
                 cluster: None,
@@ -464,17 +455,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         .chain(leftovers)
         .collect();
     inventory.sort_by(|a, b| (&a.namespace, &a.name, &a.source).cmp(&(&b.namespace, &b.name, &b.source)));
-    let source_hash = (!sources.is_empty()).then(|| {
-        digest(&json!(
-            sources
-                .iter()
-                .map(|s| (
-                    s.name_any(),
-                    crate::sync::desired::source_hash(&serde_json::to_value(s.as_ref()).unwrap_or_default())
-                ))
-                .collect::<Vec<_>>()
-        ))
-    });
+    let source_hash = (!source_hashes.is_empty()).then(|| digest(&json!(source_hashes)));
     let ready = match (&spec.source.name, sources.is_empty()) {
         (Some(name), true) => Readiness {
             ready: false,
@@ -671,6 +652,24 @@ async fn remove_owned(
         crate::api::DeletionPolicy::Delete => "delete",
         crate::api::DeletionPolicy::Orphan => "orphan",
     }))
+}
+
+/// Reports a rule that cannot be acted on: a warning event and `Ready=False`, keeping the
+/// inventory as it was (its copies are left alone).
+async fn refuse<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    previous: Option<&RuleStatus>,
+    ready: Readiness,
+) -> Result<(), Error> {
+    publish_problem(rule, ctx, previous, &ready).await;
+    let keep = previous.cloned().unwrap_or_default();
+    write_status(
+        rule,
+        ctx,
+        with_ready(keep, previous, rule.meta().generation, ready),
+    )
+    .await
 }
 
 /// Writes the status with server-side apply, only when it differs from what is there.
