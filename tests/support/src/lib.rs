@@ -4,6 +4,11 @@
 //!
 //! The processes are killed and reaped when the [`ControlPlane`] is dropped, and die with the test
 //! process if it is killed. Nothing here ever talks to anything but 127.0.0.1.
+//!
+//! Besides the admin client certificate, each apiserver accepts one random bearer token
+//! ([`ControlPlane::admin_token`]), so tests can tell a valid token from a revoked one. The
+//! apiserver alone can be stopped and started again ([`ControlPlane::stop_apiserver`],
+//! [`ControlPlane::start_apiserver`]) to play an outage of a cluster that keeps its data.
 
 mod binaries;
 mod pki;
@@ -21,13 +26,22 @@ use kube::runtime::wait::{await_condition, conditions};
 use pki::Pki;
 use process::{Reaped, spawn_tied};
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::ffi::OsString;
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a control plane may take to become ready before start-up is called failed.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The user the static admin token authenticates as; in `system:masters`, like the certificate's.
+const TOKEN_USER: &str = "envtest-token-admin";
+
+/// How long a killed apiserver's port may keep accepting connections. The kernel closes the
+/// listener when the process is reaped, so this only runs out if another process took the port.
+const PORT_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -68,10 +82,17 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
 /// One running etcd + kube-apiserver pair.
 pub struct ControlPlane {
     // Field order is drop order: stop the apiserver before etcd, then remove the data directory.
-    apiserver: Reaped,
+    /// `None` between [`ControlPlane::stop_apiserver`] and [`ControlPlane::start_apiserver`].
+    apiserver: Option<Reaped>,
     etcd: Reaped,
     dir: tempfile::TempDir,
+    /// How kube-apiserver was started, so a restart is the same server: same port, certificates,
+    /// etcd and token file, hence the same URL and credentials for every client.
+    apiserver_command: (OsString, Vec<OsString>),
+    api_port: u16,
     server: String,
+    ca_cert: String,
+    admin_token: String,
     kubeconfig_yaml: String,
     kubeconfig_path: PathBuf,
     startup: Duration,
@@ -88,6 +109,14 @@ impl ControlPlane {
             .map_err(io("creating the data directory"))?;
         let pki = Pki::generate()?;
         let files = write_pki(dir.path(), &pki)?;
+        let admin_token = random_token()?;
+        let token_file = dir.path().join("tokens.csv");
+        // token,user,uid,"groups": the static-token format of --token-auth-file.
+        std::fs::write(
+            &token_file,
+            format!("{admin_token},{TOKEN_USER},{TOKEN_USER},\"system:masters\"\n"),
+        )
+        .map_err(io("writing tokens.csv"))?;
         let [etcd_port, peer_port, api_port] =
             ports::reserve::<3>().map_err(io("finding free loopback ports"))?;
 
@@ -118,6 +147,7 @@ impl ControlPlane {
             &format!("--tls-cert-file={}", files.serving_cert.display()),
             &format!("--tls-private-key-file={}", files.serving_key.display()),
             &format!("--client-ca-file={}", files.ca_cert.display()),
+            &format!("--token-auth-file={}", token_file.display()),
             &format!(
                 "--service-account-key-file={}",
                 files.service_account_pub.display()
@@ -132,21 +162,38 @@ impl ControlPlane {
             "--allow-privileged=true",
             "--enable-priority-and-fairness=false",
         ]);
+        let apiserver_command = (
+            apiserver.get_program().to_owned(),
+            apiserver.get_args().map(ToOwned::to_owned).collect(),
+        );
         let apiserver = start_logged(
             apiserver,
             "kube-apiserver",
             &dir.path().join("kube-apiserver.log"),
         )?;
 
-        let kubeconfig_yaml = kubeconfig(&server, &pki);
+        let kubeconfig_yaml = kubeconfig(
+            &server,
+            &pki.ca_cert,
+            "envtest-admin",
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(&pki.admin_cert),
+                b64(&pki.admin_key)
+            ),
+        );
         let kubeconfig_path = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig_path, &kubeconfig_yaml).map_err(io("writing the kubeconfig"))?;
 
         let mut plane = ControlPlane {
-            apiserver,
+            apiserver: Some(apiserver),
             etcd,
             dir,
+            apiserver_command,
+            api_port,
             server,
+            ca_cert: pki.ca_cert,
+            admin_token,
             kubeconfig_yaml,
             kubeconfig_path,
             startup: Duration::ZERO,
@@ -163,14 +210,73 @@ impl ControlPlane {
         Ok(plane)
     }
 
+    /// Stops kube-apiserver alone, as a crash would (SIGKILL), and returns once its port refuses
+    /// connections: from then on every request to [`server`](Self::server) fails to connect. etcd
+    /// keeps running and keeps the cluster's data for [`start_apiserver`](Self::start_apiserver).
+    /// Does nothing more than that wait if the apiserver is already stopped.
+    ///
+    /// Panics if the port still accepts connections after a while, which means another process
+    /// bound it: an outage could not be simulated, and neither could a restart on the same URL.
+    pub async fn stop_apiserver(&mut self) {
+        // Dropping kills and reaps it; the kernel closes its listener as the process exits.
+        drop(self.apiserver.take());
+        let port = SocketAddr::from((Ipv4Addr::LOCALHOST, self.api_port));
+        let deadline = Instant::now() + PORT_RELEASE_TIMEOUT;
+        // Loopback connects are answered at once, so a blocking one does not stall the runtime.
+        while TcpStream::connect_timeout(&port, Duration::from_millis(200)).is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "{} still accepts connections {PORT_RELEASE_TIMEOUT:?} after kube-apiserver was killed",
+                self.server
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts kube-apiserver again after [`stop_apiserver`](Self::stop_apiserver), with the same
+    /// arguments, so on the same port and URL with the same certificates and tokens, and on the
+    /// same etcd, so with the data written before the stop. Waits until it reports ready, like
+    /// [`start`](Self::start), and returns how long that took from spawning it. If the apiserver
+    /// is running already, only waits until it is ready.
+    ///
+    /// Go's listener sets `SO_REUSEADDR`, so the port can be bound again at once even though the
+    /// killed server's connections linger in `TIME_WAIT`. Its log is appended to the first run's.
+    pub async fn start_apiserver(&mut self) -> Result<Duration, Error> {
+        let started = Instant::now();
+        if self.apiserver.is_none() {
+            let (program, args) = &self.apiserver_command;
+            let mut command = Command::new(program);
+            command.args(args);
+            self.apiserver = Some(start_logged(
+                command,
+                "kube-apiserver",
+                &self.dir.path().join("kube-apiserver.log"),
+            )?);
+        }
+        self.wait_ready().await?;
+        let ready = started.elapsed();
+        // Straight to stderr, like start-up: how long the outage outlasted the stop belongs in every log.
+        let _ = writeln!(
+            std::io::stderr(),
+            "envtest: kube-apiserver at {} ready again in {ready:.2?}",
+            self.server
+        );
+        Ok(ready)
+    }
+
     async fn wait_ready(&mut self) -> Result<(), Error> {
         let client = self.client().await?;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            let exited = [&mut self.etcd, &mut self.apiserver].into_iter().find_map(|p| {
-                p.exited()
-                    .map(|status| format!("{} exited with {status}", p.name))
-            });
+            if self.apiserver.is_none() {
+                return Err(self.not_ready("kube-apiserver is stopped".to_owned()));
+            }
+            let exited = std::iter::once(&mut self.etcd)
+                .chain(self.apiserver.as_mut())
+                .find_map(|p| {
+                    p.exited()
+                        .map(|status| format!("{} exited with {status}", p.name))
+                });
             if let Some(reason) = exited {
                 return Err(self.not_ready(reason));
             }
@@ -213,6 +319,27 @@ impl ControlPlane {
         &self.kubeconfig_yaml
     }
 
+    /// A bearer token the apiserver accepts, for a user in `system:masters`. It is random per
+    /// control plane, so no other token works: tests use it to tell a valid token from a revoked
+    /// or unknown one, which a client certificate cannot show.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// A kubeconfig for this plane's server and CA whose user authenticates with `token` as a
+    /// bearer token. With [`admin_token`](Self::admin_token) it has cluster-admin rights; with
+    /// any other token every request is refused with 401 Unauthorized.
+    pub fn token_kubeconfig_yaml(&self, token: &str) -> String {
+        // A JSON string is a valid YAML double-quoted scalar: any made-up token stays one string.
+        let token = serde_json::to_string(token).expect("a string serialises");
+        kubeconfig(
+            &self.server,
+            &self.ca_cert,
+            "envtest-token",
+            &format!("    token: {token}\n"),
+        )
+    }
+
     /// The admin kubeconfig on disk, for `kubectl --kubeconfig` and for processes under test.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path
@@ -228,9 +355,10 @@ impl ControlPlane {
         self.startup
     }
 
-    /// The process ids of etcd and kube-apiserver.
+    /// The process ids of etcd and kube-apiserver; kube-apiserver's is 0 while it is stopped
+    /// (see [`stop_apiserver`](Self::stop_apiserver)), as no process has that id.
     pub fn pids(&self) -> [u32; 2] {
-        [self.etcd.pid(), self.apiserver.pid()]
+        [self.etcd.pid(), self.apiserver.as_ref().map_or(0, Reaped::pid)]
     }
 
     /// Server-side applies every CustomResourceDefinition found in the given YAML files (other
@@ -300,8 +428,23 @@ fn write_pki(dir: &Path, pki: &Pki) -> Result<PkiFiles, Error> {
     })
 }
 
-fn kubeconfig(server: &str, pki: &Pki) -> String {
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+/// 32 hex characters from the kernel's random source: a token nobody can guess or reuse from
+/// another control plane. `/dev/urandom` rather than a crate: this is the one random value needed.
+fn random_token() -> Result<String, Error> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(io("reading /dev/urandom"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// A kubeconfig with one cluster, one user and one context; `credentials` are the user's fields,
+/// each a line indented by four spaces.
+fn kubeconfig(server: &str, ca_cert: &str, user: &str, credentials: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Config
@@ -311,25 +454,26 @@ clusters:
     server: {server}
     certificate-authority-data: {ca}
 users:
-- name: envtest-admin
+- name: {user}
   user:
-    client-certificate-data: {cert}
-    client-key-data: {key}
-contexts:
+{credentials}contexts:
 - name: envtest
   context:
     cluster: envtest
-    user: envtest-admin
+    user: {user}
 current-context: envtest
 ",
-        ca = b64(&pki.ca_cert),
-        cert = b64(&pki.admin_cert),
-        key = b64(&pki.admin_key),
+        ca = b64(ca_cert),
     )
 }
 
+/// Spawns `command` with its output appended to `log`: a restarted process keeps its earlier log.
 fn start_logged(mut command: Command, name: &'static str, log: &Path) -> Result<Reaped, Error> {
-    let file = std::fs::File::create(log).map_err(io(format!("creating {}", log.display())))?;
+    let file = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io(format!("opening {}", log.display())))?;
     let file2 = file.try_clone().map_err(io("duplicating a log handle"))?;
     command.stdin(Stdio::null()).stdout(file).stderr(file2);
     let child = spawn_tied(command).map_err(io(format!("starting {name}")))?;

@@ -1,8 +1,11 @@
 //! The envtest support itself: control planes are isolated from each other and leave no process
-//! behind, whether dropped, unwound by a panic, or abandoned by a killed test process.
+//! behind, whether dropped, unwound by a panic, or abandoned by a killed test process; the static
+//! admin token is the only one accepted; a stopped apiserver comes back with its data.
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use mimeo_envtest::ControlPlane;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -126,4 +129,82 @@ async fn abandoning_helper() {
     let [etcd, apiserver] = plane.pids();
     println!("PIDS {etcd},{apiserver}");
     std::process::abort();
+}
+
+async fn token_client(plane: &ControlPlane, token: &str) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(&plane.token_kubeconfig_yaml(token)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+#[tokio::test]
+async fn the_admin_token_is_accepted_and_a_made_up_one_is_not() {
+    let plane = start().await;
+    let admin = token_client(&plane, plane.admin_token()).await;
+    Api::<Namespace>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("the admin token lists namespaces");
+    let review = Api::<SelfSubjectReview>::all(admin)
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .unwrap();
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    assert_eq!(user.username.as_deref(), Some("envtest-token-admin"));
+    assert!(
+        user.groups
+            .unwrap_or_default()
+            .iter()
+            .any(|g| g == "system:masters"),
+        "the token's user is a cluster admin"
+    );
+
+    let made_up = token_client(&plane, "0123456789abcdef0123456789abcdef").await;
+    match Api::<Namespace>::all(made_up).list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 401, "{status:?}"),
+        other => panic!("a made-up token should get 401 Unauthorized, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_apiserver_comes_back_on_the_same_url_with_its_data() {
+    let mut plane = start().await;
+    plane
+        .create_namespace("written-before-the-outage", &[])
+        .await
+        .unwrap();
+    let server = plane.server().to_owned();
+    // One client across the outage, as a controller holds one: it must reach the apiserver again.
+    let namespaces: Api<Namespace> = Api::all(plane.client().await.unwrap());
+    let [etcd, apiserver] = plane.pids();
+
+    plane.stop_apiserver().await;
+    assert_eq!(
+        wait_gone(&[apiserver]).await,
+        Vec::<u32>::new(),
+        "kube-apiserver still runs"
+    );
+    assert_eq!(plane.pids(), [etcd, 0]);
+    assert!(alive(etcd), "etcd runs on through the outage");
+    match namespaces.get("written-before-the-outage").await {
+        Err(kube::Error::Api(status)) => panic!("a stopped apiserver answered: {status:?}"),
+        Err(_) => {}
+        Ok(_) => panic!("a stopped apiserver served a request"),
+    }
+
+    let took = plane.start_apiserver().await.unwrap_or_else(|e| panic!("{e}"));
+    println!("kube-apiserver ready again in {took:.2?}");
+    assert_eq!(plane.server(), server, "the restarted apiserver has the same URL");
+    let [_, restarted] = plane.pids();
+    assert!(restarted != 0 && restarted != apiserver && alive(restarted));
+    namespaces
+        .get("written-before-the-outage")
+        .await
+        .expect("data written before the outage survives it");
+    Api::<Namespace>::all(token_client(&plane, plane.admin_token()).await)
+        .get("written-before-the-outage")
+        .await
+        .expect("the admin token is still accepted after the restart");
 }
