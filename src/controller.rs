@@ -3,6 +3,7 @@
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
 mod error;
+mod fleet;
 mod plugins;
 mod reconcile;
 mod remote;
@@ -19,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
 use crate::sync::kinds::supported_resources;
+use fleet::Fleet;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -26,7 +28,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
 use std::future::Future;
 use std::sync::Arc;
-use watches::{Triggers, Watches};
+use watches::Triggers;
 
 /// What the controller is started with.
 #[derive(Clone, Debug, Default)]
@@ -46,7 +48,7 @@ pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    watches: Arc<Watches>,
+    fleet: Arc<Fleet>,
     plugins: plugins::Plugins,
 }
 
@@ -86,7 +88,7 @@ pub async fn run(
 ) -> Result<(), Error> {
     check_crds(&client).await?;
     let (triggers, streams) = Triggers::new();
-    let watches = Watches::start(client.clone(), metrics.clone(), triggers, supported_resources());
+    let fleet = Fleet::start(client.clone(), metrics.clone(), triggers, supported_resources());
     let host = PluginHost::new(config.plugin_host.clone()).map_err(|e| Error::PluginHost(e.to_string()))?;
     let reporter = Reporter {
         controller: "mimeo".into(),
@@ -96,7 +98,7 @@ pub async fn run(
         client: client.clone(),
         metrics,
         recorder: Recorder::new(client.clone(), reporter),
-        watches: watches.clone(),
+        fleet: fleet.clone(),
         plugins: plugins::Plugins::new(host, client.clone(), config.plugin_dir.clone()),
     });
 
@@ -112,9 +114,9 @@ pub async fn run(
         }
     };
 
-    let ready_watches = watches.clone();
+    let ready_fleet = fleet.clone();
     tokio::spawn(async move {
-        if ready_watches.wait_ready().await.is_ok() {
+        if ready_fleet.wait_ready().await.is_ok() {
             readiness.set_ready();
         }
     });
@@ -162,6 +164,7 @@ pub async fn run(
                 Api::<RemoteCluster>::all(client.clone()),
                 watcher::Config::default(),
             )
+            .reconcile_on(streams.remote_clusters)
             .graceful_shutdown_on(stopped())
             .run(remote::reconcile, remote::error_policy, ctx.clone())
             .for_each(|result| async move {
@@ -176,7 +179,8 @@ pub async fn run(
     Ok(())
 }
 
-/// How many shared source watches the controller runs now (for tests and benchmarks).
+/// How many shared source watches the controller runs now, in all clusters (for tests and
+/// benchmarks).
 pub fn source_watch_count(ctx: &Context) -> usize {
-    ctx.watches.source_watch_count()
+    ctx.fleet.source_watch_count()
 }

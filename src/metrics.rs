@@ -154,8 +154,9 @@ impl Metrics {
             .inc();
     }
 
-    pub fn set_source_watches(&self, count: usize) {
-        self.source_watches.set(count as i64);
+    /// Counts shared source watches started (positive) or stopped (negative), in any cluster.
+    pub fn add_source_watches(&self, delta: i64) {
+        self.source_watches.inc_by(delta);
     }
 
     /// Records how many copies of `rule` are in each state; `None` forgets the rule.

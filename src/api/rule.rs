@@ -54,6 +54,14 @@ fn sync_rule_source_has_no_namespace() -> Rule {
         .field_path(".spec.source.namespace")
 }
 
+fn sync_rule_creates_no_namespace() -> Rule {
+    Rule::new("self.spec.targets.all(t, !has(t.createNamespace) || !t.createNamespace)")
+        .message(
+            "createNamespace is only for ClusterSyncRules: a SyncRule's author may not create namespaces",
+        )
+        .field_path(".spec.targets")
+}
+
 fn sync_rule_source_is_namespaced() -> Rule {
     Rule::new(format!("!({SOURCE_IS_CLUSTER_POLICY})"))
         .message("a ClusterPolicy is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule")
@@ -80,6 +88,7 @@ fn sync_rule_source_is_namespaced() -> Rule {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = sync_rule_source_has_no_namespace(),
     validation = sync_rule_source_is_namespaced(),
+    validation = sync_rule_creates_no_namespace(),
     validation = targets_need_namespace(),
 )]
 pub struct SyncRuleSpec {
@@ -195,6 +204,8 @@ pub struct Source {
         .message("set namespace or namespaceSelector in a target, not both"),
     validation = Rule::new("!(has(self.cluster) && has(self.clusterSelector))")
         .message("set cluster or clusterSelector in a target, not both"),
+    validation = Rule::new("!has(self.createNamespace) || !self.createNamespace || has(self.__namespace__)")
+        .message("createNamespace needs a namespace by name: namespaces matched by a selector already exist"),
 )]
 pub struct Target {
     /// The namespace the copy is written to.
@@ -215,6 +226,10 @@ pub struct Target {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub name: Option<String>,
+    /// Creates `namespace` when it does not exist, instead of waiting for it. Only in a
+    /// `ClusterSyncRule`. mimeo never deletes a namespace it created.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_namespace: bool,
 }
 
 /// One step of the transform chain.
@@ -360,6 +375,13 @@ pub enum CopyState {
     Skipped,
     /// A transform plugin failed on this copy; the previous copy, if any, is left as it is.
     PluginFailed,
+    /// The copy's cluster does not answer; the copy is written when it does.
+    Unreachable,
+    /// The copy's cluster rejects the credentials of its `RemoteCluster`, or they lack a
+    /// permission; `message` says which.
+    Unauthorized,
+    /// The `RemoteCluster` named for the copy does not exist; copies there are left as they are.
+    ClusterMissing,
     /// Writing the copy failed; `message` says why.
     Failed,
 }

@@ -2,29 +2,32 @@
 
 use super::Context;
 use super::error::{Error, short_message};
+use super::fleet::{ClusterHandle, ClusterProblem};
 use super::rule::RuleResource;
 use super::status::{Readiness, summarize, with_ready};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
-use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef};
+use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
+use crate::clusters;
 use crate::plugin::{ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message};
 use crate::sync::desired::{CopyTarget, DesiredCopy, desired_copy};
 use crate::sync::hash::digest;
 use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
-use crate::sync::targets::{placements, selector};
+use crate::sync::targets::{NamespaceInfo, Placement, placements, selector, targets_by_cluster};
 use crate::sync::validate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +35,12 @@ use std::time::{Duration, Instant};
 const RESYNC: Duration = Duration::from_secs(600);
 /// How soon a rule with failed copies is retried.
 const RETRY_FAILED: Duration = Duration::from_secs(15);
+/// How soon a rule whose copies sit in a cluster that does not answer, or refuses its
+/// credentials, looks again on its own: the cluster's prober and the kubeconfig Secret's watch
+/// wake it sooner, so this is only a backstop.
+const RETRY_UNREACHABLE: Duration = Duration::from_secs(60);
+/// How long one request to another cluster may take.
+const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Writes in flight at once for one rule.
 const WRITE_CONCURRENCY: usize = 16;
 /// Per-copy events per reconcile; the rest are summed up in one.
@@ -106,16 +115,31 @@ impl Planned {
     }
 }
 
+/// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
+struct TargetCluster {
+    name: Option<String>,
+    targets: Vec<Target>,
+    usable: Result<ClusterHandle, ClusterProblem>,
+}
+
+/// A usable target cluster with what its caches say, read once per reconcile.
+struct Reachable<'a> {
+    name: &'a Option<String>,
+    handle: &'a ClusterHandle,
+    namespaces: Vec<NamespaceInfo>,
+    places: Vec<Placement>,
+}
+
 async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, Error> {
     let key = rule.key();
     let spec = rule.rule_spec();
     let previous = rule.rule_status();
-    ctx.watches.wait_ready().await?;
+    ctx.fleet.wait_ready().await?;
 
     let resource = match validate::check(spec) {
         Ok(resource) => resource,
         Err(problem) => {
-            ctx.watches.forget(&key);
+            ctx.fleet.forget(&key);
             let ready = Readiness {
                 ready: false,
                 reason: problem.reason.into(),
@@ -146,29 +170,103 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         }
     };
 
-    // Gather: declare what this rule watches, then read the caches.
-    let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
-    let previously_matched: BTreeSet<String> = previous
-        .map(|p| p.targets.iter().map(|c| c.source.name.clone()).collect())
-        .unwrap_or_default();
-    let interest = Interest {
-        source: Some(SourceInterest {
-            watch: SourceWatchKey::new(&resource, &source_ns),
-            resource: resource.clone(),
-            name: spec.source.name.clone(),
-            selector: source_selector.clone(),
-            matched: previously_matched,
-        }),
-        namespaces: NamespaceInterest {
-            names: spec.targets.iter().filter_map(|t| t.namespace.clone()).collect(),
-            any: spec.targets.iter().any(|t| t.namespace_selector.is_some()),
+    // Which clusters: the source's, every target's, and every one that still holds copies.
+    let mut by_cluster =
+        targets_by_cluster(&spec.targets, |labels| ctx.fleet.matching_clusters(labels)).unwrap_or_default();
+    let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
+    let previous_copies = previous.map(|p| p.targets.as_slice()).unwrap_or_default();
+    for copy in previous_copies {
+        by_cluster.entry(copy.cluster.clone()).or_default();
+    }
+    by_cluster.entry(None).or_default();
+    let mut remote_names: BTreeSet<String> = by_cluster.keys().flatten().cloned().collect();
+    remote_names.extend(source_cluster.iter().cloned());
+    let selects_clusters = spec.targets.iter().any(|t| t.cluster_selector.is_some());
+    ctx.fleet.uses(&key, remote_names, selects_clusters);
+
+    let source_side = match &source_cluster {
+        None => ctx.fleet.local().clone(),
+        Some(name) => match ctx.fleet.cluster(&key, name).await {
+            Ok(handle) => handle,
+            Err(problem) => {
+                let reason = match problem.state {
+                    CopyState::ClusterMissing => "SourceClusterMissing".to_owned(),
+                    CopyState::NotAccepted => "SourceClusterNotAllowed".to_owned(),
+                    other => format!("SourceCluster{other:?}"),
+                };
+                let ready = Readiness {
+                    ready: false,
+                    reason,
+                    message: format!(
+                        "the source cannot be read: {}; copies are left as they are",
+                        problem.message
+                    ),
+                };
+                refuse(&*rule, ctx, previous, ready).await?;
+                return Ok(Action::requeue(RETRY_UNREACHABLE));
+            }
         },
     };
-    let store = ctx
-        .watches
-        .declare(&key, interest)
-        .await?
-        .ok_or_else(|| Error::NotReady("no source cache".into()))?;
+    let clusters: Vec<TargetCluster> =
+        futures::future::join_all(by_cluster.into_iter().map(|(name, targets)| async {
+            let usable = match &name {
+                None => Ok(ctx.fleet.local().clone()),
+                Some(remote) => ctx.fleet.cluster(&key, remote).await,
+            };
+            TargetCluster {
+                name,
+                targets,
+                usable,
+            }
+        }))
+        .await;
+
+    // Gather: declare what this rule watches in each cluster, then read the caches.
+    let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
+    let previously_matched: BTreeSet<String> =
+        previous_copies.iter().map(|c| c.source.name.clone()).collect();
+    let source_interest = SourceInterest {
+        watch: SourceWatchKey::new(&resource, &source_ns),
+        resource: resource.clone(),
+        name: spec.source.name.clone(),
+        selector: source_selector.clone(),
+        matched: previously_matched,
+    };
+    let uses_remote_targets = clusters.iter().any(|c| c.name.is_some());
+    let mut store = None;
+    for cluster in &clusters {
+        let Ok(handle) = &cluster.usable else { continue };
+        let is_source = cluster.name == source_cluster;
+        let mut names: BTreeSet<String> = cluster
+            .targets
+            .iter()
+            .filter_map(|t| t.namespace.clone())
+            .collect();
+        if cluster.name.is_none() && uses_remote_targets && key.kind == RuleKind::SyncRule {
+            // Its namespace's labels decide which RemoteClusters it may use.
+            names.extend(key.namespace.clone());
+        }
+        let interest = Interest {
+            source: is_source.then(|| source_interest.clone()),
+            namespaces: NamespaceInterest {
+                names,
+                any: cluster.targets.iter().any(|t| t.namespace_selector.is_some()),
+            },
+        };
+        let declared = handle.watches.declare(&key, interest).await?;
+        if is_source {
+            store = declared;
+        }
+    }
+    if store.is_none() {
+        // The source lives in a cluster that gets no copies of this rule.
+        let interest = Interest {
+            source: Some(source_interest.clone()),
+            namespaces: NamespaceInterest::default(),
+        };
+        store = source_side.watches.declare(&key, interest).await?;
+    }
+    let store = store.ok_or_else(|| Error::NotReady("no source cache".into()))?;
     let mut sources: Vec<Arc<DynamicObject>> = store
         .state()
         .into_iter()
@@ -180,16 +278,25 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         })
         .collect();
     sources.sort_by_key(|o| o.name_any());
-    ctx.watches
+    source_side
+        .watches
         .set_matched(&key, sources.iter().map(|o| o.name_any()).collect());
-    let namespaces = ctx.watches.namespaces();
-    let annotations: HashMap<&str, &BTreeMap<String, String>> = namespaces
+    let reachable: Vec<Reachable> = clusters
         .iter()
-        .map(|n| (n.name.as_str(), &n.annotations))
+        .filter_map(|c| {
+            let handle = c.usable.as_ref().ok()?;
+            let namespaces = handle.watches.namespaces();
+            let places = placements(&c.targets, &namespaces).unwrap_or_default();
+            Some(Reachable {
+                name: &c.name,
+                handle,
+                namespaces,
+                places,
+            })
+        })
         .collect();
-    let places = placements(&spec.targets, &namespaces).unwrap_or_default();
 
-    // Decide: every (source, place) pair is one copy.
+    // Decide: every (source, cluster, place) triple is one copy.
     let mut planned = Vec::new();
     let mut taken = BTreeSet::new();
     let mut source_hashes: Vec<(String, String)> = Vec::with_capacity(sources.len());
@@ -206,145 +313,258 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             source_ref.name.clone(),
             crate::sync::desired::source_hash(&source_json),
         ));
-        for place in &places {
-            let target = CopyTarget {
-                cluster: None,
-                namespace: Some(place.namespace.clone()),
-                name: place.rename.clone().unwrap_or_else(|| source.name_any()),
-            };
-            if target.namespace == source_ref.namespace && target.name == source_ref.name {
-                // A selector that matches the source's own namespace: the source is not its own copy.
-                continue;
-            }
-            if !taken.insert((target.namespace.clone(), target.name.clone())) {
-                let why =
-                    "another source of this rule maps to the same copy; give each target its own name".into();
-                planned.push(Planned::blocked(
-                    target,
-                    source_ref.clone(),
-                    CopyState::Conflict,
-                    why,
-                ));
-                continue;
-            }
-            if !place.exists {
-                let why = format!("namespace {} does not exist or is being deleted", place.namespace);
-                planned.push(Planned::blocked(
-                    target,
-                    source_ref.clone(),
-                    CopyState::NamespaceMissing,
-                    why,
-                ));
-                continue;
-            }
-            if !accepts(
-                &key,
-                &place.namespace,
-                annotations.get(place.namespace.as_str()).copied(),
-            ) {
-                let why = not_accepted_message(&key, &place.namespace);
-                planned.push(Planned::blocked(
-                    target,
-                    source_ref.clone(),
-                    CopyState::NotAccepted,
-                    why,
-                ));
-                continue;
-            }
-            let mut desired = desired_copy(&key, &spec.metadata, &source_json, &source_ref, target.clone());
-            if !chain.is_empty() {
-                let plugin_ctx = TransformContext {
-                    rule: key.to_string(),
-                    source_api_version: resource.api_version.clone(),
-                    source_kind: resource.kind.clone(),
-                    source_namespace: source_ref.namespace.clone(),
-                    source_name: source_ref.name.clone(),
-                    source_cluster: String::new(),
-                    target_cluster: String::new(),
-                    target_namespace: target.namespace.clone(),
-                    target_name: target.name.clone(),
+        for cluster in &reachable {
+            let annotations: HashMap<&str, &BTreeMap<String, String>> = cluster
+                .namespaces
+                .iter()
+                .map(|n| (n.name.as_str(), &n.annotations))
+                .collect();
+            for place in &cluster.places {
+                let target = CopyTarget {
+                    cluster: cluster.name.clone(),
+                    namespace: Some(place.namespace.clone()),
+                    name: place.rename.clone().unwrap_or_else(|| source.name_any()),
                 };
-                match ctx.plugins.run(&chain, plugin_ctx, desired.object.clone()).await {
-                    Ok(ChainOutcome::Write(object)) => desired.replace_object(object),
-                    Ok(ChainOutcome::Skip { plugin, reason }) => {
-                        let why = format!("skipped by plugin {plugin}: {reason}");
-                        planned.push(Planned::blocked(
-                            target,
-                            source_ref.clone(),
-                            CopyState::Skipped,
-                            why,
+                if *cluster.name == source_cluster
+                    && target.namespace == source_ref.namespace
+                    && target.name == source_ref.name
+                {
+                    // A selector that matches the source's own namespace: the source is not its own copy.
+                    continue;
+                }
+                if !taken.insert((
+                    target.cluster.clone(),
+                    target.namespace.clone(),
+                    target.name.clone(),
+                )) {
+                    let why =
+                        "another source of this rule maps to the same copy; give each target its own name"
+                            .into();
+                    planned.push(Planned::blocked(
+                        target,
+                        source_ref.clone(),
+                        CopyState::Conflict,
+                        why,
+                    ));
+                    continue;
+                }
+                if !place.exists && !place.create {
+                    let why = format!("namespace {} does not exist or is being deleted", place.namespace);
+                    planned.push(Planned::blocked(
+                        target,
+                        source_ref.clone(),
+                        CopyState::NamespaceMissing,
+                        why,
+                    ));
+                    continue;
+                }
+                if !accepts(
+                    &key,
+                    &place.namespace,
+                    annotations.get(place.namespace.as_str()).copied(),
+                ) {
+                    let why = not_accepted_message(&key, &place.namespace);
+                    planned.push(Planned::blocked(
+                        target,
+                        source_ref.clone(),
+                        CopyState::NotAccepted,
+                        why,
+                    ));
+                    continue;
+                }
+                if !place.exists {
+                    // Only a ClusterSyncRule target may say createNamespace (the schema says so).
+                    match remote_call(
+                        cluster.name,
+                        write::create_namespace(&cluster.handle.client, &place.namespace),
+                    )
+                    .await
+                    {
+                        Ok(()) => {
+                            tracing::info!(rule = %key, namespace = %place.namespace, cluster = cluster.name.as_deref().unwrap_or_default(), "created a target namespace");
+                        }
+                        Err(e) => {
+                            let (state, why) = failure(ctx, cluster.name, "creating the namespace", &e);
+                            planned.push(Planned::blocked(target, source_ref.clone(), state, why));
+                            continue;
+                        }
+                    }
+                }
+                let mut desired =
+                    desired_copy(&key, &spec.metadata, &source_json, &source_ref, target.clone());
+                if !chain.is_empty() {
+                    let plugin_ctx = TransformContext {
+                        rule: key.to_string(),
+                        source_api_version: resource.api_version.clone(),
+                        source_kind: resource.kind.clone(),
+                        source_namespace: source_ref.namespace.clone(),
+                        source_name: source_ref.name.clone(),
+                        source_cluster: source_cluster.clone().unwrap_or_default(),
+                        target_cluster: cluster.name.clone().unwrap_or_default(),
+                        target_namespace: target.namespace.clone(),
+                        target_name: target.name.clone(),
+                    };
+                    match ctx.plugins.run(&chain, plugin_ctx, desired.object.clone()).await {
+                        Ok(ChainOutcome::Write(object)) => desired.replace_object(object),
+                        Ok(ChainOutcome::Skip { plugin, reason }) => {
+                            let why = format!("skipped by plugin {plugin}: {reason}");
+                            planned.push(Planned::blocked(
+                                target,
+                                source_ref.clone(),
+                                CopyState::Skipped,
+                                why,
+                            ));
+                            continue;
+                        }
+                        Err(e) => {
+                            ctx.metrics.plugin_failed(e.error.label());
+                            let mut failed = Planned::blocked(
+                                target,
+                                source_ref.clone(),
+                                CopyState::PluginFailed,
+                                short_message(&e.to_string()),
+                            );
+                            failed.keeps_previous = true;
+                            planned.push(failed);
+                            continue;
+                        }
+                    }
+                }
+                let mut plan = Planned {
+                    target,
+                    source: source_ref.clone(),
+                    source_version: source.resource_version(),
+                    state: CopyState::Synced,
+                    message: None,
+                    desired: None,
+                    live: None,
+                    decision: None,
+                    keeps_previous: false,
+                };
+                match live_object(cluster.handle, &resource, &place.namespace, &desired.target.name).await {
+                    Ok(live) => {
+                        let may_take_over = key.kind == RuleKind::ClusterSyncRule
+                            || (cluster.name.is_none() && key.namespace.as_deref() == Some(&place.namespace));
+                        plan.decision = Some(decide(
+                            &key,
+                            &desired,
+                            live.as_ref(),
+                            spec.conflict,
+                            may_take_over,
                         ));
-                        continue;
+                        plan.live = live;
                     }
                     Err(e) => {
-                        ctx.metrics.plugin_failed(e.error.label());
-                        let mut failed = Planned::blocked(
-                            target,
-                            source_ref.clone(),
-                            CopyState::PluginFailed,
-                            short_message(&e.to_string()),
-                        );
-                        failed.keeps_previous = true;
-                        planned.push(failed);
-                        continue;
+                        let (state, why) = failure(ctx, cluster.name, "reading the current object", &e);
+                        plan.state = state;
+                        plan.message = Some(why);
+                        // Whatever is there stays: nothing was learnt about it.
+                        plan.keeps_previous = true;
                     }
                 }
+                plan.desired = Some(desired);
+                planned.push(plan);
             }
-            let mut plan = Planned {
-                target,
-                source: source_ref.clone(),
-                source_version: source.resource_version(),
-                state: CopyState::Synced,
-                message: None,
-                desired: None,
-                live: None,
-                decision: None,
-                keeps_previous: false,
+        }
+    }
+    // Clusters that cannot be used now: their copies stay as they are, marked with the reason.
+    for cluster in &clusters {
+        let Err(problem) = &cluster.usable else { continue };
+        let mut marked = 0;
+        for copy in previous_copies.iter().filter(|c| c.cluster == cluster.name) {
+            let target = CopyTarget {
+                cluster: cluster.name.clone(),
+                namespace: copy.namespace.clone(),
+                name: copy.name.clone(),
             };
-            match live_object(ctx, &resource, &place.namespace, &desired.target.name).await {
-                Ok(live) => {
-                    let may_take_over = key.kind == RuleKind::ClusterSyncRule
-                        || key.namespace.as_deref() == Some(&place.namespace);
-                    plan.decision = Some(decide(
-                        &key,
-                        &desired,
-                        live.as_ref(),
-                        spec.conflict,
-                        may_take_over,
-                    ));
-                    plan.live = live;
+            if taken.insert((
+                target.cluster.clone(),
+                target.namespace.clone(),
+                target.name.clone(),
+            )) {
+                let mut kept = Planned::blocked(
+                    target,
+                    copy.source.clone(),
+                    problem.state,
+                    problem.message.clone(),
+                );
+                kept.keeps_previous = true;
+                planned.push(kept);
+                marked += 1;
+            }
+        }
+        for source in &sources {
+            for target in &cluster.targets {
+                let target = CopyTarget {
+                    cluster: cluster.name.clone(),
+                    namespace: target.namespace.clone(),
+                    name: target.name.clone().unwrap_or_else(|| source.name_any()),
+                };
+                // Named namespaces are known without the cluster; selected ones are not.
+                if target.namespace.is_none() && marked > 0 {
+                    continue;
                 }
-                Err(e) => {
-                    plan.state = CopyState::Failed;
-                    plan.message = Some(short_message(&format!("reading the current object: {e}")));
+                if taken.insert((
+                    target.cluster.clone(),
+                    target.namespace.clone(),
+                    target.name.clone(),
+                )) {
+                    let source_ref = SourceRef {
+                        namespace: source.namespace(),
+                        name: source.name_any(),
+                    };
+                    planned.push(Planned::blocked(
+                        target,
+                        source_ref,
+                        problem.state,
+                        problem.message.clone(),
+                    ));
+                    marked += 1;
                 }
             }
-            plan.desired = Some(desired);
-            planned.push(plan);
         }
     }
 
     // Write.
     let mut events = EventLog::default();
     // Owned jobs: borrowed ones trip up the `Send` proof of the reconcile future.
-    let jobs: Vec<(usize, Write, DesiredCopy, Option<DynamicObject>)> = planned
+    type Job = (
+        usize,
+        Write,
+        DesiredCopy,
+        Option<DynamicObject>,
+        Client,
+        Option<String>,
+    );
+    let jobs: Vec<Job> = planned
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match (&p.decision, &p.desired) {
-            (Some(Decision::Write(how)), Some(desired)) => Some((i, *how, desired.clone(), p.live.clone())),
+            (Some(Decision::Write(how)), Some(desired)) => {
+                let handle = reachable.iter().find(|c| *c.name == p.target.cluster)?.handle;
+                Some((
+                    i,
+                    *how,
+                    desired.clone(),
+                    p.live.clone(),
+                    handle.client.clone(),
+                    p.target.cluster.clone(),
+                ))
+            }
             _ => None,
         })
         .collect();
-    let (client, kind) = (ctx.client.clone(), resource.clone());
-    let results: Vec<(usize, Write, kube::Result<()>)> = futures::stream::iter(jobs)
-        .map(move |(i, how, desired, live)| {
-            let (client, kind) = (client.clone(), kind.clone());
+    let kind = resource.clone();
+    let results: Vec<(usize, Write, kube::Result<DynamicObject>)> = futures::stream::iter(jobs)
+        .map(move |(i, how, desired, live, client, cluster)| {
+            let kind = kind.clone();
             async move {
-                (
-                    i,
-                    how,
-                    write::write(&client, &kind, &desired, live.as_ref(), how).await,
+                let result = remote_call(
+                    &cluster,
+                    write::write(&client, &kind, &desired, live.as_ref(), how),
                 )
+                .await;
+                (i, how, result)
             }
         })
         .buffer_unordered(WRITE_CONCURRENCY)
@@ -354,7 +574,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         let plan = &mut planned[i];
         let place = place_of(&plan.target);
         match result {
-            Ok(()) => {
+            Ok(stored) => {
+                if let Some(cluster) = reachable.iter().find(|c| *c.name == plan.target.cluster) {
+                    cluster
+                        .handle
+                        .watches
+                        .wrote(&resource, plan.live.as_ref(), stored);
+                }
                 ctx.metrics.wrote(verb(how));
                 tracing::info!(rule = %key, copy = %place, verb = verb(how), "wrote a copy");
                 events.note_copy(
@@ -365,7 +591,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     &plan.target,
                 );
                 if let Some(seen) = plan.source_version.as_deref().and_then(|rv| {
-                    ctx.watches.seen_at(
+                    source_side.watches.seen_at(
                         &resource,
                         plan.source.namespace.as_deref().unwrap_or_default(),
                         &plan.source.name,
@@ -376,9 +602,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 }
             }
             Err(e) => {
-                plan.state = CopyState::Failed;
-                plan.message = Some(short_message(&format!("writing the copy: {e}")));
+                let (state, why) = failure(ctx, &plan.target.cluster, "writing the copy", &e);
+                plan.state = state;
+                plan.message = Some(why);
                 plan.decision = None;
+                // A copy whose write did not arrive stays until a write does.
+                plan.keeps_previous = state != CopyState::Failed;
             }
         }
     }
@@ -389,51 +618,71 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         }
     }
 
-    // Remove what the rule owns but no longer wants.
-    let keep: BTreeSet<(Option<String>, String)> = planned
+    // Remove what the rule owns but no longer wants, in every cluster that can be reached.
+    let keep: BTreeSet<(Option<String>, Option<String>, String)> = planned
         .iter()
         .filter(|p| p.holds_copy())
-        .map(|p| (p.target.namespace.clone(), p.target.name.clone()))
+        .map(|p| {
+            (
+                p.target.cluster.clone(),
+                p.target.namespace.clone(),
+                p.target.name.clone(),
+            )
+        })
         .collect();
     let mut leftovers = Vec::new();
-    for (kind, namespace, name, source) in owned_copies(ctx, &key, &resource, previous) {
-        if kind == resource && keep.contains(&(namespace.clone(), name.clone())) {
-            continue;
-        }
-        match remove_owned(ctx, &key, &kind, namespace.as_deref(), &name, spec).await {
-            Ok(Some(done)) => {
-                ctx.metrics.wrote(done);
-                let target = CopyTarget {
-                    cluster: None,
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                };
-                let place = place_of(&target);
-                let what = if done == "delete" { "Deleted" } else { "Orphaned" };
-                tracing::info!(rule = %key, copy = %place, verb = done, "removed a copy that is no longer wanted");
-                events.note_copy(
-                    EventType::Normal,
-                    &format!("Copy{what}"),
-                    format!(
-                        "{what} copy {place}: no longer wanted there (its namespace no longer matches, \
-                         accepts copies or exists, or the source is gone)"
-                    ),
-                    &kind,
-                    &target,
-                );
+    for cluster in &clusters {
+        let Ok(handle) = &cluster.usable else { continue };
+        let recorded: Vec<&CopyStatus> = previous_copies
+            .iter()
+            .filter(|c| c.cluster == cluster.name)
+            .collect();
+        for (kind, namespace, name, source) in owned_copies(handle, &key, &resource, &recorded) {
+            if kind == resource && keep.contains(&(cluster.name.clone(), namespace.clone(), name.clone())) {
+                continue;
             }
-            Ok(None) => {}
-            Err(e) => leftovers.push(CopyStatus {
-                source,
-                cluster: None,
-                namespace,
-                name,
-                state: CopyState::Failed,
-                hash: None,
-                message: Some(short_message(&format!(
-                    "removing a copy that is no longer wanted: {e}"
-                ))),
-            }),
+            let target = CopyTarget {
+                cluster: cluster.name.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            match remote_call(
+                &cluster.name,
+                remove_owned(handle, &key, &kind, namespace.as_deref(), &name, spec),
+            )
+            .await
+            {
+                Ok(Some(done)) => {
+                    ctx.metrics.wrote(done);
+                    let place = place_of(&target);
+                    let what = if done == "delete" { "Deleted" } else { "Orphaned" };
+                    tracing::info!(rule = %key, copy = %place, verb = done, "removed a copy that is no longer wanted");
+                    events.note_copy(
+                        EventType::Normal,
+                        &format!("Copy{what}"),
+                        format!(
+                            "{what} copy {place}: no longer wanted there (its namespace or cluster no longer \
+                             matches, accepts copies or exists, or the source is gone)"
+                        ),
+                        &kind,
+                        &target,
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let (state, why) =
+                        failure(ctx, &cluster.name, "removing a copy that is no longer wanted", &e);
+                    leftovers.push(CopyStatus {
+                        source,
+                        cluster: cluster.name.clone(),
+                        namespace,
+                        name,
+                        state,
+                        hash: None,
+                        message: Some(why),
+                    });
+                }
+            }
         }
     }
 
@@ -442,7 +691,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         .iter()
         .map(|p| CopyStatus {
             source: p.source.clone(),
-            cluster: None,
+            cluster: p.target.cluster.clone(),
             namespace: p.target.namespace.clone(),
             name: p.target.name.clone(),
             state: p.state,
@@ -454,21 +703,30 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         })
         .chain(leftovers)
         .collect();
-    inventory.sort_by(|a, b| (&a.namespace, &a.name, &a.source).cmp(&(&b.namespace, &b.name, &b.source)));
+    inventory.sort_by(|a, b| {
+        (&a.cluster, &a.namespace, &a.name, &a.source).cmp(&(&b.cluster, &b.namespace, &b.name, &b.source))
+    });
     let source_hash = (!source_hashes.is_empty()).then(|| digest(&json!(source_hashes)));
+    let in_cluster = match &source_cluster {
+        Some(cluster) => format!(" of RemoteCluster {cluster}"),
+        None => String::new(),
+    };
     let ready = match (&spec.source.name, sources.is_empty()) {
         (Some(name), true) => Readiness {
             ready: false,
             reason: "SourceNotFound".into(),
             message: format!(
-                "{} {source_ns}/{name} does not exist; copies follow as soon as it does",
+                "{} {source_ns}/{name}{in_cluster} does not exist; copies follow as soon as it does",
                 spec.source.kind
             ),
         },
         (None, true) => Readiness {
             ready: true,
             reason: "NothingToCopy".into(),
-            message: format!("no {} in {source_ns} matches the selector", spec.source.kind),
+            message: format!(
+                "no {} in {source_ns}{in_cluster} matches the selector",
+                spec.source.kind
+            ),
         },
         _ => summarize(&inventory),
     };
@@ -479,14 +737,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     }
     ctx.metrics.set_copies(&key.to_string(), Some(by_state));
     for copy in &inventory {
-        let was = previous.and_then(|p| {
-            p.targets
-                .iter()
-                .find(|c| c.namespace == copy.namespace && c.name == copy.name)
-        });
+        let was = previous_copies
+            .iter()
+            .find(|c| c.cluster == copy.cluster && c.namespace == copy.namespace && c.name == copy.name);
         if copy.state != CopyState::Synced && was.is_none_or(|w| w.state != copy.state) {
             let target = CopyTarget {
-                cluster: None,
+                cluster: copy.cluster.clone(),
                 namespace: copy.namespace.clone(),
                 name: copy.name.clone(),
             };
@@ -507,9 +763,16 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     }
     events.publish(&*rule, ctx).await;
 
-    let any_failed = inventory
+    let next_look = inventory
         .iter()
-        .any(|c| matches!(c.state, CopyState::Failed | CopyState::PluginFailed));
+        .map(|c| match c.state {
+            CopyState::Failed | CopyState::PluginFailed => RETRY_FAILED,
+            // The cluster's prober, or its kubeconfig Secret's watch, wakes the rule sooner.
+            CopyState::Unreachable | CopyState::Unauthorized => RETRY_UNREACHABLE,
+            _ => RESYNC,
+        })
+        .min()
+        .unwrap_or(RESYNC);
     let status = RuleStatus {
         source_hash,
         copies: Some(format!("{synced}/{}", inventory.len())),
@@ -522,33 +785,110 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         with_ready(status, previous, rule.meta().generation, ready),
     )
     .await?;
-    Ok(Action::requeue(if any_failed { RETRY_FAILED } else { RESYNC }))
+    Ok(Action::requeue(next_look))
+}
+
+/// Runs a request against a cluster; one to another cluster gets a deadline, so a cluster that
+/// swallows packets cannot hold up the rule.
+async fn remote_call<T>(
+    cluster: &Option<String>,
+    request: impl Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    if cluster.is_none() {
+        return request.await;
+    }
+    match tokio::time::timeout(REMOTE_REQUEST_TIMEOUT, request).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(
+            format!("no answer within {} s", REMOTE_REQUEST_TIMEOUT.as_secs()).into(),
+        )),
+    }
+}
+
+/// The state and message for a failed request. In another cluster, rejected credentials give
+/// `Unauthorized` and a request that did not get through gives `Unreachable` (and marks the
+/// cluster down, so that its prober takes over).
+fn failure(ctx: &Context, cluster: &Option<String>, doing: &str, error: &kube::Error) -> (CopyState, String) {
+    let Some(name) = cluster else {
+        return (CopyState::Failed, short_message(&format!("{doing}: {error}")));
+    };
+    match error {
+        kube::Error::Api(e) if e.code == 401 || e.code == 403 => {
+            let problem = clusters::classify(error);
+            (
+                CopyState::Unauthorized,
+                short_message(&format!("RemoteCluster {name}: {doing}: {}", problem.message)),
+            )
+        }
+        kube::Error::Api(_) => (
+            CopyState::Failed,
+            short_message(&format!("RemoteCluster {name}: {doing}: {error}")),
+        ),
+        _ => {
+            ctx.fleet.report_unreachable(name, &error.to_string());
+            (
+                CopyState::Unreachable,
+                short_message(&format!("RemoteCluster {name} does not answer: {doing}: {error}")),
+            )
+        }
+    }
 }
 
 async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, Error> {
     let key = rule.key();
     let spec = rule.rule_spec();
-    ctx.watches.wait_ready().await?;
+    ctx.fleet.wait_ready().await?;
     let resource = validate::check(spec).ok();
+    let recorded = rule
+        .rule_status()
+        .map(|s| s.targets.as_slice())
+        .unwrap_or_default();
+    let remote: BTreeSet<String> = recorded.iter().filter_map(|c| c.cluster.clone()).collect();
+    ctx.fleet.uses(&key, remote.clone(), false);
     let mut failures = Vec::new();
-    let mut removed = 0;
-    let candidates = match &resource {
-        Some(resource) => owned_copies(ctx, &key, resource, rule.rule_status()),
-        None => ctx
-            .watches
-            .copies_of(&key)
-            .into_iter()
-            .map(|(r, c)| (r, c.namespace(), c.name_any(), source_of(&c)))
-            .collect(),
-    };
-    for (kind, namespace, name, _) in candidates {
-        match remove_owned(ctx, &key, &kind, namespace.as_deref(), &name, spec).await {
-            Ok(Some(done)) => {
-                ctx.metrics.wrote(done);
-                removed += 1;
+    let mut clusters = vec![ctx.fleet.local().clone()];
+    for name in &remote {
+        match ctx.fleet.cluster(&key, name).await {
+            Ok(handle) => clusters.push(handle),
+            Err(problem) if matches!(problem.state, CopyState::ClusterMissing | CopyState::NotAccepted) => {
+                tracing::warn!(rule = %key, cluster = %name, reason = %problem.message, "rule deleted; its copies in this cluster are left as they are");
             }
-            Ok(None) => {}
-            Err(e) => failures.push(format!("{}/{name}: {e}", namespace.unwrap_or_default())),
+            Err(problem) => failures.push(problem.message),
+        }
+    }
+    let mut removed = 0;
+    for handle in &clusters {
+        let here: Vec<&CopyStatus> = recorded.iter().filter(|c| c.cluster == handle.name).collect();
+        let candidates = match &resource {
+            Some(resource) => owned_copies(handle, &key, resource, &here),
+            None => handle
+                .watches
+                .copies_of(&key)
+                .into_iter()
+                .map(|(r, c)| (r, c.namespace(), c.name_any(), source_of(&c)))
+                .collect(),
+        };
+        for (kind, namespace, name, _) in candidates {
+            match remote_call(
+                &handle.name,
+                remove_owned(handle, &key, &kind, namespace.as_deref(), &name, spec),
+            )
+            .await
+            {
+                Ok(Some(done)) => {
+                    ctx.metrics.wrote(done);
+                    removed += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let target = CopyTarget {
+                        cluster: handle.name.clone(),
+                        namespace,
+                        name,
+                    };
+                    failures.push(format!("{}: {e}", place_of(&target)));
+                }
+            }
         }
     }
     if !failures.is_empty() {
@@ -559,43 +899,54 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
         crate::api::DeletionPolicy::Orphan => "orphaned",
     };
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
-    ctx.watches.forget(&key);
+    ctx.fleet.forget(&key);
     ctx.metrics.set_copies(&key.to_string(), None);
     Ok(Action::await_change())
 }
 
 /// The object now at a copy's place: from the copies cache if it is a copy, else from the API.
 async fn live_object(
-    ctx: &Context,
+    cluster: &ClusterHandle,
     resource: &ApiResource,
     namespace: &str,
     name: &str,
 ) -> kube::Result<Option<DynamicObject>> {
-    if let Some(cached) = ctx.watches.cached_copy(resource, namespace, name) {
+    if let Some(cached) = cluster.watches.cached_copy(resource, namespace, name) {
         return Ok(Some((*cached).clone()));
     }
-    write::get(&ctx.client, resource, Some(namespace), name).await
+    remote_call(
+        &cluster.name,
+        write::get(&cluster.client, resource, Some(namespace), name),
+    )
+    .await
 }
 
-/// Every copy the rule may own: cached copies recording it, and the inventory's written copies.
+/// Every copy the rule may own in one cluster: cached copies recording it, and the inventory's
+/// written copies there.
 fn owned_copies(
-    ctx: &Context,
+    cluster: &ClusterHandle,
     key: &RuleKey,
     resource: &ApiResource,
-    previous: Option<&RuleStatus>,
+    recorded: &[&CopyStatus],
 ) -> Vec<(ApiResource, Option<String>, String, SourceRef)> {
     let mut out: BTreeMap<(String, Option<String>, String), (ApiResource, SourceRef)> = BTreeMap::new();
-    for (kind, copy) in ctx.watches.copies_of(key) {
+    for (kind, copy) in cluster.watches.copies_of(key) {
         out.insert(
             (kind.plural.clone(), copy.namespace(), copy.name_any()),
             (kind, source_of(&copy)),
         );
     }
-    for copy in previous.map(|p| p.targets.as_slice()).unwrap_or_default() {
+    for copy in recorded {
         if matches!(
             copy.state,
-            CopyState::Synced | CopyState::Failed | CopyState::PluginFailed
-        ) {
+            CopyState::Synced
+                | CopyState::Failed
+                | CopyState::PluginFailed
+                | CopyState::Unreachable
+                | CopyState::Unauthorized
+                | CopyState::ClusterMissing
+        ) && copy.namespace.is_some()
+        {
             out.entry((resource.plural.clone(), copy.namespace.clone(), copy.name.clone()))
                 .or_insert_with(|| (resource.clone(), copy.source.clone()));
         }
@@ -632,22 +983,22 @@ fn source_of(copy: &DynamicObject) -> SourceRef {
 /// Removes a copy per the rule's deletion policy if the object there is still this rule's.
 /// Returns the verb done, or `None` when there was nothing of ours to remove.
 async fn remove_owned(
-    ctx: &Context,
+    cluster: &ClusterHandle,
     key: &RuleKey,
     resource: &ApiResource,
     namespace: Option<&str>,
     name: &str,
     spec: &RuleSpec,
 ) -> kube::Result<Option<&'static str>> {
-    let live = match namespace.and_then(|ns| ctx.watches.cached_copy(resource, ns, name)) {
+    let live = match namespace.and_then(|ns| cluster.watches.cached_copy(resource, ns, name)) {
         Some(cached) => Some((*cached).clone()),
-        None => write::get(&ctx.client, resource, namespace, name).await?,
+        None => write::get(&cluster.client, resource, namespace, name).await?,
     };
     let Some(live) = live else { return Ok(None) };
     if owner_of(&live.metadata, key) != Owner::ThisRule {
         return Ok(None);
     }
-    write::remove(&ctx.client, resource, &live, spec.deletion).await?;
+    write::remove(&cluster.client, resource, &live, spec.deletion).await?;
     Ok(Some(match spec.deletion {
         crate::api::DeletionPolicy::Delete => "delete",
         crate::api::DeletionPolicy::Orphan => "orphan",
@@ -711,10 +1062,15 @@ async fn publish_problem<R: RuleResource>(
     log.publish(rule, ctx).await;
 }
 
+/// Where a copy is, for messages: `namespace/name`, prefixed with `cluster:` in another cluster.
 fn place_of(target: &CopyTarget) -> String {
-    match &target.namespace {
+    let local = match &target.namespace {
         Some(ns) => format!("{ns}/{}", target.name),
         None => target.name.clone(),
+    };
+    match &target.cluster {
+        Some(cluster) => format!("{cluster}:{local}"),
+        None => local,
     }
 }
 

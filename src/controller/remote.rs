@@ -1,14 +1,13 @@
 //! `RemoteCluster` status: reads the kubeconfig Secret, reaches the cluster, and reports
-//! `Ready` with the server version, or why not. Rules cannot target remote clusters yet; this is
-//! the registration half.
+//! `Ready` with the server version and how many rules use it, or why it cannot be reached.
 
 use super::Context;
 use super::error::{Error, short_message};
+use super::fleet::read_kubeconfig;
 use super::status::{Readiness, ready_condition};
 use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::sync::ownership::FIELD_MANAGER;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -49,7 +48,7 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             ready.clone(),
         )],
         server_version: version.or_else(|| previous.and_then(|s| s.server_version.clone())),
-        rules: previous.and_then(|s| s.rules),
+        rules: Some(ctx.fleet.rules_using(&cluster.name_any()) as i32),
     };
     if previous != Some(&status) {
         if !ready.ready {
@@ -76,29 +75,8 @@ pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context
 
 /// Reads the kubeconfig and asks the cluster for its version.
 async fn check(cluster: &RemoteCluster, ctx: &Context) -> Result<String, KubeconfigProblem> {
-    let reference = &cluster.spec.kubeconfig_secret_ref;
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &reference.namespace)
-        .get_opt(&reference.name)
-        .await
-        .map_err(|e| KubeconfigProblem {
-            reason: "SecretUnreadable",
-            message: format!("reading the kubeconfig Secret: {e}"),
-        })?
-        .ok_or_else(|| KubeconfigProblem {
-            reason: "SecretNotFound",
-            message: format!("Secret {}/{} does not exist", reference.namespace, reference.name),
-        })?;
-    let bytes = secret
-        .data
-        .and_then(|mut d| d.remove(&reference.key))
-        .ok_or_else(|| KubeconfigProblem {
-            reason: "KeyMissing",
-            message: format!(
-                "Secret {}/{} has no key {:?}",
-                reference.namespace, reference.name, reference.key
-            ),
-        })?;
-    let text = String::from_utf8(bytes.0).map_err(|_| KubeconfigProblem {
+    let bytes = read_kubeconfig(&ctx.client, &cluster.spec.kubeconfig_secret_ref).await?;
+    let text = String::from_utf8(bytes).map_err(|_| KubeconfigProblem {
         reason: "InvalidKubeconfig",
         message: "the kubeconfig is not UTF-8 text".into(),
     })?;

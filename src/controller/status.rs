@@ -43,10 +43,13 @@ pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
         .collect();
     let mut message = format!("{synced}/{total} copies in sync{skipped_note}");
     for copy in problems.iter().take(3) {
-        let place = match &copy.namespace {
+        let mut place = match &copy.namespace {
             Some(ns) => format!("{ns}/{}", copy.name),
             None => copy.name.clone(),
         };
+        if let Some(cluster) = &copy.cluster {
+            place = format!("{cluster}:{place}");
+        }
         message.push_str(&format!("; {place}: {:?}", copy.state));
         if let Some(why) = &copy.message {
             message.push_str(&format!(" ({why})"));

@@ -10,7 +10,8 @@
 //! wakes exactly the rules it may concern. Caches drop `managedFields`.
 
 use super::error::Error;
-use crate::api::{ClusterSyncRule, SyncRule};
+use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
+use crate::clusters::{KubeconfigProblem, classify};
 use crate::metrics::Metrics;
 use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
 use crate::sync::targets::NamespaceInfo;
@@ -20,6 +21,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use std::collections::{BTreeSet, HashMap};
@@ -27,8 +30,75 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
-/// How long a reconcile waits for a cache to fill before it gives up and retries.
+/// How long a reconcile waits for a cache of this cluster to fill before it gives up and retries.
 const CACHE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The same for another cluster: its copies are marked and the rule goes on with the others.
+const REMOTE_CACHE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest pause between two attempts to re-open a watch on another cluster, so that a
+/// cluster back from an outage is watched again within seconds.
+const REMOTE_WATCH_BACKOFF_CAP: Duration = Duration::from_secs(4);
+
+/// Which cluster a set of watches looks at; it decides how patiently they wait and retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// The cluster mimeo runs in: wait for caches, back off like client-go.
+    Local,
+    /// A `RemoteCluster`: never hold up the rule for long, and come back quickly after outages.
+    Remote,
+}
+
+impl Reach {
+    fn cache_timeout(self) -> Duration {
+        match self {
+            Reach::Local => CACHE_TIMEOUT,
+            Reach::Remote => REMOTE_CACHE_TIMEOUT,
+        }
+    }
+
+    fn backoff(self) -> Box<dyn Backoff> {
+        match self {
+            Reach::Local => Box::new(DefaultBackoff::default()),
+            Reach::Remote => Box::new(CappedBackoff::new(
+                Duration::from_millis(250),
+                REMOTE_WATCH_BACKOFF_CAP,
+            )),
+        }
+    }
+}
+
+/// Exponential backoff that doubles from `first` up to `cap`, and starts over on reset.
+#[derive(Clone, Debug)]
+pub struct CappedBackoff {
+    first: Duration,
+    next: Duration,
+    cap: Duration,
+}
+
+impl CappedBackoff {
+    pub fn new(first: Duration, cap: Duration) -> Self {
+        CappedBackoff {
+            first,
+            next: first,
+            cap,
+        }
+    }
+}
+
+impl Iterator for CappedBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        Some(now)
+    }
+}
+
+impl Backoff for CappedBackoff {
+    fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
 
 /// Identifies one shared source watch: a kind in a namespace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,26 +162,31 @@ pub struct Interest {
 pub struct Triggers {
     sync_rules: UnboundedSender<ObjectRef<SyncRule>>,
     cluster_sync_rules: UnboundedSender<ObjectRef<ClusterSyncRule>>,
+    remote_clusters: UnboundedSender<ObjectRef<RemoteCluster>>,
 }
 
 /// The receiving ends, one per controller.
 pub struct TriggerStreams {
     pub sync_rules: UnboundedReceiver<ObjectRef<SyncRule>>,
     pub cluster_sync_rules: UnboundedReceiver<ObjectRef<ClusterSyncRule>>,
+    pub remote_clusters: UnboundedReceiver<ObjectRef<RemoteCluster>>,
 }
 
 impl Triggers {
     pub fn new() -> (Self, TriggerStreams) {
         let (sync_tx, sync_rx) = unbounded();
         let (cluster_tx, cluster_rx) = unbounded();
+        let (remote_tx, remote_rx) = unbounded();
         (
             Triggers {
                 sync_rules: sync_tx,
                 cluster_sync_rules: cluster_tx,
+                remote_clusters: remote_tx,
             },
             TriggerStreams {
                 sync_rules: sync_rx,
                 cluster_sync_rules: cluster_rx,
+                remote_clusters: remote_rx,
             },
         )
     }
@@ -130,6 +205,11 @@ impl Triggers {
             }
         }
     }
+
+    /// Makes a `RemoteCluster`'s status be looked at again.
+    pub fn fire_cluster(&self, name: &str) {
+        let _ = self.remote_clusters.unbounded_send(ObjectRef::new(name));
+    }
 }
 
 struct SourceWatch {
@@ -141,10 +221,10 @@ struct SourceWatch {
 /// Whether a watch has delivered its first full list. kube's `Store::wait_until_ready` loses
 /// wake-ups when several tasks wait at once, so readiness is tracked here with a channel that
 /// any number of waiters can share.
-type Listed = tokio::sync::watch::Receiver<bool>;
+pub(super) type Listed = tokio::sync::watch::Receiver<bool>;
 
-async fn wait_listed(mut listed: Listed, what: &str) -> Result<(), Error> {
-    match tokio::time::timeout(CACHE_TIMEOUT, listed.wait_for(|done| *done)).await {
+pub(super) async fn wait_listed(mut listed: Listed, what: &str, timeout: Duration) -> Result<(), Error> {
+    match tokio::time::timeout(timeout, listed.wait_for(|done| *done)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(_)) => Err(Error::NotReady(format!("the {what} watch stopped"))),
         Err(_) => Err(Error::NotReady(format!("the {what} watch has not listed yet"))),
@@ -153,12 +233,17 @@ async fn wait_listed(mut listed: Listed, what: &str) -> Result<(), Error> {
 
 /// A source object, to remember when the controller saw each of its versions.
 type SourceId = (String, String, String);
+/// A copy: kind (plural), namespace and name.
+type CopyId = (String, String, String);
 
 /// The shared caches and the interests that route their events.
 pub struct Watches {
     /// This very value, for the watch tasks it starts: they must not keep it alive.
     me: Weak<Watches>,
     client: Client,
+    reach: Reach,
+    /// Why the last watch request failed, until a watch lists again.
+    failure: Mutex<Option<KubeconfigProblem>>,
     metrics: Arc<Metrics>,
     triggers: Triggers,
     namespaces: Store<PartialObjectMeta<Namespace>>,
@@ -166,6 +251,9 @@ pub struct Watches {
     /// The namespace and copies watches, each listed at least once.
     base_listed: Vec<Listed>,
     sources: Mutex<HashMap<SourceWatchKey, SourceWatch>>,
+    /// Copies written here whose write the copies cache may not have seen yet: the version the
+    /// cache held before, and the copy the apiserver returned.
+    written: Mutex<HashMap<CopyId, (String, Arc<DynamicObject>)>>,
     interests: Mutex<HashMap<RuleKey, Interest>>,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -176,7 +264,9 @@ impl Drop for Watches {
         for task in self.tasks.get_mut().unwrap_or_else(|p| p.into_inner()).drain(..) {
             task.abort();
         }
-        for (_, watch) in self.sources.get_mut().unwrap_or_else(|p| p.into_inner()).drain() {
+        let sources = self.sources.get_mut().unwrap_or_else(|p| p.into_inner());
+        self.metrics.add_source_watches(-(sources.len() as i64));
+        for (_, watch) in sources.drain() {
             watch.task.abort();
         }
     }
@@ -190,6 +280,7 @@ impl Watches {
     /// Starts the namespace watch and one copies watch per kind in `copy_kinds`.
     pub fn start(
         client: Client,
+        reach: Reach,
         metrics: Arc<Metrics>,
         triggers: Triggers,
         copy_kinds: Vec<ApiResource>,
@@ -214,12 +305,15 @@ impl Watches {
         let this = Arc::new_cyclic(|me| Watches {
             me: me.clone(),
             client: client.clone(),
+            reach,
+            failure: Mutex::new(None),
             metrics,
             triggers,
             namespaces,
             copies,
             base_listed,
             sources: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
@@ -231,7 +325,7 @@ impl Watches {
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(reach.backoff())
         .modify(|ns| ns.managed_fields_mut().clear())
         .reflect(ns_writer);
         tasks.push(spawn_consumer(
@@ -249,7 +343,7 @@ impl Watches {
             let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
             let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
             let stream = watcher(api, config)
-                .default_backoff()
+                .backoff(reach.backoff())
                 .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
                 .reflect(writer);
             tasks.push(spawn_consumer(
@@ -274,9 +368,37 @@ impl Watches {
     /// Waits until the namespace and copies caches hold a full list.
     pub async fn wait_ready(&self) -> Result<(), Error> {
         for listed in &self.base_listed {
-            wait_listed(listed.clone(), "namespaces and copies").await?;
+            wait_listed(
+                listed.clone(),
+                "namespaces and copies",
+                self.reach.cache_timeout(),
+            )
+            .await?;
         }
         Ok(())
+    }
+
+    /// Whether the namespace and copies caches have listed (without waiting).
+    pub fn is_listed(&self) -> bool {
+        self.base_listed.iter().all(|l| *l.borrow())
+    }
+
+    /// Why the watches of this cluster fail, while they do.
+    pub fn failure(&self) -> Option<KubeconfigProblem> {
+        lock(&self.failure).clone()
+    }
+
+    fn note_failure(&self, error: &watcher::Error) {
+        let problem = match error {
+            watcher::Error::InitialListFailed(e)
+            | watcher::Error::WatchStartFailed(e)
+            | watcher::Error::WatchFailed(e) => classify(e),
+            other => KubeconfigProblem {
+                reason: "WatchFailed",
+                message: other.to_string(),
+            },
+        };
+        *lock(&self.failure) = Some(problem);
     }
 
     /// Every namespace, with labels and annotations.
@@ -294,6 +416,8 @@ impl Watches {
     }
 
     /// A cached copy (an object carrying mimeo's label) of the given kind, if there is one.
+    /// Where the cache still holds the version a write of ours replaced, the written copy is
+    /// returned instead: deciding on the stale one would write the same content twice.
     pub fn cached_copy(
         &self,
         resource: &ApiResource,
@@ -301,7 +425,34 @@ impl Watches {
         name: &str,
     ) -> Option<Arc<DynamicObject>> {
         let (_, store) = self.copies.iter().find(|(r, _)| r == resource)?;
-        store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))
+        let cached = store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))?;
+        let id = (resource.plural.clone(), namespace.to_owned(), name.to_owned());
+        let mut written = lock(&self.written);
+        match written.get(&id) {
+            Some((replaced, stored)) if cached.resource_version().as_ref() == Some(replaced) => {
+                return Some(stored.clone());
+            }
+            Some(_) => {
+                // The cache has caught up (or someone changed the copy since): it is the truth.
+                written.remove(&id);
+            }
+            None => {}
+        }
+        Some(cached)
+    }
+
+    /// Records a write over `replaced` (the version the decision was made on), until the copies
+    /// cache moves past that version.
+    pub fn wrote(&self, resource: &ApiResource, replaced: Option<&DynamicObject>, stored: DynamicObject) {
+        let Some(replaced_version) = replaced.and_then(|r| r.resource_version()) else {
+            return;
+        };
+        let id = (
+            resource.plural.clone(),
+            stored.namespace().unwrap_or_default(),
+            stored.name_any(),
+        );
+        lock(&self.written).insert(id, (replaced_version, Arc::new(stored)));
     }
 
     /// Every cached copy that records `rule` as its maker.
@@ -333,7 +484,7 @@ impl Watches {
         self.stop_unused_watches();
         match acquired {
             Some((store, listed)) => {
-                wait_listed(listed, "source").await?;
+                wait_listed(listed, "source", self.reach.cache_timeout()).await?;
                 Ok(Some(store))
             }
             None => Ok(None),
@@ -387,7 +538,7 @@ impl Watches {
         let store = writer.as_reader();
         let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &key.namespace, &resource);
         let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(self.reach.backoff())
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
             .reflect(writer);
         let watched = key.clone();
@@ -415,7 +566,7 @@ impl Watches {
                 task,
             },
         );
-        self.metrics.set_source_watches(sources.len());
+        self.metrics.add_source_watches(1);
         (store, listed)
     }
 
@@ -425,6 +576,7 @@ impl Watches {
             .filter_map(|i| i.source.as_ref().map(|s| s.watch.clone()))
             .collect();
         let mut sources = lock(&self.sources);
+        let before = sources.len();
         sources.retain(|key, watch| {
             let keep = used.contains(key);
             if !keep {
@@ -433,7 +585,8 @@ impl Watches {
             }
             keep
         });
-        self.metrics.set_source_watches(sources.len());
+        self.metrics
+            .add_source_watches(sources.len() as i64 - before as i64);
     }
 
     fn weak_self(&self) -> Weak<Watches> {
@@ -510,10 +663,14 @@ where
                         // The reflector has stored the full list by the time the event gets here.
                         tracing::debug!(watch = what, "watch listed");
                         listed.send_replace(true);
+                        *lock(&watches.failure) = None;
                     }
                     on_event(&watches, &event)
                 }
-                Err(e) => tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff"),
+                Err(e) => {
+                    tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff");
+                    watches.note_failure(&e);
+                }
             }
         }
     });

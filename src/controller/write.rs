@@ -33,24 +33,20 @@ pub async fn get(
     Ok(found)
 }
 
-/// Writes `desired` over `live` the way `how` says.
+/// Writes `desired` over `live` the way `how` says; returns the copy as the apiserver stored it.
 pub async fn write(
     client: &Client,
     resource: &ApiResource,
     desired: &DesiredCopy,
     live: Option<&DynamicObject>,
     how: Write,
-) -> kube::Result<()> {
+) -> kube::Result<DynamicObject> {
     let api = api(client, resource, desired.target.namespace.as_deref());
     let name = &desired.target.name;
-    match (how, live) {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let mut stored = match (how, live) {
         (Write::Create | Write::Apply, _) | (Write::Replace | Write::Recreate, None) => {
-            api.patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&desired.object),
-            )
-            .await?;
+            api.patch(name, &apply, &Patch::Apply(&desired.object)).await?
         }
         (Write::Replace, Some(live)) => {
             api.replace(
@@ -61,19 +57,15 @@ pub async fn write(
                 },
                 &replaced(live, desired),
             )
-            .await?;
+            .await?
         }
         (Write::Recreate, Some(live)) => {
             delete_exact(&api, live).await?;
-            api.patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&desired.object),
-            )
-            .await?;
+            api.patch(name, &apply, &Patch::Apply(&desired.object)).await?
         }
-    }
-    Ok(())
+    };
+    stored.metadata.managed_fields = None;
+    Ok(stored)
 }
 
 /// Deletes a copy, or strips mimeo's ownership from it, as `policy` says. Gone already is fine.
@@ -142,4 +134,25 @@ fn replaced(live: &DynamicObject, desired: &DesiredCopy) -> DynamicObject {
         }
     }
     object
+}
+
+/// Creates a namespace a `ClusterSyncRule` target asks for. One that appeared meanwhile is fine.
+pub async fn create_namespace(client: &Client, name: &str) -> kube::Result<()> {
+    let namespace = json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: crate::sync::ownership::MANAGED_BY_VALUE}},
+    });
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    match api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(namespace).map_err(kube::Error::SerdeError)?,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
 }

@@ -23,6 +23,8 @@ pub struct Placement {
     pub rename: Option<String>,
     /// Whether the namespace exists (a target may name one that does not, yet).
     pub exists: bool,
+    /// The target asks for the namespace to be created when it does not exist.
+    pub create: bool,
 }
 
 /// A label selector that cannot be evaluated, with the reason.
@@ -35,8 +37,8 @@ pub fn selector(selector: &LabelSelector) -> Result<Selector, InvalidSelector> {
     Selector::try_from(selector.clone()).map_err(|e| InvalidSelector(e.0))
 }
 
-/// The namespaces the targets select, each with its rename, without duplicates, sorted.
-/// Targets in other clusters are not looked at here.
+/// The namespaces the targets select in one cluster, given that cluster's namespaces, each with
+/// its rename, without duplicates, sorted.
 pub fn placements(
     targets: &[Target],
     namespaces: &[NamespaceInfo],
@@ -49,6 +51,7 @@ pub fn placements(
                 namespace: ns.clone(),
                 rename: target.name.clone(),
                 exists,
+                create: target.create_namespace,
             });
         }
         if let Some(sel) = &target.namespace_selector {
@@ -61,12 +64,39 @@ pub fn placements(
                     namespace: ns.name.clone(),
                     rename: target.name.clone(),
                     exists: true,
+                    create: false,
                 });
             }
         }
     }
     out.sort();
-    out.dedup_by(|a, b| a.namespace == b.namespace && a.rename == b.rename);
+    out.dedup_by(|later, kept| {
+        let same = later.namespace == kept.namespace && later.rename == kept.rename;
+        if same {
+            kept.create |= later.create;
+        }
+        same
+    });
+    Ok(out)
+}
+
+/// The targets per cluster they write to: `None` is the cluster mimeo runs in, `Some(name)` a
+/// `RemoteCluster`. `select` names the remote clusters whose labels a selector matches.
+pub fn targets_by_cluster(
+    targets: &[Target],
+    select: impl Fn(&Selector) -> Vec<String>,
+) -> Result<BTreeMap<Option<String>, Vec<Target>>, InvalidSelector> {
+    let mut out: BTreeMap<Option<String>, Vec<Target>> = BTreeMap::new();
+    for target in targets {
+        let clusters = match (&target.cluster, &target.cluster_selector) {
+            (Some(name), _) if !name.is_empty() => vec![Some(name.clone())],
+            (_, Some(labels)) => select(&selector(labels)?).into_iter().map(Some).collect(),
+            _ => vec![None],
+        };
+        for cluster in clusters {
+            out.entry(cluster).or_default().push(target.clone());
+        }
+    }
     Ok(out)
 }
 
@@ -155,6 +185,56 @@ mod tests {
         let got = placements(&targets, &namespaces).unwrap();
         let got: Vec<(&str, bool)> = got.iter().map(|p| (p.namespace.as_str(), p.exists)).collect();
         assert_eq!(got, [("going", false), ("staying", true)]);
+    }
+
+    #[test]
+    fn targets_are_grouped_by_cluster() {
+        let targets: Vec<Target> = serde_json::from_value(serde_json::json!([
+            {"namespace": "apps"},
+            {"namespace": "apps", "cluster": ""},
+            {"namespace": "apps", "cluster": "eu1"},
+            {"namespace": "web", "clusterSelector": {"matchLabels": {"tier": "edge"}}},
+        ]))
+        .unwrap();
+        let edge = |s: &Selector| -> Vec<String> {
+            let mut labels = BTreeMap::new();
+            labels.insert("tier".to_string(), "edge".to_string());
+            if s.matches(&labels) {
+                vec!["eu1".into(), "us1".into()]
+            } else {
+                vec![]
+            }
+        };
+        let got = targets_by_cluster(&targets, edge).unwrap();
+        let got: Vec<(Option<&str>, Vec<&str>)> = got
+            .iter()
+            .map(|(c, ts)| {
+                (
+                    c.as_deref(),
+                    ts.iter().map(|t| t.namespace.as_deref().unwrap()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (None, vec!["apps", "apps"]),
+                (Some("eu1"), vec!["apps", "web"]),
+                (Some("us1"), vec!["web"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn create_survives_deduplication() {
+        let targets: Vec<Target> = serde_json::from_value(serde_json::json!([
+            {"namespace": "new"},
+            {"namespace": "new", "createNamespace": true},
+        ]))
+        .unwrap();
+        let got = placements(&targets, &[]).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(got[0].create && !got[0].exists);
     }
 
     #[test]

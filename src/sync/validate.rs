@@ -22,24 +22,12 @@ pub fn check(spec: &RuleSpec) -> Result<ApiResource, RuleProblem> {
         reason: "KindNotSupported",
         message: format!("this version of mimeo copies Secrets and ConfigMaps; {kind} is not supported yet"),
     })?;
-    let remote = spec.source.cluster.as_deref().is_some_and(|c| !c.is_empty())
-        || spec
-            .targets
-            .iter()
-            .any(|t| t.cluster.as_deref().is_some_and(|c| !c.is_empty()) || t.cluster_selector.is_some());
-    if remote {
-        return Err(RuleProblem {
-            reason: "RemoteClustersNotSupported",
-            message: "this version of mimeo copies within its own cluster; remove source.cluster, \
-                      targets[].cluster and targets[].clusterSelector"
-                .into(),
-        });
-    }
     let selectors = spec
         .source
         .selector
         .iter()
-        .chain(spec.targets.iter().filter_map(|t| t.namespace_selector.as_ref()));
+        .chain(spec.targets.iter().filter_map(|t| t.namespace_selector.as_ref()))
+        .chain(spec.targets.iter().filter_map(|t| t.cluster_selector.as_ref()));
     for s in selectors {
         selector(s).map_err(|e| RuleProblem {
             reason: "InvalidSelector",
@@ -79,11 +67,19 @@ mod tests {
             namespace: Some("b".into()),
             ..Default::default()
         });
-        assert_eq!(check(&remote).unwrap_err().reason, "RemoteClustersNotSupported");
+        assert!(check(&remote).is_ok());
 
-        let mut local_cluster = spec();
-        local_cluster.targets[0].cluster = Some(String::new());
-        assert!(check(&local_cluster).is_ok(), "an empty cluster means this one");
+        let mut bad_cluster_selector = spec();
+        bad_cluster_selector.targets[0].cluster_selector = Some(
+            serde_json::from_value(serde_json::json!({
+                "matchExpressions": [{"key": "region", "operator": "Near"}]
+            }))
+            .unwrap(),
+        );
+        assert_eq!(
+            check(&bad_cluster_selector).unwrap_err().reason,
+            "InvalidSelector"
+        );
 
         let mut transformed = spec();
         transformed.transforms.push(Transform {

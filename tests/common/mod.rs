@@ -200,25 +200,31 @@ impl Harness {
 
     /// Total write requests the apiserver has served for these resources, from its own metrics.
     pub async fn apiserver_writes(&self, resources: &[&str]) -> u64 {
-        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-        let text = self.client.request_text(request).await.unwrap();
-        text.lines()
-            .filter(|l| l.starts_with("apiserver_request_total{"))
-            .filter(|l| {
-                [
-                    "verb=\"POST\"",
-                    "verb=\"PUT\"",
-                    "verb=\"PATCH\"",
-                    "verb=\"APPLY\"",
-                    "verb=\"DELETE\"",
-                ]
-                .iter()
-                .any(|v| l.contains(v))
-            })
-            .filter(|l| resources.iter().any(|r| l.contains(&format!("resource=\"{r}\""))))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
+        apiserver_writes(&self.client, resources).await
     }
+}
+
+/// Total write requests an apiserver has served for these resources since it started, from its
+/// own metrics.
+pub async fn apiserver_writes(client: &Client, resources: &[&str]) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            [
+                "verb=\"POST\"",
+                "verb=\"PUT\"",
+                "verb=\"PATCH\"",
+                "verb=\"APPLY\"",
+                "verb=\"DELETE\"",
+            ]
+            .iter()
+            .any(|v| l.contains(v))
+        })
+        .filter(|l| resources.iter().any(|r| l.contains(&format!("resource=\"{r}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 pub fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {

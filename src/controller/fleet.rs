@@ -1,0 +1,515 @@
+//! The clusters rules read from and write to: this one, and every `RemoteCluster` a rule uses.
+//!
+//! Each remote cluster gets one client and one set of shared [`Watches`], made when the first
+//! rule needs the cluster and dropped when the last one lets go. Its kubeconfig Secret is watched
+//! (by name), so a rotated credential replaces the client at once. A cluster whose requests fail
+//! to connect is marked down: one prober per cluster then retries with capped exponential
+//! backoff and wakes the cluster's rules when it answers again, so no rule polls a dead cluster.
+
+use super::error::Error;
+use super::watches::{CappedBackoff, Listed, Reach, Triggers, Watches, wait_listed};
+use crate::api::{CopyState, KubeconfigSecretRef, RemoteCluster};
+use crate::clusters::{self, KubeconfigProblem};
+use crate::metrics::Metrics;
+use crate::sync::hash::digest_bytes;
+use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::targets::selector;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::core::{ApiResource, SelectorExt};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::task::AbortHandle;
+
+/// How long the prober waits for a down cluster to answer one request.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A cluster to read from or write to.
+#[derive(Clone)]
+pub struct ClusterHandle {
+    /// The `RemoteCluster`'s name; `None` for the cluster mimeo runs in.
+    pub name: Option<String>,
+    pub client: Client,
+    pub watches: Arc<Watches>,
+}
+
+/// Why a rule cannot use a cluster now: the state its copies there get, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterProblem {
+    pub state: CopyState,
+    pub message: String,
+}
+
+impl ClusterProblem {
+    fn from_kubeconfig(cluster: &str, problem: KubeconfigProblem) -> Self {
+        let state = match problem.reason {
+            "Unauthorized" => CopyState::Unauthorized,
+            _ => CopyState::Unreachable,
+        };
+        ClusterProblem {
+            state,
+            message: format!("RemoteCluster {cluster}: {}: {}", problem.reason, problem.message),
+        }
+    }
+}
+
+struct Connection {
+    reference: KubeconfigSecretRef,
+    handle: ClusterHandle,
+    secret_watch: AbortHandle,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.secret_watch.abort();
+    }
+}
+
+/// Which remote clusters a rule uses.
+#[derive(Clone, Debug, Default)]
+struct Usage {
+    names: BTreeSet<String>,
+    /// The rule selects clusters by labels, so any `RemoteCluster` may matter to it.
+    any: bool,
+}
+
+pub struct Fleet {
+    me: Weak<Fleet>,
+    local: ClusterHandle,
+    metrics: Arc<Metrics>,
+    triggers: Triggers,
+    kinds: Vec<ApiResource>,
+    remote_clusters: Store<RemoteCluster>,
+    remote_clusters_listed: Listed,
+    connections: Mutex<HashMap<String, Connection>>,
+    usage: Mutex<HashMap<RuleKey, Usage>>,
+    /// Clusters that did not answer, with the last error; each has a prober running.
+    down: Mutex<HashMap<String, String>>,
+    task: AbortHandle,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Fleet {
+    /// Starts the watches of this cluster and the watch on `RemoteCluster`s.
+    pub fn start(
+        client: Client,
+        metrics: Arc<Metrics>,
+        triggers: Triggers,
+        kinds: Vec<ApiResource>,
+    ) -> Arc<Self> {
+        let local = ClusterHandle {
+            name: None,
+            client: client.clone(),
+            watches: Watches::start(
+                client.clone(),
+                Reach::Local,
+                metrics.clone(),
+                triggers.clone(),
+                kinds.clone(),
+            ),
+        };
+        let writer: Writer<RemoteCluster> = Writer::default();
+        let remote_clusters = writer.as_reader();
+        let (listed_tx, remote_clusters_listed) = tokio::sync::watch::channel(false);
+        let stream = watcher(Api::<RemoteCluster>::all(client), watcher::Config::default())
+            .default_backoff()
+            .modify(|rc| rc.managed_fields_mut().clear())
+            .reflect(writer);
+        Arc::new_cyclic(|me: &Weak<Fleet>| {
+            let weak = me.clone();
+            let task = tokio::spawn(async move {
+                futures::pin_mut!(stream);
+                while let Some(event) = stream.next().await {
+                    let Some(fleet) = weak.upgrade() else { break };
+                    match event {
+                        Ok(watcher::Event::Apply(rc) | watcher::Event::Delete(rc)) => {
+                            fleet.on_remote_cluster(&rc.name_any())
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            listed_tx.send_replace(true);
+                            fleet.on_remote_clusters_relisted();
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "RemoteCluster watch failed; retrying with backoff")
+                        }
+                    }
+                }
+            });
+            Fleet {
+                me: me.clone(),
+                local,
+                metrics,
+                triggers,
+                kinds,
+                remote_clusters,
+                remote_clusters_listed,
+                connections: Mutex::new(HashMap::new()),
+                usage: Mutex::new(HashMap::new()),
+                down: Mutex::new(HashMap::new()),
+                task: task.abort_handle(),
+            }
+        })
+    }
+
+    /// The cluster mimeo runs in.
+    pub fn local(&self) -> &ClusterHandle {
+        &self.local
+    }
+
+    /// Waits until this cluster's caches and the `RemoteCluster` cache hold a full list.
+    pub async fn wait_ready(&self) -> Result<(), Error> {
+        self.local.watches.wait_ready().await?;
+        wait_listed(
+            self.remote_clusters_listed.clone(),
+            "RemoteCluster",
+            Duration::from_secs(30),
+        )
+        .await
+    }
+
+    /// The names of the `RemoteCluster`s whose labels match, sorted.
+    pub fn matching_clusters(&self, labels: &kube::core::Selector) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .remote_clusters
+            .state()
+            .iter()
+            .filter(|rc| rc.metadata.deletion_timestamp.is_none() && labels.matches(rc.labels()))
+            .map(|rc| rc.name_any())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Records which remote clusters `rule` uses (and whether it selects them by labels), and
+    /// lets go of those it no longer does. Called before [`Fleet::cluster`].
+    pub fn uses(&self, rule: &RuleKey, names: BTreeSet<String>, any: bool) {
+        let before = lock(&self.usage).insert(
+            rule.clone(),
+            Usage {
+                names: names.clone(),
+                any,
+            },
+        );
+        let before = before.unwrap_or_default();
+        for gone in before.names.difference(&names) {
+            if let Some(connection) = lock(&self.connections).get(gone) {
+                connection.handle.watches.forget(rule);
+            }
+        }
+        for changed in before.names.symmetric_difference(&names) {
+            self.triggers.fire_cluster(changed);
+        }
+        self.drop_unused();
+    }
+
+    /// Forgets a rule (deleted) in every cluster.
+    pub fn forget(&self, rule: &RuleKey) {
+        self.uses(rule, BTreeSet::new(), false);
+        lock(&self.usage).remove(rule);
+        self.local.watches.forget(rule);
+    }
+
+    /// How many rules use the named cluster.
+    pub fn rules_using(&self, name: &str) -> usize {
+        lock(&self.usage)
+            .values()
+            .filter(|u| u.names.contains(name))
+            .count()
+    }
+
+    /// How many shared source watches run, in all clusters.
+    pub fn source_watch_count(&self) -> usize {
+        self.local.watches.source_watch_count()
+            + lock(&self.connections)
+                .values()
+                .map(|c| c.handle.watches.source_watch_count())
+                .sum::<usize>()
+    }
+
+    /// The named remote cluster, ready to use by `rule`, or why it cannot be.
+    pub async fn cluster(&self, rule: &RuleKey, name: &str) -> Result<ClusterHandle, ClusterProblem> {
+        let Some(remote) = self
+            .remote_clusters
+            .get(&ObjectRef::new(name))
+            .filter(|rc| rc.metadata.deletion_timestamp.is_none())
+        else {
+            return Err(ClusterProblem {
+                state: CopyState::ClusterMissing,
+                message: format!(
+                    "RemoteCluster {name} does not exist; copies there are left as they are until it does"
+                ),
+            });
+        };
+        self.allowed(rule, &remote)?;
+        if let Some(error) = lock(&self.down).get(name) {
+            return Err(ClusterProblem {
+                state: CopyState::Unreachable,
+                message: format!("RemoteCluster {name} does not answer (retrying with backoff): {error}"),
+            });
+        }
+        let handle = self
+            .connect(&remote)
+            .await
+            .map_err(|p| ClusterProblem::from_kubeconfig(name, p))?;
+        // A cluster whose watches already fail is not waited for.
+        let failing = !handle.watches.is_listed() && handle.watches.failure().is_some();
+        if failing || handle.watches.wait_ready().await.is_err() {
+            let failure = handle.watches.failure().unwrap_or(KubeconfigProblem {
+                reason: "Unreachable",
+                message: "its watches have not listed yet".into(),
+            });
+            if failure.reason == "Unreachable" {
+                self.report_unreachable(name, &failure.message);
+            }
+            return Err(ClusterProblem::from_kubeconfig(name, failure));
+        }
+        Ok(handle)
+    }
+
+    /// A `SyncRule` may use a cluster only if the cluster's `allowedNamespaces` selects the
+    /// rule's namespace; `ClusterSyncRule`s are trusted.
+    fn allowed(&self, rule: &RuleKey, remote: &RemoteCluster) -> Result<(), ClusterProblem> {
+        if rule.kind == RuleKind::ClusterSyncRule {
+            return Ok(());
+        }
+        let namespace = rule.namespace.clone().unwrap_or_default();
+        let labels = self
+            .local
+            .watches
+            .namespaces()
+            .into_iter()
+            .find(|n| n.name == namespace)
+            .map(|n| n.labels)
+            .unwrap_or_default();
+        let allowed = match &remote.spec.allowed_namespaces {
+            None => false,
+            Some(allowed) => selector(allowed).is_ok_and(|s| s.matches(&labels)),
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(ClusterProblem {
+            state: CopyState::NotAccepted,
+            message: format!(
+                "RemoteCluster {} does not allow SyncRules from namespace {namespace}: its \
+                 spec.allowedNamespaces must select that namespace (or use a ClusterSyncRule)",
+                remote.name_any()
+            ),
+        })
+    }
+
+    /// Marks a cluster down after a request could not reach it; a prober wakes its rules when it
+    /// answers again.
+    pub fn report_unreachable(&self, name: &str, error: &str) {
+        let newly_down = lock(&self.down)
+            .insert(name.to_owned(), error.to_owned())
+            .is_none();
+        if !newly_down {
+            return;
+        }
+        tracing::warn!(cluster = %name, error = %error, "remote cluster does not answer; probing with backoff");
+        let weak = self.me.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let mut backoff = CappedBackoff::new(Duration::from_millis(500), Duration::from_secs(5));
+            loop {
+                tokio::time::sleep(backoff.next().unwrap_or(Duration::from_secs(5))).await;
+                let Some(fleet) = weak.upgrade() else { break };
+                let client = lock(&fleet.connections)
+                    .get(&name)
+                    .map(|c| c.handle.client.clone());
+                let Some(client) = client else {
+                    // Disconnected meanwhile: the next rule to need it connects afresh.
+                    lock(&fleet.down).remove(&name);
+                    break;
+                };
+                match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
+                    Ok(Ok(_)) => {
+                        lock(&fleet.down).remove(&name);
+                        tracing::info!(cluster = %name, "remote cluster answers again");
+                        fleet.fire_users(&name, false);
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        let problem = clusters::classify(&e);
+                        lock(&fleet.down).insert(name.clone(), problem.message);
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+    }
+
+    /// The client and watches for a remote cluster, made on first use and replaced when its
+    /// kubeconfig Secret reference changed.
+    async fn connect(&self, remote: &RemoteCluster) -> Result<ClusterHandle, KubeconfigProblem> {
+        let name = remote.name_any();
+        let reference = &remote.spec.kubeconfig_secret_ref;
+        if let Some(connection) = lock(&self.connections).get(&name)
+            && connection.reference == *reference
+        {
+            return Ok(connection.handle.clone());
+        }
+        let bytes = read_kubeconfig(&self.local.client, reference).await?;
+        let text = String::from_utf8(bytes.clone()).map_err(|_| KubeconfigProblem {
+            reason: "InvalidKubeconfig",
+            message: "the kubeconfig is not UTF-8 text".into(),
+        })?;
+        let client = clusters::client(clusters::parse(&text)?).await?;
+        let handle = ClusterHandle {
+            name: Some(name.clone()),
+            client: client.clone(),
+            watches: Watches::start(
+                client,
+                Reach::Remote,
+                self.metrics.clone(),
+                self.triggers.clone(),
+                self.kinds.clone(),
+            ),
+        };
+        let digest = digest_bytes(&bytes);
+        let secret_watch = self.watch_kubeconfig(&name, reference.clone(), digest);
+        let mut connections = lock(&self.connections);
+        if let Some(existing) = connections.get(&name)
+            && existing.reference == *reference
+        {
+            // Another reconcile connected meanwhile: use that one, drop this.
+            return Ok(existing.handle.clone());
+        }
+        tracing::info!(cluster = %name, "connected to a remote cluster");
+        connections.insert(
+            name,
+            Connection {
+                reference: reference.clone(),
+                handle: handle.clone(),
+                secret_watch,
+            },
+        );
+        Ok(handle)
+    }
+
+    /// Watches one kubeconfig Secret: when its content differs from what the client was made
+    /// from, the connection is dropped and the cluster's rules reconnect with the new one.
+    fn watch_kubeconfig(&self, name: &str, reference: KubeconfigSecretRef, digest: String) -> AbortHandle {
+        let api = Api::<Secret>::namespaced(self.local.client.clone(), &reference.namespace);
+        let stream = watcher::watch_object(api, &reference.name).default_backoff();
+        let weak = self.me.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                let Ok(secret) = event else { continue };
+                let now = secret
+                    .and_then(|s| s.data)
+                    .and_then(|mut d| d.remove(&reference.key))
+                    .map(|b| digest_bytes(&b.0))
+                    .unwrap_or_default();
+                if now == digest {
+                    continue;
+                }
+                let Some(fleet) = weak.upgrade() else { break };
+                tracing::info!(cluster = %name, "kubeconfig Secret changed; reconnecting");
+                fleet.disconnect(&name);
+                break;
+            }
+        })
+        .abort_handle()
+    }
+
+    /// Drops a cluster's client and watches, and wakes its rules and its status.
+    fn disconnect(&self, name: &str) {
+        let gone = lock(&self.connections).remove(name);
+        lock(&self.down).remove(name);
+        if gone.is_some() {
+            self.fire_users(name, false);
+            self.triggers.fire_cluster(name);
+        }
+    }
+
+    fn drop_unused(&self) {
+        let used: BTreeSet<String> = lock(&self.usage)
+            .values()
+            .flat_map(|u| u.names.iter().cloned())
+            .collect();
+        lock(&self.connections).retain(|name, _| {
+            let keep = used.contains(name);
+            if !keep {
+                tracing::info!(cluster = %name, "no rule uses the remote cluster any more; disconnected");
+            }
+            keep
+        });
+    }
+
+    /// Wakes the rules that use the named cluster (and, with `selectors`, every rule that
+    /// selects clusters by labels).
+    fn fire_users(&self, name: &str, selectors: bool) {
+        for (rule, usage) in lock(&self.usage).iter() {
+            if usage.names.contains(name) || (selectors && usage.any) {
+                self.triggers.fire(rule);
+            }
+        }
+    }
+
+    fn on_remote_cluster(&self, name: &str) {
+        let current = self.remote_clusters.get(&ObjectRef::new(name));
+        let stale = lock(&self.connections).get(name).is_some_and(|c| {
+            current
+                .as_ref()
+                .is_none_or(|rc| rc.spec.kubeconfig_secret_ref != c.reference)
+        });
+        if stale {
+            self.disconnect(name);
+        }
+        self.fire_users(name, true);
+    }
+
+    fn on_remote_clusters_relisted(&self) {
+        for rule in lock(&self.usage).keys() {
+            self.triggers.fire(rule);
+        }
+    }
+}
+
+/// Reads the kubeconfig bytes a `RemoteCluster` points at.
+pub async fn read_kubeconfig(
+    client: &Client,
+    reference: &KubeconfigSecretRef,
+) -> Result<Vec<u8>, KubeconfigProblem> {
+    let secret = Api::<Secret>::namespaced(client.clone(), &reference.namespace)
+        .get_opt(&reference.name)
+        .await
+        .map_err(|e| KubeconfigProblem {
+            reason: "SecretUnreadable",
+            message: format!("reading the kubeconfig Secret: {e}"),
+        })?
+        .ok_or_else(|| KubeconfigProblem {
+            reason: "SecretNotFound",
+            message: format!("Secret {}/{} does not exist", reference.namespace, reference.name),
+        })?;
+    secret
+        .data
+        .and_then(|mut d| d.remove(&reference.key))
+        .map(|b| b.0)
+        .ok_or_else(|| KubeconfigProblem {
+            reason: "KeyMissing",
+            message: format!(
+                "Secret {}/{} has no key {:?}",
+                reference.namespace, reference.name, reference.key
+            ),
+        })
+}

@@ -1,0 +1,582 @@
+//! Copies into, out of and between other clusters, against two or three real control planes:
+//! mimeo runs against cluster A (the harness) and reaches B and C through `RemoteCluster`s.
+
+mod common;
+
+use common::{Harness, apiserver_writes, eventually, secret_value, stays};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use mimeo::api::{ClusterSyncRule, CopyState, CopyStatus, RemoteCluster, RuleStatus, SyncRule};
+use mimeo_envtest::ControlPlane;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// Another cluster and an admin client for it.
+struct Other {
+    plane: ControlPlane,
+    client: Client,
+}
+
+async fn other() -> Other {
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let client = plane.client().await.unwrap();
+    Other { plane, client }
+}
+
+async fn namespace_in(client: &Client, name: &str, annotations: Value) {
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// Stores a kubeconfig in `mimeo-system/<secret>` of cluster A.
+async fn put_kubeconfig(h: &Harness, secret: &str, kubeconfig: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret, "namespace": "mimeo-system"},
+        "stringData": {"value": kubeconfig},
+    }))
+    .unwrap();
+    let name = secret.metadata.name.clone().unwrap();
+    h.secrets("mimeo-system")
+        .patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&secret))
+        .await
+        .unwrap();
+}
+
+/// Registers a cluster whose kubeconfig authenticates with a bearer token, as Cluster API and
+/// Argo CD write them.
+async fn register(h: &Harness, name: &str, kubeconfig: &str, labels: Value, allowed: Option<Value>) {
+    put_kubeconfig(h, &format!("{name}-kubeconfig"), kubeconfig).await;
+    let mut spec =
+        json!({"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": format!("{name}-kubeconfig")}});
+    if let Some(allowed) = allowed {
+        spec["allowedNamespaces"] = allowed;
+    }
+    h.apply(json!({
+        "apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }))
+    .await;
+}
+
+fn token_kubeconfig(other: &Other) -> String {
+    other.plane.token_kubeconfig_yaml(other.plane.admin_token())
+}
+
+fn cluster_rule(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": name}, "spec": spec})
+}
+
+fn sync_rule(ns: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule", "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+async fn put_secret_in(client: &Client, ns: &str, name: &str, value: &str) {
+    let secret = common::secret(ns, name, "Opaque", &[("value", value)]);
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&secret))
+        .await
+        .unwrap();
+}
+
+async fn value_in(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    secret_value(&secret, "value")
+}
+
+/// Waits until the Secret `ns/name` in `client`'s cluster holds `value`.
+async fn wait_value(client: &Client, ns: &str, name: &str, value: &str) {
+    eventually(&format!("{ns}/{name} = {value}"), || async {
+        (value_in(client, ns, name).await.as_deref() == Some(value)).then_some(())
+    })
+    .await
+}
+
+async fn put_config_map_in(client: &Client, ns: &str, name: &str, value: &str) {
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": ns}, "data": {"value": value}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&cm))
+        .await
+        .unwrap();
+}
+
+async fn config_map_value(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    cm.data?.get("value").cloned()
+}
+
+async fn rule_status(h: &Harness, ns: Option<&str>, name: &str) -> Option<RuleStatus> {
+    match ns {
+        Some(ns) => {
+            Api::<SyncRule>::namespaced(h.client.clone(), ns)
+                .get_opt(name)
+                .await
+                .unwrap()?
+                .status
+        }
+        None => {
+            Api::<ClusterSyncRule>::all(h.client.clone())
+                .get_opt(name)
+                .await
+                .unwrap()?
+                .status
+        }
+    }
+}
+
+/// Waits until the rule's inventory says the copy `cluster:namespace/name` is in `state`.
+async fn wait_copy_state(
+    h: &Harness,
+    rule: (Option<&str>, &str),
+    copy: (Option<&str>, Option<&str>, &str),
+    state: CopyState,
+) -> CopyStatus {
+    eventually(
+        &format!("copy {copy:?} of rule {rule:?} in state {state:?}"),
+        || async {
+            rule_status(h, rule.0, rule.1)
+                .await?
+                .targets
+                .into_iter()
+                .find(|c| {
+                    c.cluster.as_deref() == copy.0 && c.namespace.as_deref() == copy.1 && c.name == copy.2
+                })
+                .filter(|c| c.state == state)
+        },
+    )
+    .await
+}
+
+/// 1, 2 and 5: an image pull secret into namespace `apps` of cluster B follows rotation; a copy
+/// edited or deleted there is restored; a namespace that appears later gets its copy; and a
+/// ConfigMap of cluster B is pulled into this cluster.
+#[tokio::test]
+async fn copies_go_to_and_come_from_another_cluster() {
+    let h = Harness::start().await;
+    let b = other().await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("apps", &[], &[]).await;
+    namespace_in(&b.client, "apps", json!({"mimeo.dev/accept-from": "platform"})).await;
+    register(
+        &h,
+        "b",
+        &token_kubeconfig(&b),
+        json!({"env": "prod"}),
+        Some(json!({"matchLabels": {"kubernetes.io/metadata.name": "platform"}})),
+    )
+    .await;
+
+    h.put_secret("platform", "pull", &[("value", "v0")]).await;
+    h.apply(sync_rule(
+        "platform",
+        "pull-to-b",
+        json!({"source": {"kind": "Secret", "name": "pull"},
+               "targets": [{"cluster": "b", "namespace": "apps"}, {"cluster": "b", "namespace": "later"}]}),
+    ))
+    .await;
+    wait_value(&b.client, "apps", "pull", "v0").await;
+    let missing = wait_copy_state(
+        &h,
+        (Some("platform"), "pull-to-b"),
+        (Some("b"), Some("later"), "pull"),
+        CopyState::NamespaceMissing,
+    )
+    .await;
+    assert!(
+        missing
+            .message
+            .unwrap()
+            .contains("namespace later does not exist")
+    );
+    let clusters: Api<RemoteCluster> = Api::all(h.client.clone());
+    eventually("RemoteCluster b counts one rule", || async {
+        (clusters.get("b").await.ok()?.status?.rules == Some(1)).then_some(())
+    })
+    .await;
+
+    // 1. Rotation: the copy in B follows within a second.
+    let mut latencies = Vec::new();
+    for i in 1..=5 {
+        let value = format!("v{i}");
+        let started = Instant::now();
+        h.put_secret("platform", "pull", &[("value", &value)]).await;
+        wait_value(&b.client, "apps", "pull", &value).await;
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    eprintln!("rotation into cluster B, 5 rotations: {latencies:?}");
+    assert!(
+        latencies[2] < Duration::from_secs(1),
+        "the median rotation took {:?}",
+        latencies[2]
+    );
+
+    // 5. Drift in B: an edited copy and a deleted copy are restored.
+    put_secret_in(&b.client, "apps", "pull", "tampered").await;
+    wait_value(&b.client, "apps", "pull", "v5").await;
+    Api::<Secret>::namespaced(b.client.clone(), "apps")
+        .delete("pull", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_value(&b.client, "apps", "pull", "v5").await;
+
+    // A namespace that appears in B gets its copy.
+    namespace_in(&b.client, "later", json!({"mimeo.dev/accept-from": "platform"})).await;
+    wait_value(&b.client, "later", "pull", "v5").await;
+
+    // 2. Pull: a ConfigMap of cluster B into this cluster, following its updates.
+    namespace_in(&b.client, "shared", json!({})).await;
+    put_config_map_in(&b.client, "shared", "settings", "s1").await;
+    h.apply(cluster_rule(
+        "settings-from-b",
+        json!({"source": {"kind": "ConfigMap", "name": "settings", "namespace": "shared", "cluster": "b"},
+               "targets": [{"namespace": "apps"}]}),
+    ))
+    .await;
+    eventually("settings pulled from B", || async {
+        (config_map_value(&h.client, "apps", "settings").await.as_deref() == Some("s1")).then_some(())
+    })
+    .await;
+    put_config_map_in(&b.client, "shared", "settings", "s2").await;
+    eventually("settings update pulled from B", || async {
+        (config_map_value(&h.client, "apps", "settings").await.as_deref() == Some("s2")).then_some(())
+    })
+    .await;
+    eventually("RemoteCluster b counts two rules", || async {
+        (clusters.get("b").await.ok()?.status?.rules == Some(2)).then_some(())
+    })
+    .await;
+
+    // Deleting the rule deletes its copies in B.
+    h.delete_rule("platform", "pull-to-b").await;
+    eventually("copies in B deleted with their rule", || async {
+        (value_in(&b.client, "apps", "pull").await.is_none()
+            && value_in(&b.client, "later", "pull").await.is_none())
+        .then_some(())
+    })
+    .await;
+}
+
+/// 3 and 4: from cluster B to cluster C with mimeo running against A; a `clusterSelector` adds
+/// copies to a cluster that starts matching and removes them from one that stops.
+#[tokio::test]
+async fn copies_go_between_remote_clusters_and_follow_cluster_labels() {
+    let h = Harness::start().await;
+    let (b, c) = tokio::join!(other(), other());
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    register(&h, "b", &token_kubeconfig(&b), json!({"env": "prod"}), None).await;
+    register(&h, "c", &token_kubeconfig(&c), json!({}), None).await;
+
+    // 3. Remote to remote.
+    namespace_in(&b.client, "shared", json!({})).await;
+    namespace_in(&c.client, "apps", json!({})).await;
+    put_config_map_in(&b.client, "shared", "settings", "s1").await;
+    h.apply(cluster_rule(
+        "b-to-c",
+        json!({"source": {"kind": "ConfigMap", "name": "settings", "namespace": "shared", "cluster": "b"},
+               "targets": [{"cluster": "c", "namespace": "apps"}]}),
+    ))
+    .await;
+    eventually("settings copied from B to C", || async {
+        (config_map_value(&c.client, "apps", "settings").await.as_deref() == Some("s1")).then_some(())
+    })
+    .await;
+    put_config_map_in(&b.client, "shared", "settings", "s2").await;
+    eventually("an update in B reaches C", || async {
+        (config_map_value(&c.client, "apps", "settings").await.as_deref() == Some("s2")).then_some(())
+    })
+    .await;
+
+    // 4. By labels: B matches (and its namespace is created); C does not, until labelled.
+    h.put_secret("platform", "pull", &[("value", "p1")]).await;
+    h.apply(cluster_rule(
+        "pull-to-prod",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}, "namespace": "apps", "createNamespace": true}]}),
+    ))
+    .await;
+    wait_value(&b.client, "apps", "pull", "p1").await;
+    stays(
+        "no copy in C while it is not labelled",
+        Duration::from_secs(2),
+        || async { value_in(&c.client, "apps", "pull").await.is_none() },
+    )
+    .await;
+    let clusters: Api<RemoteCluster> = Api::all(h.client.clone());
+    clusters
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"env": "prod"}}})),
+        )
+        .await
+        .unwrap();
+    wait_value(&c.client, "apps", "pull", "p1").await;
+    clusters
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"env": null}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the copy in C removed once C stops matching", || async {
+        value_in(&c.client, "apps", "pull").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(value_in(&b.client, "apps", "pull").await.as_deref(), Some("p1"));
+    assert_eq!(
+        config_map_value(&c.client, "apps", "settings").await.as_deref(),
+        Some("s2"),
+        "the other rule's copy in C stays"
+    );
+}
+
+/// 6: cluster B's apiserver is down for 30 s while the source changes twice. Local copies keep
+/// syncing; B's copy is `Unreachable`; once B is back its copy holds the last value within 10 s,
+/// written once.
+#[tokio::test]
+async fn an_outage_of_one_cluster_delays_only_its_copies() {
+    let h = Harness::start().await;
+    let mut b = other().await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("tenant", &[], &[]).await;
+    namespace_in(&b.client, "apps", json!({})).await;
+    register(&h, "b", &token_kubeconfig(&b), json!({}), None).await;
+    h.put_secret("platform", "pull", &[("value", "v0")]).await;
+    h.apply(cluster_rule(
+        "pull",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"namespace": "tenant"}, {"cluster": "b", "namespace": "apps"}]}),
+    ))
+    .await;
+    wait_value(&b.client, "apps", "pull", "v0").await;
+    wait_value(&h.client, "tenant", "pull", "v0").await;
+
+    b.plane.stop_apiserver().await;
+    let stopped = Instant::now();
+    h.put_secret("platform", "pull", &[("value", "v1")]).await;
+    wait_value(&h.client, "tenant", "pull", "v1").await;
+    let unreachable = wait_copy_state(
+        &h,
+        (None, "pull"),
+        (Some("b"), Some("apps"), "pull"),
+        CopyState::Unreachable,
+    )
+    .await;
+    eprintln!("while B is down: {:?}", unreachable.message);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.put_secret("platform", "pull", &[("value", "v2")]).await;
+    wait_value(&h.client, "tenant", "pull", "v2").await;
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(stopped.elapsed())).await;
+
+    let took = b.plane.start_apiserver().await.unwrap_or_else(|e| panic!("{e}"));
+    let back = Instant::now();
+    wait_value(&b.client, "apps", "pull", "v2").await;
+    let recovery = back.elapsed();
+    eprintln!(
+        "outage of {:.1?}: B's apiserver ready {took:.2?} after restart; its copy held the last value {recovery:.2?} after that",
+        back - stopped
+    );
+    assert!(
+        recovery < Duration::from_secs(10),
+        "B's copy took {recovery:?} to converge"
+    );
+    wait_copy_state(
+        &h,
+        (None, "pull"),
+        (Some("b"), Some("apps"), "pull"),
+        CopyState::Synced,
+    )
+    .await;
+    // B's apiserver counts from its restart: one write of the copy, and nothing after.
+    eprintln!(
+        "writes to B's secrets since its restart: {}",
+        apiserver_writes(&b.client, &["secrets"]).await
+    );
+    stays(
+        "B's copy written exactly once after the outage",
+        Duration::from_secs(3),
+        || async { apiserver_writes(&b.client, &["secrets"]).await == 1 },
+    )
+    .await;
+}
+
+/// 7 and 8: a `SyncRule` from a namespace the cluster does not allow cannot use it; garbage, a
+/// wrong CA, an unknown token and a missing `RemoteCluster` give clear copy states and leave the
+/// rule's other copies syncing; a rotated kubeconfig Secret is used at once; a `RemoteCluster`
+/// deleted under a rule leaves its copies alone.
+#[tokio::test]
+async fn clusters_refuse_what_they_must_and_credentials_rotate() {
+    let h = Harness::start().await;
+    let b = other().await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("team-x", &[], &[]).await;
+    h.namespace("local", &[], &[("mimeo.dev/accept-from", "team-x")])
+        .await;
+    namespace_in(&b.client, "apps", json!({"mimeo.dev/accept-from": "team-x"})).await;
+    register(
+        &h,
+        "b",
+        &token_kubeconfig(&b),
+        json!({}),
+        Some(json!({"matchLabels": {"kubernetes.io/metadata.name": "platform"}})),
+    )
+    .await;
+
+    // 7. Not allowed: the local copy is made, the remote one is refused and says why.
+    h.put_secret("team-x", "own", &[("value", "x1")]).await;
+    h.apply(sync_rule(
+        "team-x",
+        "sneaky",
+        json!({"source": {"kind": "Secret", "name": "own"},
+               "targets": [{"namespace": "local"}, {"cluster": "b", "namespace": "apps"}]}),
+    ))
+    .await;
+    wait_value(&h.client, "local", "own", "x1").await;
+    let refused = wait_copy_state(
+        &h,
+        (Some("team-x"), "sneaky"),
+        (Some("b"), Some("apps"), "own"),
+        CopyState::NotAccepted,
+    )
+    .await;
+    assert!(
+        refused.message.unwrap().contains("allowedNamespaces"),
+        "the message names the setting"
+    );
+    assert!(value_in(&b.client, "apps", "own").await.is_none());
+
+    // 7. Bad kubeconfigs: clear states, nothing leaked, the rule's local copy unaffected.
+    put_kubeconfig(&h, "garbage-kubeconfig", "token: hunter2-distinctive: [").await;
+    let garbage = json!({"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "garbage-kubeconfig"}});
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "metadata": {"name": "garbage"}, "spec": garbage}))
+        .await;
+    let ca_line = |kubeconfig: &str| -> String {
+        kubeconfig
+            .lines()
+            .find(|l| l.contains("certificate-authority-data"))
+            .unwrap()
+            .to_owned()
+    };
+    let wrong_ca = token_kubeconfig(&b).replace(
+        &ca_line(&token_kubeconfig(&b)),
+        &ca_line(h.plane.kubeconfig_yaml()),
+    );
+    register(&h, "wrong-ca", &wrong_ca, json!({}), None).await;
+    let revoked = b.plane.token_kubeconfig_yaml("revoked-token-distinctive");
+    register(&h, "rotating", &revoked, json!({}), None).await;
+    h.put_secret("platform", "creds", &[("value", "c1")]).await;
+    h.namespace("platform-local", &[], &[]).await;
+    h.apply(cluster_rule(
+        "everywhere",
+        json!({"source": {"kind": "Secret", "name": "creds", "namespace": "platform"},
+               "targets": [{"namespace": "platform-local"},
+                           {"cluster": "garbage", "namespace": "apps"},
+                           {"cluster": "wrong-ca", "namespace": "apps"},
+                           {"cluster": "rotating", "namespace": "apps"},
+                           {"cluster": "nowhere", "namespace": "apps"}]}),
+    ))
+    .await;
+    wait_value(&h.client, "platform-local", "creds", "c1").await;
+    let rule = (None, "everywhere");
+    let garbage = wait_copy_state(
+        &h,
+        rule,
+        (Some("garbage"), Some("apps"), "creds"),
+        CopyState::Unreachable,
+    )
+    .await;
+    assert!(garbage.message.unwrap().contains("InvalidKubeconfig"));
+    let wrong_ca = wait_copy_state(
+        &h,
+        rule,
+        (Some("wrong-ca"), Some("apps"), "creds"),
+        CopyState::Unreachable,
+    )
+    .await;
+    eprintln!("wrong CA: {:?}", wrong_ca.message);
+    let unknown_token = wait_copy_state(
+        &h,
+        rule,
+        (Some("rotating"), Some("apps"), "creds"),
+        CopyState::Unauthorized,
+    )
+    .await;
+    assert!(
+        unknown_token
+            .message
+            .unwrap()
+            .contains("rejected the credentials")
+    );
+    let missing = wait_copy_state(
+        &h,
+        rule,
+        (Some("nowhere"), Some("apps"), "creds"),
+        CopyState::ClusterMissing,
+    )
+    .await;
+    assert!(
+        missing
+            .message
+            .unwrap()
+            .contains("RemoteCluster nowhere does not exist")
+    );
+    let status = serde_json::to_string(&rule_status(&h, None, "everywhere").await).unwrap();
+    for secret in ["hunter2", "revoked-token-distinctive", b.plane.admin_token()] {
+        assert!(!status.contains(secret), "a credential leaked into status");
+    }
+
+    // 8. Rotation: the Secret now holds a token B accepts; the copy follows without a restart.
+    let rotated = Instant::now();
+    put_kubeconfig(&h, "rotating-kubeconfig", &token_kubeconfig(&b)).await;
+    wait_value(&b.client, "apps", "creds", "c1").await;
+    eprintln!("kubeconfig rotation to a copy in B: {:.2?}", rotated.elapsed());
+    // And back to a token B rejects: the next sync uses it and says so.
+    put_kubeconfig(&h, "rotating-kubeconfig", &revoked).await;
+    h.put_secret("platform", "creds", &[("value", "c2")]).await;
+    wait_value(&h.client, "platform-local", "creds", "c2").await;
+    wait_copy_state(
+        &h,
+        rule,
+        (Some("rotating"), Some("apps"), "creds"),
+        CopyState::Unauthorized,
+    )
+    .await;
+    assert_eq!(value_in(&b.client, "apps", "creds").await.as_deref(), Some("c1"));
+
+    // A RemoteCluster deleted under a rule: the rule says so, the copies stay.
+    put_kubeconfig(&h, "rotating-kubeconfig", &token_kubeconfig(&b)).await;
+    wait_value(&b.client, "apps", "creds", "c2").await;
+    Api::<RemoteCluster>::all(h.client.clone())
+        .delete("rotating", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_copy_state(
+        &h,
+        rule,
+        (Some("rotating"), Some("apps"), "creds"),
+        CopyState::ClusterMissing,
+    )
+    .await;
+    assert_eq!(value_in(&b.client, "apps", "creds").await.as_deref(), Some("c2"));
+}
