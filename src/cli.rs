@@ -25,6 +25,70 @@ pub enum Command {
     /// Work with transform plugins: run them locally, look inside them.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Work with the clusters that `RemoteCluster`s name.
+    #[command(subcommand)]
+    Remote(RemoteCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteCommand {
+    /// Print the RBAC that the identity in a RemoteCluster's kubeconfig needs inside the remote
+    /// cluster, as multi-document YAML to apply there (`kubectl apply -f -`): a ClusterRole and
+    /// ClusterRoleBinding (for a target), a Role and RoleBinding per namespace, and for a service
+    /// account its Namespace and the ServiceAccount.
+    Rbac(RemoteRbacArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RemoteRbacArgs {
+    /// A kind mimeo copies with this cluster: Secret or ConfigMap (plural or lowercase work too).
+    /// Repeat for several.
+    #[arg(long = "kind", value_name = "KIND", default_value = "Secret")]
+    pub kinds: Vec<String>,
+    /// A namespace mimeo writes copies to (with --source: reads from). Repeat for several. For a
+    /// target without any, the ClusterRole grants writing copies in every namespace.
+    #[arg(short = 'n', long = "namespace", value_name = "NS")]
+    pub namespaces: Vec<String>,
+    /// The cluster is a source: grant get, list and watch in the given namespaces, nothing
+    /// cluster-wide.
+    #[arg(long, conflicts_with = "create_namespaces")]
+    pub source: bool,
+    /// Also grant create on namespaces (cluster-wide), for a target.
+    #[arg(long)]
+    pub create_namespaces: bool,
+    /// The ServiceAccount the kubeconfig authenticates as.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        default_value = crate::remote_rbac::DEFAULT_SERVICE_ACCOUNT,
+        conflicts_with = "user"
+    )]
+    pub service_account: String,
+    /// The user the kubeconfig authenticates as, instead of a ServiceAccount.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The name of the ClusterRole, ClusterRoleBinding, Roles and RoleBindings [default:
+    /// mimeo-remote, with --source mimeo-remote-source].
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+impl RemoteRbacArgs {
+    pub fn options(&self) -> Result<crate::remote_rbac::RbacOptions, crate::remote_rbac::RbacError> {
+        use crate::remote_rbac::{Identity, RbacOptions, Use};
+        let identity = match &self.user {
+            Some(user) => Identity::User(user.clone()),
+            None => Identity::service_account(&self.service_account)?,
+        };
+        Ok(RbacOptions {
+            kinds: self.kinds.clone(),
+            namespaces: self.namespaces.clone(),
+            usage: if self.source { Use::Source } else { Use::Target },
+            create_namespaces: self.create_namespaces,
+            identity,
+            name: self.name.clone(),
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]

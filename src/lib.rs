@@ -12,6 +12,7 @@ pub mod clusters;
 pub mod controller;
 pub mod metrics;
 pub mod plugin;
+pub mod remote_rbac;
 pub mod server;
 pub mod sync;
 pub mod telemetry;

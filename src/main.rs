@@ -2,7 +2,7 @@ mod plugin_cmd;
 
 use anyhow::Context;
 use clap::Parser;
-use mimeo::cli::{Cli, Command, PluginCommand, RunArgs};
+use mimeo::cli::{Cli, Command, PluginCommand, RemoteCommand, RunArgs};
 use mimeo::controller::{self, ControllerConfig};
 use mimeo::metrics::Metrics;
 use mimeo::server::{self, Readiness};
@@ -22,6 +22,17 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Plugin(PluginCommand::Test(args)) => tokio::task::block_in_place(|| plugin_cmd::test(args)),
         Command::Plugin(PluginCommand::Inspect(args)) => {
             tokio::task::block_in_place(|| plugin_cmd::inspect(args))
+        }
+        Command::Remote(RemoteCommand::Rbac(args)) => {
+            let options = args.options()?;
+            let yaml = mimeo::remote_rbac::render(&options)?;
+            print!("{yaml}");
+            if options.grants_in_every_namespace() {
+                eprintln!(
+                    "note: no --namespace given: the ClusterRole grants writing copies in every namespace of the cluster"
+                );
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
