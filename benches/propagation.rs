@@ -1,5 +1,6 @@
-//! Scenario benchmark against a real control plane: how fast a rotated source reaches its copies,
-//! and how many watches the controller holds for 1 and for 100 rules.
+//! Scenario benchmark against real control planes: how fast a rotated source reaches its copies
+//! in the same cluster and in another one, and how many watches the controller holds for 1 and
+//! for 100 rules.
 //!
 //! `cargo bench --bench propagation` (add `-- --rotations N` to change the count). Figures are
 //! printed as a table; docs/benchmarks.md records a run.
@@ -49,52 +50,7 @@ async fn main() {
     )
     .await;
 
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, String, Instant)>();
-    let copies: Api<Secret> = Api::all(client.clone());
-    let observer = tokio::spawn(async move {
-        let config = watcher::Config::default().labels("mimeo.dev/managed-by=mimeo");
-        let mut stream = watcher(copies, config).applied_objects().boxed();
-        while let Some(Ok(copy)) = stream.next().await {
-            let value = copy
-                .data
-                .as_ref()
-                .and_then(|d| d.get("token"))
-                .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-            if let (Some(ns), Some(value)) = (copy.metadata.namespace.clone(), value) {
-                let _ = seen_tx.send((ns, value, Instant::now()));
-            }
-        }
-    });
-    wait_all(&mut seen_rx, "v-initial").await;
-
-    let mut latencies = Vec::with_capacity(rotations);
-    for i in 0..rotations {
-        let value = format!("v-{i}");
-        let started = Instant::now();
-        sources
-            .replace("creds", &PostParams::default(), &secret("creds", &value))
-            .await
-            .unwrap();
-        let done = wait_all(&mut seen_rx, &value).await;
-        latencies.push(done.duration_since(started));
-    }
-    observer.abort();
-    latencies.sort();
-    let pct = |p: f64| {
-        latencies[((latencies.len() as f64 * p).ceil() as usize)
-            .saturating_sub(1)
-            .min(latencies.len() - 1)]
-    };
-    println!(
-        "propagation: one Secret to {TARGETS} namespaces, {rotations} rotations, source write to last copy seen"
-    );
-    println!(
-        "  p50 {:>8.1?}   p90 {:>8.1?}   p99 {:>8.1?}   max {:>8.1?}",
-        pct(0.5),
-        pct(0.9),
-        pct(0.99),
-        latencies[latencies.len() - 1]
-    );
+    let local = rotate(&sources, &client, "creds", "v", rotations).await;
 
     // Watches: with the one rule above, then with 100 rules.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -131,7 +87,128 @@ async fn main() {
     println!("  100 rules reading one namespace               {hundred_same_ns}");
     println!("  + 100 rules each reading its own namespace    {plus_hundred_own_ns}");
 
+    // The same into 10 namespaces of a second cluster, through a RemoteCluster.
+    let remote = mimeo_envtest::ControlPlane::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let remote_client = remote.client().await.unwrap();
+    for i in 0..TARGETS {
+        namespace(&remote_client, &format!("bench-t{i}"), &[("bench", "remote")]).await;
+    }
+    namespace(&client, "mimeo-system", &[]).await;
+    let kubeconfig = Secret {
+        metadata: kube::core::ObjectMeta {
+            name: Some("remote-kubeconfig".into()),
+            ..Default::default()
+        },
+        string_data: Some([("value".to_owned(), remote.kubeconfig_yaml().to_owned())].into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), "mimeo-system")
+        .create(&PostParams::default(), &kubeconfig)
+        .await
+        .unwrap();
+    let cluster = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "metadata": {"name": "remote"},
+        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "remote-kubeconfig"}}});
+    Api::<mimeo::api::RemoteCluster>::all(client.clone())
+        .patch(
+            "remote",
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(&cluster),
+        )
+        .await
+        .unwrap();
+    sources
+        .create(&PostParams::default(), &secret("remote-creds", "r-initial"))
+        .await
+        .unwrap();
+    let rule = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": "remote-creds"},
+        "spec": {"source": {"kind": "Secret", "name": "remote-creds", "namespace": "bench-src"},
+                 "targets": [{"cluster": "remote", "namespaceSelector": {"matchLabels": {"bench": "remote"}}}]}});
+    Api::<mimeo::api::ClusterSyncRule>::all(client.clone())
+        .patch(
+            "remote-creds",
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(&rule),
+        )
+        .await
+        .unwrap();
+    let to_remote = rotate(&sources, &remote_client, "remote-creds", "r", rotations).await;
+
+    println!(
+        "propagation: one Secret to {TARGETS} namespaces, {rotations} rotations, source write to last copy seen"
+    );
+    println!("  {:<30} {:>9} {:>9} {:>9} {:>9}", "", "p50", "p90", "p99", "max");
+    for (what, latencies) in [("same cluster", &local), ("another cluster", &to_remote)] {
+        println!(
+            "  {what:<30} {:>9.1?} {:>9.1?} {:>9.1?} {:>9.1?}",
+            percentile(latencies, 0.5),
+            percentile(latencies, 0.9),
+            percentile(latencies, 0.99),
+            latencies[latencies.len() - 1]
+        );
+    }
+    println!(
+        "  another cluster / same cluster, p50: {:.2}",
+        percentile(&to_remote, 0.5).as_secs_f64() / percentile(&local, 0.5).as_secs_f64()
+    );
+
     h.stop_controller().await;
+}
+
+/// Rotates the source `name` `rotations` times and returns, sorted, how long each took to reach
+/// every copy in the cluster of `copies_client` (seen by a watch of its own on the copies).
+async fn rotate(
+    sources: &Api<Secret>,
+    copies_client: &Client,
+    name: &str,
+    prefix: &str,
+    rotations: usize,
+) -> Vec<Duration> {
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, String, Instant)>();
+    let copies: Api<Secret> = Api::all(copies_client.clone());
+    let source = name.to_owned();
+    let observer = tokio::spawn(async move {
+        let config = watcher::Config::default().labels("mimeo.dev/managed-by=mimeo");
+        let mut stream = watcher(copies, config).applied_objects().boxed();
+        while let Some(Ok(copy)) = stream.next().await {
+            if copy.metadata.name.as_deref() != Some(source.as_str()) {
+                continue;
+            }
+            let value = copy
+                .data
+                .as_ref()
+                .and_then(|d| d.get("token"))
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+            if let (Some(ns), Some(value)) = (copy.metadata.namespace.clone(), value) {
+                let _ = seen_tx.send((ns, value, Instant::now()));
+            }
+        }
+    });
+    let current = sources.get(name).await.unwrap();
+    let initial = common::secret_value(&current, "token").unwrap();
+    wait_all(&mut seen_rx, &initial).await;
+
+    let mut latencies = Vec::with_capacity(rotations);
+    for i in 0..rotations {
+        let value = format!("{prefix}-{i}");
+        let started = Instant::now();
+        sources
+            .replace(name, &PostParams::default(), &secret(name, &value))
+            .await
+            .unwrap();
+        let done = wait_all(&mut seen_rx, &value).await;
+        latencies.push(done.duration_since(started));
+    }
+    observer.abort();
+    latencies.sort();
+    latencies
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize)
+        .saturating_sub(1)
+        .min(sorted.len() - 1)]
 }
 
 /// Waits until every target namespace has seen `value`; returns when the last one did.

@@ -105,6 +105,13 @@ async fn valid_rules_are_accepted() {
             })),
         ),
         (
+            "ClusterSyncRule creating its target namespace in another cluster",
+            cluster_sync_rule(json!({
+                "source": {"kind": "Secret", "namespace": "platform", "name": "pull-secret", "cluster": ""},
+                "targets": [{"cluster": "workload-eu1", "namespace": "apps", "createNamespace": true}],
+            })),
+        ),
+        (
             "ClusterSyncRule for a ClusterPolicy to other clusters",
             cluster_sync_rule(json!({
                 "source": {"kind": "ClusterPolicy", "name": "require-labels"},
@@ -214,6 +221,18 @@ async fn invalid_rules_are_rejected_with_our_messages() {
             cluster_sync_rule(json!({"source": {"kind": "ClusterPolicy", "name": "a"},
                                      "targets": [{"namespace": "b", "cluster": "c"}]})),
             "a ClusterPolicy is cluster-scoped: its targets name clusters, not namespaces",
+        ),
+        (
+            "createNamespace in a SyncRule",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespace": "b", "createNamespace": true}]})),
+            "createNamespace is only for ClusterSyncRules: a SyncRule's author may not create namespaces",
+        ),
+        (
+            "createNamespace with a namespace selector",
+            cluster_sync_rule(json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
+                                     "targets": [{"namespaceSelector": {}, "createNamespace": true}]})),
+            "createNamespace needs a namespace by name: namespaces matched by a selector already exist",
         ),
         (
             "a RemoteCluster without a kubeconfig reference",
