@@ -676,3 +676,17 @@ where
     });
     task.abort_handle()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_starts_over_on_reset() {
+        let mut backoff = CappedBackoff::new(Duration::from_millis(250), Duration::from_secs(4));
+        let first: Vec<u64> = backoff.by_ref().take(7).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(first, [250, 500, 1000, 2000, 4000, 4000, 4000]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Some(Duration::from_millis(250)));
+    }
+}
