@@ -1,5 +1,6 @@
 //! The command line: flags parsed into plain values, then handed to the parts that do the work.
 
+use crate::sync::kinds::AllowedKind;
 use crate::telemetry::LogFormat;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -185,6 +186,16 @@ pub struct RunArgs {
     /// Reconcile only the SyncRules of this namespace (and no ClusterSyncRules).
     #[arg(long, env = "MIMEO_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// A kind rules may sync, as Kind for the core group or Kind.group (Secret,
+    /// Policy.kyverno.io); repeat it, or separate kinds with commas. Rules for any other kind are
+    /// refused. Default: Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io.
+    #[arg(
+        long = "allow-kind",
+        env = "MIMEO_ALLOW_KINDS",
+        value_name = "KIND",
+        value_delimiter = ','
+    )]
+    pub allow_kinds: Vec<AllowedKind>,
     #[command(flatten)]
     pub plugins: PluginArgs,
 }

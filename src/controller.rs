@@ -19,7 +19,7 @@ use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::metrics::Metrics;
 use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
-use crate::sync::kinds::supported_resources;
+use crate::sync::kinds::{AllowedKind, default_allowed_kinds};
 use fleet::Fleet;
 use futures::StreamExt;
 use kube::Client;
@@ -41,6 +41,8 @@ pub struct ControllerConfig {
     pub plugin_dir: Option<std::path::PathBuf>,
     /// Limits and the compiled-artifact cache of the plugin host.
     pub plugin_host: HostSettings,
+    /// The kinds rules may sync; rules for others are refused. Empty means the defaults.
+    pub allowed_kinds: Vec<AllowedKind>,
 }
 
 /// What every reconcile shares.
@@ -49,6 +51,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     fleet: Arc<Fleet>,
+    allowed_kinds: Vec<AllowedKind>,
     plugins: plugins::Plugins,
 }
 
@@ -88,7 +91,12 @@ pub async fn run(
 ) -> Result<(), Error> {
     check_crds(&client).await?;
     let (triggers, streams) = Triggers::new();
-    let fleet = Fleet::start(client.clone(), metrics.clone(), triggers, supported_resources());
+    let fleet = Fleet::start(client.clone(), metrics.clone(), triggers);
+    let allowed_kinds = if config.allowed_kinds.is_empty() {
+        default_allowed_kinds()
+    } else {
+        config.allowed_kinds.clone()
+    };
     let host = PluginHost::new(config.plugin_host.clone()).map_err(|e| Error::PluginHost(e.to_string()))?;
     let reporter = Reporter {
         controller: "mimeo".into(),
@@ -99,6 +107,7 @@ pub async fn run(
         metrics,
         recorder: Recorder::new(client.clone(), reporter),
         fleet: fleet.clone(),
+        allowed_kinds,
         plugins: plugins::Plugins::new(host, client.clone(), config.plugin_dir.clone()),
     });
 

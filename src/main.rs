@@ -70,6 +70,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance: std::env::var("POD_NAME").ok(),
         plugin_dir: args.plugins.plugin_dir.clone(),
         plugin_host: args.plugins.host_settings(),
+        allowed_kinds: args.allow_kinds,
     };
     controller::run(client, config, metrics, readiness, stopped()).await?;
     let _ = server.await;

@@ -382,6 +382,9 @@ pub enum CopyState {
     Unauthorized,
     /// The `RemoteCluster` named for the copy does not exist; copies there are left as they are.
     ClusterMissing,
+    /// The copy's cluster does not serve the kind (its CRD is not installed there); the copy is
+    /// written once it is.
+    KindNotServed,
     /// Writing the copy failed; `message` says why.
     Failed,
 }

@@ -17,7 +17,7 @@ use crate::sync::targets::selector;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::core::{ApiResource, SelectorExt};
+use kube::core::SelectorExt;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -83,7 +83,6 @@ pub struct Fleet {
     local: ClusterHandle,
     metrics: Arc<Metrics>,
     triggers: Triggers,
-    kinds: Vec<ApiResource>,
     remote_clusters: Store<RemoteCluster>,
     remote_clusters_listed: Listed,
     connections: Mutex<HashMap<String, Connection>>,
@@ -105,22 +104,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Fleet {
     /// Starts the watches of this cluster and the watch on `RemoteCluster`s.
-    pub fn start(
-        client: Client,
-        metrics: Arc<Metrics>,
-        triggers: Triggers,
-        kinds: Vec<ApiResource>,
-    ) -> Arc<Self> {
+    pub fn start(client: Client, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
         let local = ClusterHandle {
             name: None,
             client: client.clone(),
-            watches: Watches::start(
-                client.clone(),
-                Reach::Local,
-                metrics.clone(),
-                triggers.clone(),
-                kinds.clone(),
-            ),
+            watches: Watches::start(client.clone(), Reach::Local, metrics.clone(), triggers.clone()),
         };
         let writer: Writer<RemoteCluster> = Writer::default();
         let remote_clusters = writer.as_reader();
@@ -155,7 +143,6 @@ impl Fleet {
                 local,
                 metrics,
                 triggers,
-                kinds,
                 remote_clusters,
                 remote_clusters_listed,
                 connections: Mutex::new(HashMap::new()),
@@ -374,13 +361,7 @@ impl Fleet {
         let handle = ClusterHandle {
             name: Some(name.clone()),
             client: client.clone(),
-            watches: Watches::start(
-                client,
-                Reach::Remote,
-                self.metrics.clone(),
-                self.triggers.clone(),
-                self.kinds.clone(),
-            ),
+            watches: Watches::start(client, Reach::Remote, self.metrics.clone(), self.triggers.clone()),
         };
         let digest = digest_bytes(&bytes);
         let secret_watch = self.watch_kubeconfig(&name, reference.clone(), digest);

@@ -13,6 +13,7 @@ use crate::plugin::{ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message};
 use crate::sync::desired::{CopyTarget, DesiredCopy, desired_copy};
 use crate::sync::hash::digest;
+use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
 use crate::sync::targets::{NamespaceInfo, Placement, placements, selector, targets_by_cluster};
@@ -119,15 +120,65 @@ impl Planned {
 struct TargetCluster {
     name: Option<String>,
     targets: Vec<Target>,
-    usable: Result<ClusterHandle, ClusterProblem>,
+    /// The rule has targets here or copies it made earlier.
+    holds: bool,
+    /// The cluster and the copied kind's resource there, or why they cannot be used now.
+    usable: Result<(ClusterHandle, ApiResource), ClusterProblem>,
 }
 
 /// A usable target cluster with what its caches say, read once per reconcile.
 struct Reachable<'a> {
     name: &'a Option<String>,
     handle: &'a ClusterHandle,
+    resource: &'a ApiResource,
     namespaces: Vec<NamespaceInfo>,
     places: Vec<Placement>,
+}
+
+/// The copied kind as a target cluster serves it. A cluster that does not serve it (its CRD is
+/// not installed) gets no copies; the rule stays registered there, so that the CRD appearing
+/// wakes it.
+async fn resolve_in(
+    ctx: &Context,
+    key: &RuleKey,
+    kind: &KindRef,
+    handle: ClusterHandle,
+    name: &Option<String>,
+    targets: &[Target],
+) -> Result<(ClusterHandle, ApiResource), ClusterProblem> {
+    match handle.watches.resolve(kind).await {
+        Ok(Some((resource, _))) => Ok((handle, resource)),
+        Ok(None) => {
+            let interest = Interest {
+                namespaces: namespace_interest(targets),
+                ..Default::default()
+            };
+            let _ = handle.watches.declare(key, interest).await;
+            let crd = format!("{}.{}", kind.kind.to_lowercase(), kind.group());
+            let cluster = match name {
+                Some(name) => format!("RemoteCluster {name}"),
+                None => "this cluster".to_owned(),
+            };
+            Err(ClusterProblem {
+                state: CopyState::KindNotServed,
+                message: format!(
+                    "{cluster} does not serve {kind}: install its CustomResourceDefinition (such as \
+                     {crd}s); the copy is written once it is served"
+                ),
+            })
+        }
+        Err(e) => {
+            let (state, message) = failure(ctx, name, "looking up the kind", &e);
+            Err(ClusterProblem { state, message })
+        }
+    }
+}
+
+fn namespace_interest(targets: &[Target]) -> NamespaceInterest {
+    NamespaceInterest {
+        names: targets.iter().filter_map(|t| t.namespace.clone()).collect(),
+        any: targets.iter().any(|t| t.namespace_selector.is_some()),
+    }
 }
 
 async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, Error> {
@@ -136,8 +187,8 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     let previous = rule.rule_status();
     ctx.fleet.wait_ready().await?;
 
-    let resource = match validate::check(spec) {
-        Ok(resource) => resource,
+    let kind = match validate::check(spec, &ctx.allowed_kinds) {
+        Ok(kind) => kind,
         Err(problem) => {
             ctx.fleet.forget(&key);
             let ready = Readiness {
@@ -149,7 +200,6 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             return Ok(Action::await_change());
         }
     };
-    let source_ns = rule.source_namespace().unwrap_or_default();
 
     // The transform chain: every plugin loaded and its config accepted, or nothing changes.
     let chain = match ctx
@@ -207,15 +257,73 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             }
         },
     };
-    let clusters: Vec<TargetCluster> =
+    // The kind, as the source's cluster serves it.
+    let in_source_cluster = match &source_cluster {
+        Some(cluster) => format!(" of RemoteCluster {cluster}"),
+        None => String::new(),
+    };
+    let (resource, namespaced) = match source_side.watches.resolve(&kind).await {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            // Registered here, so that the CRD appearing wakes the rule.
+            source_side.watches.declare(&key, Interest::default()).await?;
+            let ready = Readiness {
+                ready: false,
+                reason: "KindNotServed".into(),
+                message: format!(
+                    "the cluster{in_source_cluster} does not serve {kind}: no such kind, or its \
+                     CustomResourceDefinition is not installed; copies follow once it is served"
+                ),
+            };
+            refuse(&*rule, ctx, previous, ready).await?;
+            return Ok(Action::requeue(RETRY_FAILED));
+        }
+        Err(e) => {
+            if source_cluster.is_none() {
+                return Err(e.into());
+            }
+            let (_, why) = failure(ctx, &source_cluster, "looking up the source kind", &e);
+            let ready = Readiness {
+                ready: false,
+                reason: "SourceClusterUnreachable".into(),
+                message: format!("the source cannot be read: {why}; copies are left as they are"),
+            };
+            refuse(&*rule, ctx, previous, ready).await?;
+            return Ok(Action::requeue(RETRY_UNREACHABLE));
+        }
+    };
+    if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
+        ctx.fleet.forget(&key);
+        let ready = Readiness {
+            ready: false,
+            reason: problem.reason.into(),
+            message: problem.message,
+        };
+        refuse(&*rule, ctx, previous, ready).await?;
+        return Ok(Action::await_change());
+    }
+    let source_ns = if namespaced {
+        rule.source_namespace().unwrap_or_default()
+    } else {
+        String::new()
+    };
+
+    let mut clusters: Vec<TargetCluster> =
         futures::future::join_all(by_cluster.into_iter().map(|(name, targets)| async {
+            let holds = !targets.is_empty() || previous_copies.iter().any(|c| c.cluster == name);
             let usable = match &name {
                 None => Ok(ctx.fleet.local().clone()),
                 Some(remote) => ctx.fleet.cluster(&key, remote).await,
             };
+            let usable = match usable {
+                Ok(handle) if holds => resolve_in(ctx, &key, &kind, handle, &name, &targets).await,
+                Ok(handle) => Ok((handle, resource.clone())),
+                Err(problem) => Err(problem),
+            };
             TargetCluster {
                 name,
                 targets,
+                holds,
                 usable,
             }
         }))
@@ -234,35 +342,49 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     };
     let uses_remote_targets = clusters.iter().any(|c| c.name.is_some());
     let mut store = None;
-    for cluster in &clusters {
-        let Ok(handle) = &cluster.usable else { continue };
+    for cluster in clusters.iter_mut() {
+        let Ok((handle, cluster_resource)) = &cluster.usable else {
+            continue;
+        };
         let is_source = cluster.name == source_cluster;
-        let mut names: BTreeSet<String> = cluster
-            .targets
-            .iter()
-            .filter_map(|t| t.namespace.clone())
-            .collect();
+        let mut namespaces = namespace_interest(&cluster.targets);
         if cluster.name.is_none() && uses_remote_targets && key.kind == RuleKind::SyncRule {
             // Its namespace's labels decide which RemoteClusters it may use.
-            names.extend(key.namespace.clone());
+            namespaces.names.extend(key.namespace.clone());
         }
         let interest = Interest {
             source: is_source.then(|| source_interest.clone()),
-            namespaces: NamespaceInterest {
-                names,
-                any: cluster.targets.iter().any(|t| t.namespace_selector.is_some()),
-            },
+            copies: cluster.holds.then(|| cluster_resource.clone()),
+            namespaces,
         };
-        let declared = handle.watches.declare(&key, interest).await?;
-        if is_source {
-            store = declared;
+        match handle.watches.declare(&key, interest).await {
+            Ok(declared) => {
+                if is_source {
+                    store = declared;
+                }
+            }
+            // Another cluster's caches that do not fill mark its copies; the source's stop the rule.
+            Err(e) if cluster.name.is_some() && !is_source => {
+                let failure = handle.watches.failure();
+                let state = match failure.as_ref().map(|f| f.reason) {
+                    Some("Unauthorized") => CopyState::Unauthorized,
+                    _ => CopyState::Unreachable,
+                };
+                let why = failure.map(|f| f.message).unwrap_or_else(|| e.to_string());
+                let name = cluster.name.clone().unwrap_or_default();
+                cluster.usable = Err(ClusterProblem {
+                    state,
+                    message: format!("RemoteCluster {name}: {why}"),
+                });
+            }
+            Err(e) => return Err(e),
         }
     }
     if store.is_none() {
         // The source lives in a cluster that gets no copies of this rule.
         let interest = Interest {
             source: Some(source_interest.clone()),
-            namespaces: NamespaceInterest::default(),
+            ..Default::default()
         };
         store = source_side.watches.declare(&key, interest).await?;
     }
@@ -270,7 +392,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     let mut sources: Vec<Arc<DynamicObject>> = store
         .state()
         .into_iter()
-        .filter(|o| o.namespace().as_deref() == Some(source_ns.as_str()))
+        .filter(|o| o.namespace().unwrap_or_default() == source_ns)
         .filter(|o| match (&spec.source.name, &source_selector) {
             (Some(name), _) => o.name_any() == *name,
             (None, Some(sel)) => sel.matches(o.labels()),
@@ -284,12 +406,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     let reachable: Vec<Reachable> = clusters
         .iter()
         .filter_map(|c| {
-            let handle = c.usable.as_ref().ok()?;
+            let (handle, resource) = c.usable.as_ref().ok()?;
             let namespaces = handle.watches.namespaces();
-            let places = placements(&c.targets, &namespaces).unwrap_or_default();
+            let places = placements(&c.targets, &namespaces, namespaced).unwrap_or_default();
             Some(Reachable {
                 name: &c.name,
                 handle,
+                resource,
                 namespaces,
                 places,
             })
@@ -322,7 +445,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             for place in &cluster.places {
                 let target = CopyTarget {
                     cluster: cluster.name.clone(),
-                    namespace: Some(place.namespace.clone()),
+                    namespace: place.namespace.clone(),
                     name: place.rename.clone().unwrap_or_else(|| source.name_any()),
                 };
                 if *cluster.name == source_cluster
@@ -348,8 +471,9 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     ));
                     continue;
                 }
+                let namespace = place.namespace.as_deref().unwrap_or_default();
                 if !place.exists && !place.create {
-                    let why = format!("namespace {} does not exist or is being deleted", place.namespace);
+                    let why = format!("namespace {namespace} does not exist or is being deleted");
                     planned.push(Planned::blocked(
                         target,
                         source_ref.clone(),
@@ -358,12 +482,10 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     ));
                     continue;
                 }
-                if !accepts(
-                    &key,
-                    &place.namespace,
-                    annotations.get(place.namespace.as_str()).copied(),
-                ) {
-                    let why = not_accepted_message(&key, &place.namespace);
+                // Consent is a namespace's; a cluster-scoped copy comes from a trusted ClusterSyncRule.
+                if place.namespace.is_some() && !accepts(&key, namespace, annotations.get(namespace).copied())
+                {
+                    let why = not_accepted_message(&key, namespace);
                     planned.push(Planned::blocked(
                         target,
                         source_ref.clone(),
@@ -376,12 +498,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     // Only a ClusterSyncRule target may say createNamespace (the schema says so).
                     match remote_call(
                         cluster.name,
-                        write::create_namespace(&cluster.handle.client, &place.namespace),
+                        write::create_namespace(&cluster.handle.client, namespace),
                     )
                     .await
                     {
                         Ok(()) => {
-                            tracing::info!(rule = %key, namespace = %place.namespace, cluster = cluster.name.as_deref().unwrap_or_default(), "created a target namespace");
+                            tracing::info!(rule = %key, namespace = %namespace, cluster = cluster.name.as_deref().unwrap_or_default(), "created a target namespace");
                         }
                         Err(e) => {
                             let (state, why) = failure(ctx, cluster.name, "creating the namespace", &e);
@@ -441,10 +563,17 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     decision: None,
                     keeps_previous: false,
                 };
-                match live_object(cluster.handle, &resource, &place.namespace, &desired.target.name).await {
+                match live_object(
+                    cluster.handle,
+                    cluster.resource,
+                    place.namespace.as_deref(),
+                    &desired.target.name,
+                )
+                .await
+                {
                     Ok(live) => {
                         let may_take_over = key.kind == RuleKind::ClusterSyncRule
-                            || (cluster.name.is_none() && key.namespace.as_deref() == Some(&place.namespace));
+                            || (cluster.name.is_none() && key.namespace == place.namespace);
                         plan.decision = Some(decide(
                             &key,
                             &desired,
@@ -533,7 +662,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         Write,
         DesiredCopy,
         Option<DynamicObject>,
-        Client,
+        (Client, ApiResource),
         Option<String>,
     );
     let jobs: Vec<Job> = planned
@@ -541,32 +670,30 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         .enumerate()
         .filter_map(|(i, p)| match (&p.decision, &p.desired) {
             (Some(Decision::Write(how)), Some(desired)) => {
-                let handle = reachable.iter().find(|c| *c.name == p.target.cluster)?.handle;
+                let cluster = reachable.iter().find(|c| *c.name == p.target.cluster)?;
                 Some((
                     i,
                     *how,
                     desired.clone(),
                     p.live.clone(),
-                    handle.client.clone(),
+                    (cluster.handle.client.clone(), cluster.resource.clone()),
                     p.target.cluster.clone(),
                 ))
             }
             _ => None,
         })
         .collect();
-    let kind = resource.clone();
     let results: Vec<(usize, Write, kube::Result<DynamicObject>)> = futures::stream::iter(jobs)
-        .map(move |(i, how, desired, live, client, cluster)| {
-            let kind = kind.clone();
-            async move {
+        .map(
+            move |(i, how, desired, live, (client, kind), cluster)| async move {
                 let result = remote_call(
                     &cluster,
                     write::write(&client, &kind, &desired, live.as_ref(), how),
                 )
                 .await;
                 (i, how, result)
-            }
-        })
+            },
+        )
         .buffer_unordered(WRITE_CONCURRENCY)
         .collect()
         .await;
@@ -579,7 +706,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     cluster
                         .handle
                         .watches
-                        .wrote(&resource, plan.live.as_ref(), stored);
+                        .wrote(cluster.resource, plan.live.as_ref(), stored);
                 }
                 ctx.metrics.wrote(verb(how));
                 tracing::info!(rule = %key, copy = %place, verb = verb(how), "wrote a copy");
@@ -632,13 +759,19 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         .collect();
     let mut leftovers = Vec::new();
     for cluster in &clusters {
-        let Ok(handle) = &cluster.usable else { continue };
+        let Ok((handle, cluster_resource)) = &cluster.usable else {
+            continue;
+        };
         let recorded: Vec<&CopyStatus> = previous_copies
             .iter()
             .filter(|c| c.cluster == cluster.name)
             .collect();
-        for (kind, namespace, name, source) in owned_copies(handle, &key, &resource, &recorded) {
-            if kind == resource && keep.contains(&(cluster.name.clone(), namespace.clone(), name.clone())) {
+        for (kind, namespace, name, source) in
+            owned_copies(handle, &key, cluster_resource, namespaced, &recorded)
+        {
+            if kind == *cluster_resource
+                && keep.contains(&(cluster.name.clone(), namespace.clone(), name.clone()))
+            {
                 continue;
             }
             let target = CopyTarget {
@@ -838,7 +971,7 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     let key = rule.key();
     let spec = rule.rule_spec();
     ctx.fleet.wait_ready().await?;
-    let resource = validate::check(spec).ok();
+    let kind = validate::check(spec, &ctx.allowed_kinds).ok();
     let recorded = rule
         .rule_status()
         .map(|s| s.targets.as_slice())
@@ -859,8 +992,15 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     let mut removed = 0;
     for handle in &clusters {
         let here: Vec<&CopyStatus> = recorded.iter().filter(|c| c.cluster == handle.name).collect();
-        let candidates = match &resource {
-            Some(resource) => owned_copies(handle, &key, resource, &here),
+        let resolved = match &kind {
+            Some(kind) => remote_call(&handle.name, handle.watches.resolve(kind))
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        };
+        let candidates = match &resolved {
+            Some((resource, namespaced)) => owned_copies(handle, &key, resource, *namespaced, &here),
             None => handle
                 .watches
                 .copies_of(&key)
@@ -908,7 +1048,7 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
 async fn live_object(
     cluster: &ClusterHandle,
     resource: &ApiResource,
-    namespace: &str,
+    namespace: Option<&str>,
     name: &str,
 ) -> kube::Result<Option<DynamicObject>> {
     if let Some(cached) = cluster.watches.cached_copy(resource, namespace, name) {
@@ -916,7 +1056,7 @@ async fn live_object(
     }
     remote_call(
         &cluster.name,
-        write::get(&cluster.client, resource, Some(namespace), name),
+        write::get(&cluster.client, resource, namespace, name),
     )
     .await
 }
@@ -927,6 +1067,7 @@ fn owned_copies(
     cluster: &ClusterHandle,
     key: &RuleKey,
     resource: &ApiResource,
+    namespaced: bool,
     recorded: &[&CopyStatus],
 ) -> Vec<(ApiResource, Option<String>, String, SourceRef)> {
     let mut out: BTreeMap<(String, Option<String>, String), (ApiResource, SourceRef)> = BTreeMap::new();
@@ -945,7 +1086,7 @@ fn owned_copies(
                 | CopyState::Unreachable
                 | CopyState::Unauthorized
                 | CopyState::ClusterMissing
-        ) && copy.namespace.is_some()
+        ) && (copy.namespace.is_some() || !namespaced)
         {
             out.entry((resource.plural.clone(), copy.namespace.clone(), copy.name.clone()))
                 .or_insert_with(|| (resource.clone(), copy.source.clone()));
@@ -990,7 +1131,7 @@ async fn remove_owned(
     name: &str,
     spec: &RuleSpec,
 ) -> kube::Result<Option<&'static str>> {
-    let live = match namespace.and_then(|ns| cluster.watches.cached_copy(resource, ns, name)) {
+    let live = match cluster.watches.cached_copy(resource, namespace, name) {
         Some(cached) => Some((*cached).clone()),
         None => write::get(&cluster.client, resource, namespace, name).await?,
     };

@@ -13,11 +13,13 @@ use super::error::Error;
 use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
 use crate::metrics::Metrics;
+use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
 use crate::sync::targets::NamespaceInfo;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
@@ -150,11 +152,24 @@ pub struct NamespaceInterest {
     pub any: bool,
 }
 
-/// All a rule watches, as declared at its last reconcile.
+/// All a rule watches in one cluster, as declared at its last reconcile.
 #[derive(Clone, Debug, Default)]
 pub struct Interest {
     pub source: Option<SourceInterest>,
+    /// The kind of the copies the rule holds in this cluster.
+    pub copies: Option<ApiResource>,
     pub namespaces: NamespaceInterest,
+}
+
+/// Identifies one copies watch: a kind, over all namespaces.
+type CopiesKey = (String, String, String);
+
+fn copies_key(resource: &ApiResource) -> CopiesKey {
+    (
+        resource.group.clone(),
+        resource.version.clone(),
+        resource.plural.clone(),
+    )
 }
 
 /// Channels into the two controllers: sending a rule's reference makes it reconcile.
@@ -212,7 +227,8 @@ impl Triggers {
     }
 }
 
-struct SourceWatch {
+/// One shared watch of a kind and the cache it fills.
+struct KindWatch {
     store: Store<DynamicObject>,
     listed: Listed,
     task: AbortHandle,
@@ -247,10 +263,14 @@ pub struct Watches {
     metrics: Arc<Metrics>,
     triggers: Triggers,
     namespaces: Store<PartialObjectMeta<Namespace>>,
-    copies: Vec<(ApiResource, Store<DynamicObject>)>,
-    /// The namespace and copies watches, each listed at least once.
-    base_listed: Vec<Listed>,
-    sources: Mutex<HashMap<SourceWatchKey, SourceWatch>>,
+    namespaces_listed: Listed,
+    /// Label-selected watches of copies, one per kind some rule copies into this cluster.
+    copies: Mutex<HashMap<CopiesKey, (ApiResource, KindWatch)>>,
+    sources: Mutex<HashMap<SourceWatchKey, KindWatch>>,
+    /// Kinds found by discovery: the resource and whether it is namespaced. Cleared whenever a
+    /// CustomResourceDefinition comes, changes or goes.
+    discovered: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
+    crd_watch: Mutex<Option<AbortHandle>>,
     /// Copies written here whose write the copies cache may not have seen yet: the version the
     /// cache held before, and the copy the apiserver returned.
     written: Mutex<HashMap<CopyId, (String, Arc<DynamicObject>)>>,
@@ -269,6 +289,12 @@ impl Drop for Watches {
         for (_, watch) in sources.drain() {
             watch.task.abort();
         }
+        for (_, (_, watch)) in self.copies.get_mut().unwrap_or_else(|p| p.into_inner()).drain() {
+            watch.task.abort();
+        }
+        if let Some(task) = self.crd_watch.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
     }
 }
 
@@ -277,31 +303,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Watches {
-    /// Starts the namespace watch and one copies watch per kind in `copy_kinds`.
-    pub fn start(
-        client: Client,
-        reach: Reach,
-        metrics: Arc<Metrics>,
-        triggers: Triggers,
-        copy_kinds: Vec<ApiResource>,
-    ) -> Arc<Self> {
+    /// Starts the namespace watch; copies and source watches start when rules declare them.
+    pub fn start(client: Client, reach: Reach, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
         let ns_writer: Writer<PartialObjectMeta<Namespace>> = Writer::default();
         let namespaces = ns_writer.as_reader();
-        let mut copy_writers = Vec::new();
-        let mut copies = Vec::new();
-        for resource in copy_kinds {
-            let writer = Writer::new(resource.clone());
-            copies.push((resource.clone(), writer.as_reader()));
-            copy_writers.push((resource, writer));
-        }
-        let (ns_listed_tx, ns_listed) = tokio::sync::watch::channel(false);
-        let mut base_listed = vec![ns_listed];
-        let mut copy_listed_tx = Vec::new();
-        for _ in &copy_writers {
-            let (tx, rx) = tokio::sync::watch::channel(false);
-            base_listed.push(rx);
-            copy_listed_tx.push(tx);
-        }
+        let (ns_listed_tx, namespaces_listed) = tokio::sync::watch::channel(false);
         let this = Arc::new_cyclic(|me| Watches {
             me: me.clone(),
             client: client.clone(),
@@ -310,77 +316,106 @@ impl Watches {
             metrics,
             triggers,
             namespaces,
-            copies,
-            base_listed,
+            namespaces_listed,
+            copies: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
+            discovered: Mutex::new(HashMap::new()),
+            crd_watch: Mutex::new(None),
             written: Mutex::new(HashMap::new()),
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
         });
-
-        let mut tasks = Vec::new();
-        let weak = this.weak_self();
         let ns_stream = watcher(
-            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            Api::<PartialObjectMeta<Namespace>>::all(client),
             watcher::Config::default(),
         )
         .backoff(reach.backoff())
         .modify(|ns| ns.managed_fields_mut().clear())
         .reflect(ns_writer);
-        tasks.push(spawn_consumer(
+        let task = spawn_consumer(
             "namespaces",
             ns_stream,
-            weak.clone(),
+            this.weak_self(),
             ns_listed_tx,
             |this, event| match event {
                 watcher::Event::Apply(ns) | watcher::Event::Delete(ns) => this.on_namespace(&ns.name_any()),
                 watcher::Event::InitDone => this.on_namespaces_relisted(),
                 _ => {}
             },
-        ));
-        for ((resource, writer), listed) in copy_writers.into_iter().zip(copy_listed_tx) {
-            let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-            let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
-            let stream = watcher(api, config)
-                .backoff(reach.backoff())
-                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
-                .reflect(writer);
-            tasks.push(spawn_consumer(
-                "copies",
-                stream,
-                weak.clone(),
-                listed,
-                |this, event| match event {
-                    watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
-                        if let Some(rule) = recorded_rule(&copy.metadata) {
-                            this.triggers.fire(&rule);
-                        }
-                    }
-                    _ => {}
-                },
-            ));
-        }
-        *lock(&this.tasks) = tasks;
+        );
+        *lock(&this.tasks) = vec![task];
         this
     }
 
-    /// Waits until the namespace and copies caches hold a full list.
+    /// Waits until the namespace cache holds a full list.
     pub async fn wait_ready(&self) -> Result<(), Error> {
-        for listed in &self.base_listed {
-            wait_listed(
-                listed.clone(),
-                "namespaces and copies",
-                self.reach.cache_timeout(),
-            )
-            .await?;
-        }
-        Ok(())
+        wait_listed(
+            self.namespaces_listed.clone(),
+            "namespaces",
+            self.reach.cache_timeout(),
+        )
+        .await
     }
 
-    /// Whether the namespace and copies caches have listed (without waiting).
+    /// Whether the namespace cache has listed (without waiting).
     pub fn is_listed(&self) -> bool {
-        self.base_listed.iter().all(|l| *l.borrow())
+        *self.namespaces_listed.borrow()
+    }
+
+    /// The API resource of a kind in this cluster and whether it is namespaced, or `None` when
+    /// the cluster does not serve it. Secrets and ConfigMaps are known; other kinds are looked
+    /// up by discovery, and found ones remembered until a CustomResourceDefinition changes.
+    pub async fn resolve(&self, kind: &KindRef) -> kube::Result<Option<(ApiResource, bool)>> {
+        if let Some(resource) = kind.builtin_resource() {
+            return Ok(Some((resource, true)));
+        }
+        let key = (kind.api_version.clone(), kind.kind.clone());
+        if let Some(found) = lock(&self.discovered).get(&key) {
+            return Ok(Some(found.clone()));
+        }
+        self.watch_crds();
+        match kube::discovery::pinned_kind(&self.client, &kind.gvk()).await {
+            Ok((resource, capabilities)) => {
+                let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
+                lock(&self.discovered).insert(key, (resource.clone(), namespaced));
+                Ok(Some((resource, namespaced)))
+            }
+            Err(kube::Error::Discovery(_)) => Ok(None),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Watches CustomResourceDefinitions (metadata only) once a rule needs discovery here: a kind
+    /// that appears or goes wakes every rule of this cluster, so a copy waiting for its CRD is
+    /// written without a restart.
+    fn watch_crds(&self) {
+        let mut slot = lock(&self.crd_watch);
+        if slot.is_some() {
+            return;
+        }
+        let api = Api::<PartialObjectMeta<CustomResourceDefinition>>::all(self.client.clone());
+        let stream = watcher(api, watcher::Config::default()).backoff(self.reach.backoff());
+        let weak = self.weak_self();
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                let Some(this) = weak.upgrade() else { break };
+                match event {
+                    Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd)) => {
+                        tracing::debug!(crd = %crd.name_any(), "a CustomResourceDefinition changed; rediscovering");
+                        lock(&this.discovered).clear();
+                        for rule in lock(&this.interests).keys() {
+                            this.triggers.fire(rule);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "CustomResourceDefinition watch failed; retrying"),
+                }
+            }
+        });
+        *slot = Some(task.abort_handle());
     }
 
     /// Why the watches of this cluster fail, while they do.
@@ -421,12 +456,22 @@ impl Watches {
     pub fn cached_copy(
         &self,
         resource: &ApiResource,
-        namespace: &str,
+        namespace: Option<&str>,
         name: &str,
     ) -> Option<Arc<DynamicObject>> {
-        let (_, store) = self.copies.iter().find(|(r, _)| r == resource)?;
-        let cached = store.get(&ObjectRef::new_with(name, resource.clone()).within(namespace))?;
-        let id = (resource.plural.clone(), namespace.to_owned(), name.to_owned());
+        let store = lock(&self.copies)
+            .get(&copies_key(resource))
+            .map(|(_, watch)| watch.store.clone())?;
+        let mut reference = ObjectRef::new_with(name, resource.clone());
+        if let Some(namespace) = namespace {
+            reference = reference.within(namespace);
+        }
+        let cached = store.get(&reference)?;
+        let id = (
+            resource.plural.clone(),
+            namespace.unwrap_or_default().to_owned(),
+            name.to_owned(),
+        );
         let mut written = lock(&self.written);
         match written.get(&id) {
             Some((replaced, stored)) if cached.resource_version().as_ref() == Some(replaced) => {
@@ -458,7 +503,11 @@ impl Watches {
     /// Every cached copy that records `rule` as its maker.
     pub fn copies_of(&self, rule: &RuleKey) -> Vec<(ApiResource, Arc<DynamicObject>)> {
         let mut out = Vec::new();
-        for (resource, store) in &self.copies {
+        let copies: Vec<(ApiResource, Store<DynamicObject>)> = lock(&self.copies)
+            .values()
+            .map(|(r, w)| (r.clone(), w.store.clone()))
+            .collect();
+        for (resource, store) in copies {
             for copy in store.state() {
                 if recorded_rule(&copy.metadata).as_ref() == Some(rule) {
                     out.push((resource.clone(), copy));
@@ -468,8 +517,9 @@ impl Watches {
         out
     }
 
-    /// Records what `rule` watches now, starting and stopping shared source watches as needed,
-    /// and returns the cache of its sources once it holds a full list.
+    /// Records what `rule` watches now, starting and stopping shared watches as needed, waits
+    /// until the copies cache of its kind holds a full list, and returns the cache of its
+    /// sources once that does.
     pub async fn declare(
         &self,
         rule: &RuleKey,
@@ -479,9 +529,14 @@ impl Watches {
             .source
             .as_ref()
             .map(|s| (s.watch.clone(), s.resource.clone()));
+        let copies = interest.copies.clone();
         lock(&self.interests).insert(rule.clone(), interest);
         let acquired = wanted.map(|(key, resource)| self.acquire(key, resource));
+        let copies_listed = copies.map(|resource| self.acquire_copies(resource));
         self.stop_unused_watches();
+        if let Some(listed) = copies_listed {
+            wait_listed(listed, "copies", self.reach.cache_timeout()).await?;
+        }
         match acquired {
             Some((store, listed)) => {
                 wait_listed(listed, "source", self.reach.cache_timeout()).await?;
@@ -536,7 +591,12 @@ impl Watches {
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
-        let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &key.namespace, &resource);
+        // An empty namespace is a cluster-scoped kind.
+        let api = if key.namespace.is_empty() {
+            Api::<DynamicObject>::all_with(self.client.clone(), &resource)
+        } else {
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), &key.namespace, &resource)
+        };
         let stream = watcher(api, watcher::Config::default())
             .backoff(self.reach.backoff())
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
@@ -560,7 +620,7 @@ impl Watches {
         tracing::debug!(kind = %key.plural, namespace = %key.namespace, "starting a shared source watch");
         sources.insert(
             key,
-            SourceWatch {
+            KindWatch {
                 store: store.clone(),
                 listed: listed.clone(),
                 task,
@@ -570,11 +630,73 @@ impl Watches {
         (store, listed)
     }
 
+    /// The label-selected watch of this kind's copies, started on first use.
+    fn acquire_copies(&self, resource: ApiResource) -> Listed {
+        let mut copies = lock(&self.copies);
+        let key = copies_key(&resource);
+        if let Some((_, watch)) = copies.get(&key) {
+            return watch.listed.clone();
+        }
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource);
+        let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+        let stream = watcher(api, config)
+            .backoff(self.reach.backoff())
+            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .reflect(writer);
+        let task = spawn_consumer(
+            "copies",
+            stream,
+            self.weak_self(),
+            listed_tx,
+            |this, event| match event {
+                watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
+                    if let Some(rule) = recorded_rule(&copy.metadata) {
+                        this.triggers.fire(&rule);
+                    }
+                }
+                _ => {}
+            },
+        );
+        tracing::debug!(kind = %resource.plural, "starting a copies watch");
+        copies.insert(
+            key,
+            (
+                resource,
+                KindWatch {
+                    store,
+                    listed: listed.clone(),
+                    task,
+                },
+            ),
+        );
+        listed
+    }
+
     fn stop_unused_watches(&self) {
-        let used: BTreeSet<SourceWatchKey> = lock(&self.interests)
-            .values()
-            .filter_map(|i| i.source.as_ref().map(|s| s.watch.clone()))
-            .collect();
+        let (used, used_copies): (BTreeSet<SourceWatchKey>, BTreeSet<CopiesKey>) = {
+            let interests = lock(&self.interests);
+            (
+                interests
+                    .values()
+                    .filter_map(|i| i.source.as_ref().map(|s| s.watch.clone()))
+                    .collect(),
+                interests
+                    .values()
+                    .filter_map(|i| i.copies.as_ref().map(copies_key))
+                    .collect(),
+            )
+        };
+        lock(&self.copies).retain(|key, (resource, watch)| {
+            let keep = used_copies.contains(key);
+            if !keep {
+                tracing::debug!(kind = %resource.plural, "stopping an unused copies watch");
+                watch.task.abort();
+            }
+            keep
+        });
         let mut sources = lock(&self.sources);
         let before = sources.len();
         sources.retain(|key, watch| {

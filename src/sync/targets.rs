@@ -15,10 +15,11 @@ pub struct NamespaceInfo {
     pub terminating: bool,
 }
 
-/// One namespace a target points at.
+/// One place a target points at: a namespace, or the cluster itself for a cluster-scoped kind.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Placement {
-    pub namespace: String,
+    /// `None` for a cluster-scoped kind.
+    pub namespace: Option<String>,
     /// The target's rename, if it has one.
     pub rename: Option<String>,
     /// Whether the namespace exists (a target may name one that does not, yet).
@@ -42,13 +43,23 @@ pub fn selector(selector: &LabelSelector) -> Result<Selector, InvalidSelector> {
 pub fn placements(
     targets: &[Target],
     namespaces: &[NamespaceInfo],
+    namespaced: bool,
 ) -> Result<Vec<Placement>, InvalidSelector> {
     let mut out = Vec::new();
     for target in targets {
+        if !namespaced {
+            out.push(Placement {
+                namespace: None,
+                rename: target.name.clone(),
+                exists: true,
+                create: false,
+            });
+            continue;
+        }
         if let Some(ns) = &target.namespace {
             let exists = namespaces.iter().any(|n| &n.name == ns && !n.terminating);
             out.push(Placement {
-                namespace: ns.clone(),
+                namespace: Some(ns.clone()),
                 rename: target.name.clone(),
                 exists,
                 create: target.create_namespace,
@@ -61,7 +72,7 @@ pub fn placements(
                 .filter(|n| !n.terminating && sel.matches(&n.labels))
             {
                 out.push(Placement {
-                    namespace: ns.name.clone(),
+                    namespace: Some(ns.name.clone()),
                     rename: target.name.clone(),
                     exists: true,
                     create: false,
@@ -150,10 +161,10 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let got = placements(&targets, &namespaces).unwrap();
+        let got = placements(&targets, &namespaces, true).unwrap();
         let got: Vec<(&str, Option<&str>, bool)> = got
             .iter()
-            .map(|p| (p.namespace.as_str(), p.rename.as_deref(), p.exists))
+            .map(|p| (p.namespace.as_deref().unwrap(), p.rename.as_deref(), p.exists))
             .collect();
         assert_eq!(
             got,
@@ -182,8 +193,11 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let got = placements(&targets, &namespaces).unwrap();
-        let got: Vec<(&str, bool)> = got.iter().map(|p| (p.namespace.as_str(), p.exists)).collect();
+        let got = placements(&targets, &namespaces, true).unwrap();
+        let got: Vec<(&str, bool)> = got
+            .iter()
+            .map(|p| (p.namespace.as_deref().unwrap(), p.exists))
+            .collect();
         assert_eq!(got, [("going", false), ("staying", true)]);
     }
 
@@ -226,13 +240,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_scoped_kind_has_one_place_per_target() {
+        let targets: Vec<Target> = serde_json::from_value(serde_json::json!([
+            {"cluster": "eu1"},
+            {"cluster": "eu1", "name": "renamed"},
+        ]))
+        .unwrap();
+        let got = placements(&targets, &[ns("ignored", &[])], false).unwrap();
+        let got: Vec<(Option<&str>, Option<&str>)> = got
+            .iter()
+            .map(|p| (p.namespace.as_deref(), p.rename.as_deref()))
+            .collect();
+        assert_eq!(got, [(None, None), (None, Some("renamed"))]);
+    }
+
+    #[test]
     fn create_survives_deduplication() {
         let targets: Vec<Target> = serde_json::from_value(serde_json::json!([
             {"namespace": "new"},
             {"namespace": "new", "createNamespace": true},
         ]))
         .unwrap();
-        let got = placements(&targets, &[]).unwrap();
+        let got = placements(&targets, &[], true).unwrap();
         assert_eq!(got.len(), 1);
         assert!(got[0].create && !got[0].exists);
     }
@@ -244,6 +273,6 @@ mod tests {
             namespace_selector: Some(LabelSelector::default()),
             ..Default::default()
         }];
-        assert_eq!(placements(&targets, &namespaces).unwrap().len(), 2);
+        assert_eq!(placements(&targets, &namespaces, true).unwrap().len(), 2);
     }
 }

@@ -1,12 +1,13 @@
-//! Checks on a rule that the CRD schema cannot make: what this build supports.
+//! Checks on a rule that the CRD schema cannot make: what the installation allows, and what the
+//! kind's scope permits.
 //!
 //! A rule that fails them copies nothing new and leaves existing copies as they are; its `Ready`
 //! condition carries the reason and says what to change.
 
-use super::kinds::KindRef;
+use super::kinds::{AllowedKind, KindRef};
+use super::ownership::RuleKind;
 use super::targets::selector;
 use crate::api::RuleSpec;
-use kube::core::ApiResource;
 
 /// Why a rule cannot be acted on, as a condition reason and a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,13 +16,21 @@ pub struct RuleProblem {
     pub message: String,
 }
 
-/// The API resource the rule copies, or the problem that stops it.
-pub fn check(spec: &RuleSpec) -> Result<ApiResource, RuleProblem> {
+/// The kind the rule copies, or the problem that stops it: a kind outside the installation's
+/// allow-list, or a selector that cannot be evaluated.
+pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RuleProblem> {
     let kind = KindRef::of_source(&spec.source);
-    let resource = kind.supported_resource().ok_or_else(|| RuleProblem {
-        reason: "KindNotSupported",
-        message: format!("this version of mimeo copies Secrets and ConfigMaps; {kind} is not supported yet"),
-    })?;
+    if !kind.allowed_by(allowed) {
+        let list: Vec<String> = allowed.iter().map(|k| k.to_string()).collect();
+        return Err(RuleProblem {
+            reason: "KindNotAllowed",
+            message: format!(
+                "this installation of mimeo syncs {}; {} is not among them (the controller's --allow-kind)",
+                list.join(", "),
+                kind.as_allowed()
+            ),
+        });
+    }
     let selectors = spec
         .source
         .selector
@@ -34,13 +43,71 @@ pub fn check(spec: &RuleSpec) -> Result<ApiResource, RuleProblem> {
             message: e.to_string(),
         })?;
     }
-    Ok(resource)
+    Ok(kind)
+}
+
+/// Checks the rule's targets against the scope of its kind, once discovery has told it.
+/// A cluster-scoped kind (such as `ClusterPolicy`) goes to other clusters only, without
+/// namespaces, and only from a `ClusterSyncRule`; a namespaced kind needs a namespace per target.
+pub fn check_scope(
+    rule: RuleKind,
+    spec: &RuleSpec,
+    kind: &KindRef,
+    namespaced: bool,
+) -> Result<(), RuleProblem> {
+    let problem = |message: String| RuleProblem {
+        reason: "InvalidTarget",
+        message,
+    };
+    if namespaced {
+        if spec
+            .targets
+            .iter()
+            .any(|t| t.namespace.is_none() && t.namespace_selector.is_none())
+        {
+            return Err(problem(format!(
+                "{kind} is namespaced: every target needs namespace or namespaceSelector"
+            )));
+        }
+        return Ok(());
+    }
+    if rule == RuleKind::SyncRule {
+        return Err(problem(format!(
+            "{kind} is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule"
+        )));
+    }
+    if spec.source.namespace.is_some() {
+        return Err(problem(format!(
+            "{kind} is cluster-scoped: remove spec.source.namespace"
+        )));
+    }
+    if spec
+        .targets
+        .iter()
+        .any(|t| t.namespace.is_some() || t.namespace_selector.is_some())
+    {
+        return Err(problem(format!(
+            "{kind} is cluster-scoped: its targets name clusters, not namespaces"
+        )));
+    }
+    let to_this_cluster = spec
+        .targets
+        .iter()
+        .any(|t| t.cluster.as_deref().is_none_or(str::is_empty) && t.cluster_selector.is_none());
+    if to_this_cluster {
+        return Err(problem(format!(
+            "{kind} is cluster-scoped, so a copy in this cluster would be the source itself: give \
+             every target a cluster or clusterSelector"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{Source, Target, Transform};
+    use crate::sync::kinds::default_allowed_kinds;
 
     fn spec() -> RuleSpec {
         serde_json::from_value(serde_json::json!({
@@ -50,16 +117,31 @@ mod tests {
         .unwrap()
     }
 
+    fn rule(value: serde_json::Value) -> RuleSpec {
+        serde_json::from_value(value).unwrap()
+    }
+
     #[test]
     fn checks() {
-        assert_eq!(check(&spec()).unwrap().plural, "secrets");
+        let defaults = default_allowed_kinds();
+        assert_eq!(check(&spec(), &defaults).unwrap().to_string(), "v1/Secret");
 
         let mut policy = spec();
         policy.source = Source {
             kind: "Policy".into(),
             ..policy.source
         };
-        assert_eq!(check(&policy).unwrap_err().reason, "KindNotSupported");
+        assert_eq!(check(&policy, &defaults).unwrap().group(), "kyverno.io");
+        let only_secrets: Vec<AllowedKind> = vec!["Secret".parse().unwrap()];
+        let refused = check(&policy, &only_secrets).unwrap_err();
+        assert_eq!(refused.reason, "KindNotAllowed");
+        assert!(
+            refused
+                .message
+                .contains("syncs Secret; Policy.kyverno.io is not among them"),
+            "{}",
+            refused.message
+        );
 
         let mut remote = spec();
         remote.targets.push(Target {
@@ -67,7 +149,7 @@ mod tests {
             namespace: Some("b".into()),
             ..Default::default()
         });
-        assert!(check(&remote).is_ok());
+        assert!(check(&remote, &defaults).is_ok());
 
         let mut bad_cluster_selector = spec();
         bad_cluster_selector.targets[0].cluster_selector = Some(
@@ -77,7 +159,7 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(
-            check(&bad_cluster_selector).unwrap_err().reason,
+            check(&bad_cluster_selector, &defaults).unwrap_err().reason,
             "InvalidSelector"
         );
 
@@ -87,7 +169,7 @@ mod tests {
             config: None,
         });
         assert!(
-            check(&transformed).is_ok(),
+            check(&transformed, &defaults).is_ok(),
             "transforms are checked when their plugins load"
         );
 
@@ -98,6 +180,60 @@ mod tests {
             }))
             .unwrap(),
         ];
-        assert_eq!(check(&bad_selector).unwrap_err().reason, "InvalidSelector");
+        assert_eq!(
+            check(&bad_selector, &defaults).unwrap_err().reason,
+            "InvalidSelector"
+        );
+    }
+
+    #[test]
+    fn scopes() {
+        let widget = KindRef {
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+        };
+        let cluster = RuleKind::ClusterSyncRule;
+        let to_clusters = rule(serde_json::json!({
+            "source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w"},
+            "targets": [{"cluster": "eu1"}, {"clusterSelector": {}}],
+        }));
+        assert!(check_scope(cluster, &to_clusters, &widget, false).is_ok());
+        assert!(
+            check_scope(RuleKind::SyncRule, &to_clusters, &widget, false)
+                .unwrap_err()
+                .message
+                .contains("use a ClusterSyncRule")
+        );
+        assert!(
+            check_scope(cluster, &to_clusters, &widget, true)
+                .unwrap_err()
+                .message
+                .contains("is namespaced")
+        );
+        let here = rule(serde_json::json!({
+            "source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w"},
+            "targets": [{"cluster": "eu1"}, {}],
+        }));
+        assert!(
+            check_scope(cluster, &here, &widget, false)
+                .unwrap_err()
+                .message
+                .contains("would be the source itself")
+        );
+        let with_namespace = rule(serde_json::json!({
+            "source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w"},
+            "targets": [{"cluster": "eu1", "namespace": "x"}],
+        }));
+        assert!(
+            check_scope(cluster, &with_namespace, &widget, false)
+                .unwrap_err()
+                .message
+                .contains("name clusters, not namespaces")
+        );
+        let source_namespace = rule(serde_json::json!({
+            "source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "namespace": "x"},
+            "targets": [{"cluster": "eu1"}],
+        }));
+        assert!(check_scope(cluster, &source_namespace, &widget, false).is_err());
     }
 }
