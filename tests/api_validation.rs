@@ -230,8 +230,10 @@ async fn invalid_rules_are_rejected_with_our_messages() {
         ),
         (
             "createNamespace with a namespace selector",
-            cluster_sync_rule(json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
-                                     "targets": [{"namespaceSelector": {}, "createNamespace": true}]})),
+            cluster_sync_rule(
+                json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
+                                     "targets": [{"namespaceSelector": {}, "createNamespace": true}]}),
+            ),
             "createNamespace needs a namespace by name: namespaces matched by a selector already exist",
         ),
         (
