@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The local demo: a real etcd + kube-apiserver on loopback, mimeo running against it, and the two
-# scenarios in examples/ played through, with nothing but Rust and Go installed.
+# The local demo: a real etcd + kube-apiserver on loopback, mimeo running against it, a second
+# control plane (workload-b) as another cluster to copy into, and the scenarios in examples/ played
+# through, with nothing but Rust and Go installed.
 #
 #   ./demo.sh          (or ./demo.sh up)   build what is needed, start everything, walk through
-#   ./demo.sh down                         stop mimeo and the control plane, remove .demo/
+#   ./demo.sh down                         stop mimeo and both control planes, remove .demo/
 #
 # The first run builds etcd, kube-apiserver and kubectl from their Go modules (several minutes,
-# once; cached in ~/.cache/mimeo). Everything the demo runs writes into .demo/: the kubeconfig,
-# the logs and the pid files. Nothing listens on anything but 127.0.0.1.
+# once; cached in ~/.cache/mimeo). Everything the demo runs writes into .demo/: the kubeconfigs
+# (workload-b's in .demo/cluster-b/), the logs and the pid files. Nothing listens on anything but
+# 127.0.0.1.
 #
 # Settings: CARGO_TARGET_DIR (default ~/.cache/mimeo/target), MIMEO_DEMO_HTTP_ADDR (mimeo's
 # --http-addr, default 127.0.0.1:18080), MIMEO_DEMO_TIMEOUT (seconds per wait, default 60).
@@ -18,6 +20,10 @@ cd "$ROOT"
 
 STATE="$ROOT/.demo"
 KUBECONFIG_PATH="$STATE/kubeconfig"
+# The second cluster, workload-b: its own envtest with its own state directory (kubeconfig,
+# envtest.pid, ready) inside .demo/, and no CRDs.
+STATE_B="$STATE/cluster-b"
+KUBECONFIG_B="$STATE_B/kubeconfig"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mimeo/target}"
 HTTP_ADDR="${MIMEO_DEMO_HTTP_ADDR:-127.0.0.1:18080}"
 TIMEOUT="${MIMEO_DEMO_TIMEOUT:-60}"
@@ -26,6 +32,7 @@ ENVTEST="$CARGO_TARGET_DIR/debug/envtest"
 
 # Set once the processes are started, for the error and interrupt handlers.
 ENVTEST_PID=""
+ENVTEST_B_PID=""
 MIMEO_PID=""
 UP_DONE=""
 
@@ -45,9 +52,9 @@ usage() {
   cat <<'EOF'
 usage: ./demo.sh [up|down]
 
-  up     (the default) build mimeo and a local control plane, start both, and walk through the
-         scenarios in examples/; everything keeps running afterwards
-  down   stop mimeo and the control plane and remove .demo/
+  up     (the default) build mimeo and two local control planes, start them, and walk through
+         the scenarios in examples/; everything keeps running afterwards
+  down   stop mimeo and both control planes and remove .demo/
 EOF
 }
 
@@ -109,6 +116,9 @@ check_alive() {
   if [[ -n "$ENVTEST_PID" ]] && ! child_alive "$ENVTEST_PID"; then
     die "the control plane (envtest, pid $ENVTEST_PID) exited" "$STATE/envtest.log"
   fi
+  if [[ -n "$ENVTEST_B_PID" ]] && ! child_alive "$ENVTEST_B_PID"; then
+    die "workload-b's control plane (envtest, pid $ENVTEST_B_PID) exited" "$STATE/envtest-b.log"
+  fi
   if [[ -n "$MIMEO_PID" ]] && ! child_alive "$MIMEO_PID"; then
     die "mimeo (pid $MIMEO_PID) exited" "$STATE/mimeo.log"
   fi
@@ -139,12 +149,22 @@ wait_for() {
 # --- kubectl helpers ------------------------------------------------------------------------
 
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+# kubectl for workload-b, the second cluster.
+kcb() { "$KUBECTL" --kubeconfig "$KUBECONFIG_B" "$@"; }
 
 # Shows a kubectl command line, then runs it with its output indented.
 show() {
   say "\$ kubectl $*"
   if ! kc "$@" 2>&1 | indent; then
     die "kubectl $* failed"
+  fi
+}
+
+# The same in workload-b.
+show_b() {
+  say "\$ kubectl --kubeconfig .demo/cluster-b/kubeconfig $*"
+  if ! kcb "$@" 2>&1 | indent; then
+    die "kubectl --kubeconfig .demo/cluster-b/kubeconfig $* failed"
   fi
 }
 
@@ -156,12 +176,17 @@ gone() {
   out="$(kc get "$@" --ignore-not-found -o name 2>/dev/null)" && [[ -z "$out" ]]
 }
 
-# A short hash of an object's data field: KIND NAME NAMESPACE. Never prints values themselves.
-data_hash() {
-  kc get "$1" "$2" -n "$3" -o 'jsonpath={.data}' | sha256sum | cut -c1-12
+# A short hash of an object's data field: CLIENT (kc or kcb) KIND NAME NAMESPACE. Never prints
+# values themselves.
+hash_in() {
+  "$1" get "$2" "$3" -n "$4" -o 'jsonpath={.data}' | sha256sum | cut -c1-12
 }
+data_hash() { hash_in kc "$@"; }
+data_hash_b() { hash_in kcb "$@"; }
 
 same_data() { [[ "$(data_hash "$1" "$2" "$3")" == "$(data_hash "$1" "$4" "$5")" ]]; }
+# KIND NAME NAMESPACE here, NAME NAMESPACE in workload-b.
+same_data_b() { [[ "$(data_hash "$1" "$2" "$3")" == "$(data_hash_b "$1" "$4" "$5")" ]]; }
 
 # Whether SyncRule NAMESPACE/NAME reports COPIES (synced/total) in status and is Ready.
 rule_reports() {
@@ -176,6 +201,34 @@ wait_rule() {
   poll rule_reports "$@" || die "timed out after ${TIMEOUT} s waiting for SyncRule $1/$2 to report \
 status.copies=$3 and condition Ready=True; its status is: $(kc get syncrule "$2" -n "$1" -o 'jsonpath={.status}' 2>&1)" \
     "$STATE/mimeo.log"
+}
+
+# Whether ClusterSyncRule NAME reports COPIES (synced/total) in status and is Ready.
+cluster_rule_reports() {
+  local copies ready
+  copies="$(kc get clustersyncrule "$1" -o 'jsonpath={.status.copies}')"
+  ready="$(kc get clustersyncrule "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')"
+  [[ "$copies" == "$2" && "$ready" == "True" ]]
+}
+
+# wait_cluster_rule NAME COPIES: waits for the rule's status to say COPIES and Ready=True.
+wait_cluster_rule() {
+  poll cluster_rule_reports "$@" || die "timed out after ${TIMEOUT} s waiting for ClusterSyncRule $1 to \
+report status.copies=$2 and condition Ready=True; its status is: $(kc get clustersyncrule "$1" -o 'jsonpath={.status}' 2>&1)" \
+    "$STATE/mimeo.log"
+}
+
+# Whether RemoteCluster NAME is Ready=True with reason Connected.
+remote_connected() {
+  local ready
+  ready="$(kc get remotecluster "$1" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}')"
+  [[ "$ready" == "True Connected" ]]
+}
+
+# Whether RemoteCluster NAME counts N rules using it in status.rules.
+remote_counts_rules() {
+  [[ "$(kc get remotecluster "$1" -o 'jsonpath={.status.rules}')" == "$2" ]]
 }
 
 managed_label() {
@@ -193,12 +246,36 @@ report_copy() {
   say "copied $sns/$sname -> $tns/$tname within $(since "$started")  (data sha256 $(data_hash "$kind" "$tname" "$tns"), same as the source; labelled mimeo.dev/managed-by=mimeo)"
 }
 
+# The same for a copy in workload-b.
+report_copy_b() {
+  local kind="$1" sns="$2" sname="$3" tns="$4" tname="$5" started="$6" label
+  label="$(kcb get "$kind" "$tname" -n "$tns" -o 'jsonpath={.metadata.labels.mimeo\.dev/managed-by}')"
+  [[ "$label" == mimeo ]] ||
+    die "the copy workload-b:$tns/$tname has label mimeo.dev/managed-by=\"$label\", expected \"mimeo\"" "$STATE/mimeo.log"
+  same_data_b "$kind" "$sname" "$sns" "$tname" "$tns" ||
+    die "the copy workload-b:$tns/$tname holds other data than its source $sns/$sname" "$STATE/mimeo.log"
+  say "copied $sns/$sname -> workload-b:$tns/$tname within $(since "$started")  (data sha256 $(data_hash_b "$kind" "$tname" "$tns"), same as the source; labelled mimeo.dev/managed-by=mimeo)"
+}
+
+# Gives the dockerconfigjson Secret NAMESPACE/NAME a new password for USER at registry.example.com,
+# showing the command without the value.
+rotate_dockerconfig() {
+  local ns="$1" name="$2" user="$3" password new_json
+  password="rotated-$(date +%s%N)"
+  new_json="$(printf '{"auths":{"registry.example.com":{"username":"%s","password":"%s","auth":"%s"}}}' \
+    "$user" "$password" "$(printf '%s:%s' "$user" "$password" | base64 -w0)")"
+  say "\$ kubectl patch secret $name -n $ns --type merge -p '{\"data\":{\".dockerconfigjson\":\"...\"}}'"
+  kc patch secret "$name" -n "$ns" --type merge \
+    -p "{\"data\":{\".dockerconfigjson\":\"$(printf '%s' "$new_json" | base64 -w0)\"}}" | indent ||
+    die "patching the source Secret $ns/$name failed"
+}
+
 # --- up -------------------------------------------------------------------------------------
 
 on_exit() {
   local status=$?
-  if [[ -z "$UP_DONE" && $status -ne 0 && (-n "$ENVTEST_PID" || -n "$MIMEO_PID") ]]; then
-    printf '\nThe demo stopped early. Logs: .demo/envtest.log, .demo/mimeo.log\n' >&2
+  if [[ -z "$UP_DONE" && $status -ne 0 && (-n "$ENVTEST_PID" || -n "$ENVTEST_B_PID" || -n "$MIMEO_PID") ]]; then
+    printf '\nThe demo stopped early. Logs: .demo/envtest.log, .demo/envtest-b.log, .demo/mimeo.log\n' >&2
     printf 'What was started is still running, for a look around; ./demo.sh down stops it.\n' >&2
   fi
 }
@@ -207,22 +284,50 @@ on_interrupt() {
   trap - INT TERM
   printf '\ninterrupted: stopping the demo\n' >&2
   [[ -n "$MIMEO_PID" ]] && stop_process "$MIMEO_PID" mimeo
-  [[ -n "$ENVTEST_PID" ]] && stop_process "$ENVTEST_PID" envtest
+  stop_planes
   rm -rf "$STATE"
-  ENVTEST_PID="" MIMEO_PID=""
+  MIMEO_PID=""
   exit 130
+}
+
+# Stops the control planes this run started, both at once, and forgets them.
+stop_planes() {
+  local pid i stoppers=()
+  for pid in "$ENVTEST_PID" "$ENVTEST_B_PID"; do
+    [[ -n "$pid" ]] || continue
+    # Right after launch the child may still be setsid or nohup, about to exec envtest.
+    for ((i = 0; i < 20; i++)); do
+      if is_running "$pid" envtest || ! child_alive "$pid"; then break; fi
+      sleep 0.05
+    done
+    stop_process "$pid" envtest &
+    stoppers+=($!)
+  done
+  ((${#stoppers[@]} == 0)) || wait "${stoppers[@]}"
+  ENVTEST_PID="" ENVTEST_B_PID=""
+}
+
+# Fails the start-up: stops both control planes, then dies with MESSAGE and LOG.
+abort_start() {
+  stop_planes
+  die "$1" "$2"
 }
 
 up() {
   local pid mimeo_pid
   if pid="$(running_from "$STATE/envtest.pid" envtest)"; then
     say "A demo is already running (control plane: envtest pid $pid)."
+    if pid="$(running_from "$STATE_B/envtest.pid" envtest)"; then
+      say "workload-b's control plane is running too (envtest pid $pid)."
+    else
+      say "workload-b's control plane is NOT running; see .demo/envtest-b.log, and start afresh with ./demo.sh down && ./demo.sh"
+    fi
     if mimeo_pid="$(running_from "$STATE/mimeo.pid" mimeo)"; then
       say "mimeo is running too (pid $mimeo_pid), logging to .demo/mimeo.log."
     else
       say "mimeo is NOT running; see .demo/mimeo.log, and start afresh with ./demo.sh down && ./demo.sh"
     fi
-    say "kubeconfig: $KUBECONFIG_PATH"
+    say "kubeconfigs: $KUBECONFIG_PATH (mimeo's cluster), $KUBECONFIG_B (workload-b)"
     say "Stop it with: ./demo.sh down"
     exit 0
   fi
@@ -252,26 +357,42 @@ up() {
   trap on_interrupt INT TERM
   mkdir -p "$STATE"
 
-  step "Starting a control plane: etcd + kube-apiserver on loopback, with mimeo's CRDs"
+  step "Starting two control planes, each an etcd + kube-apiserver on loopback, side by side"
+  say "the one mimeo runs against, with mimeo's CRDs (state: .demo/), and workload-b, a second"
+  say "cluster for mimeo to copy into (state: .demo/cluster-b/)"
   local started
   started="$(now_ms)"
   MIMEO_ENVTEST_BIN_DIR="$bin_dir" launch "$STATE/envtest.log" \
     "$ENVTEST" up --state-dir "$STATE" --crds crds/mimeo.yaml
   ENVTEST_PID=$!
-  local deadline=$((SECONDS + TIMEOUT + 60))
-  until [[ -e "$STATE/ready" ]]; do
+  MIMEO_ENVTEST_BIN_DIR="$bin_dir" launch "$STATE/envtest-b.log" \
+    "$ENVTEST" up --state-dir "$STATE_B"
+  ENVTEST_B_PID=$!
+  local deadline=$((SECONDS + TIMEOUT + 60)) ready_a="" ready_b=""
+  until [[ -n "$ready_a" && -n "$ready_b" ]]; do
+    if [[ -z "$ready_a" && -e "$STATE/ready" ]]; then
+      ready_a=1
+      say "ready after $(since "$started") (envtest pid $ENVTEST_PID); kubeconfig: .demo/kubeconfig"
+    fi
+    if [[ -z "$ready_b" && -e "$STATE_B/ready" ]]; then
+      ready_b=1
+      say "workload-b ready after $(since "$started") (envtest pid $ENVTEST_B_PID); kubeconfig: .demo/cluster-b/kubeconfig"
+    fi
+    [[ -n "$ready_a" && -n "$ready_b" ]] && break
     if ! child_alive "$ENVTEST_PID"; then
-      ENVTEST_PID=""
-      die "the control plane failed to start" "$STATE/envtest.log"
+      abort_start "the control plane failed to start" "$STATE/envtest.log"
+    fi
+    if ! child_alive "$ENVTEST_B_PID"; then
+      abort_start "workload-b's control plane failed to start" "$STATE/envtest-b.log"
     fi
     if ((SECONDS >= deadline)); then
-      stop_process "$ENVTEST_PID" envtest
-      ENVTEST_PID=""
-      die "the control plane was not ready after $((TIMEOUT + 60)) s" "$STATE/envtest.log"
+      if [[ -z "$ready_a" ]]; then
+        abort_start "the control plane was not ready after $((TIMEOUT + 60)) s" "$STATE/envtest.log"
+      fi
+      abort_start "workload-b's control plane was not ready after $((TIMEOUT + 60)) s" "$STATE/envtest-b.log"
     fi
     sleep 0.2
   done
-  say "ready after $(since "$started") (envtest pid $ENVTEST_PID); kubeconfig: .demo/kubeconfig"
 
   step "Starting mimeo (log: .demo/mimeo.log, JSON)"
   started="$(now_ms)"
@@ -287,21 +408,32 @@ up() {
   scenario_rotation
   scenario_new_namespace
   scenario_relabel
+  scenario_remote_pull_secret
+  scenario_remote_rotation
 
   step "Where things stand"
   show get syncrules -A
+  show get clustersyncrules
+  show get remoteclusters
   show get secrets,configmaps -A -l mimeo.dev/managed-by=mimeo
+  show_b get secrets -A -l mimeo.dev/managed-by=mimeo
 
   UP_DONE=1
   trap - INT TERM
   cat <<EOF
 
-The demo keeps running: a control plane and mimeo, on this machine only.
+The demo keeps running: two control planes and mimeo, on this machine only.
 
-  kubeconfig   $KUBECONFIG_PATH
-  try          $KUBECTL --kubeconfig $KUBECONFIG_PATH get syncrules -A
-               (or: export KUBECONFIG=$KUBECONFIG_PATH PATH=$bin_dir:\$PATH, then kubectl as usual)
-  logs         .demo/mimeo.log (JSON), .demo/envtest.log
+  kubeconfigs  $KUBECONFIG_PATH
+                 the cluster mimeo runs in: the rules, the RemoteCluster, the sources
+               $KUBECONFIG_B
+                 workload-b, the RemoteCluster: the copy in namespace apps
+  try          $KUBECTL --kubeconfig $KUBECONFIG_PATH get syncrules,clustersyncrules -A
+               $KUBECTL --kubeconfig $KUBECONFIG_PATH get remoteclusters
+               $KUBECTL --kubeconfig $KUBECONFIG_B get secrets -n apps
+               (or: export KUBECONFIG=$KUBECONFIG_PATH PATH=$bin_dir:\$PATH, then kubectl as usual,
+               with --kubeconfig $KUBECONFIG_B for workload-b)
+  logs         .demo/mimeo.log (JSON), .demo/envtest.log, .demo/envtest-b.log
   stop         ./demo.sh down
 EOF
 }
@@ -341,15 +473,9 @@ scenario_fan_out() {
 scenario_rotation() {
   step "Rotating the registry credentials"
   say "The source Secret gets a new password; the copy follows. (Only hashes are shown, never values.)"
-  local before password new_json new_hash started
+  local before new_hash started
   before="$(data_hash secret registry-creds platform-helm)"
-  password="rotated-$(date +%s)"
-  new_json="$(printf '{"auths":{"registry.example.com":{"username":"demo-robot","password":"%s","auth":"%s"}}}' \
-    "$password" "$(printf 'demo-robot:%s' "$password" | base64 -w0)")"
-  say "\$ kubectl patch secret registry-creds -n platform-helm --type merge -p '{\"data\":{\".dockerconfigjson\":\"...\"}}'"
-  kc patch secret registry-creds -n platform-helm --type merge \
-    -p "{\"data\":{\".dockerconfigjson\":\"$(printf '%s' "$new_json" | base64 -w0)\"}}" | indent ||
-    die "patching the source Secret failed"
+  rotate_dockerconfig platform-helm registry-creds demo-robot
   started="$(now_ms)"
   new_hash="$(data_hash secret registry-creds platform-helm)"
   [[ "$new_hash" != "$before" ]] || die "patching the source Secret did not change its data"
@@ -395,18 +521,71 @@ scenario_relabel() {
   say "payments-api and payments-reports keep theirs"
 }
 
+scenario_remote_pull_secret() {
+  step "An image pull secret in another cluster (examples/remote-pull-secret.yaml)"
+  say "workload-b's kubeconfig goes into a Secret here; a RemoteCluster names it. A ClusterSyncRule"
+  say "copies platform-images/image-pull-creds into the namespace apps of every RemoteCluster labelled"
+  say "env=demo, creating apps there. A ClusterSyncRule needs no consent from the target namespace."
+  local started version
+  show create namespace mimeo-system
+  show create secret generic workload-b-kubeconfig -n mimeo-system --from-file=value=.demo/cluster-b/kubeconfig
+  show apply -f examples/remote-pull-secret.yaml
+  started="$(now_ms)"
+  poll remote_connected workload-b ||
+    die "timed out after ${TIMEOUT} s waiting for RemoteCluster workload-b to be Ready (reason Connected); \
+its status is: $(kc get remotecluster workload-b -o 'jsonpath={.status}' 2>&1)" "$STATE/mimeo.log"
+  version="$(kc get remotecluster workload-b -o 'jsonpath={.status.serverVersion}')"
+  say "RemoteCluster workload-b: Ready=True (reason Connected) within $(since "$started"), server version $version"
+  wait_for "the copy workload-b:apps/image-pull-creds" kcb get secret image-pull-creds -n apps -o name
+  report_copy_b secret platform-images image-pull-creds apps image-pull-creds "$started"
+  wait_cluster_rule workload-image-pull-creds 1/1
+  poll remote_counts_rules workload-b 1 ||
+    die "timed out after ${TIMEOUT} s waiting for RemoteCluster workload-b to count 1 rule in status.rules" \
+      "$STATE/mimeo.log"
+  show get remoteclusters
+  show get clustersyncrules
+  show_b get namespace apps
+  show_b -n apps get secret image-pull-creds
+}
+
+scenario_remote_rotation() {
+  step "Rotating the image pull credentials: the copy in workload-b follows"
+  say "The source Secret in platform-images gets a new password. (Only hashes are shown, never values.)"
+  local before new_hash started
+  before="$(data_hash secret image-pull-creds platform-images)"
+  rotate_dockerconfig platform-images image-pull-creds demo-puller
+  started="$(now_ms)"
+  new_hash="$(data_hash secret image-pull-creds platform-images)"
+  [[ "$new_hash" != "$before" ]] || die "patching the source Secret did not change its data"
+  wait_for "workload-b:apps/image-pull-creds to follow the rotation" \
+    same_data_b secret image-pull-creds platform-images image-pull-creds apps
+  say "source platform-images/image-pull-creds:  data sha256 $before -> $new_hash"
+  say "copy   workload-b:apps/image-pull-creds:  data sha256 $(data_hash_b secret image-pull-creds apps), in sync within $(since "$started")"
+  wait_cluster_rule workload-image-pull-creds 1/1
+  say "The rule's status lists every copy it owns, with its cluster:"
+  local columns='{range .status.targets[*]}{.cluster}{"\t"}{.namespace}{"\t"}{.name}{"\t"}{.state}{"\n"}{end}'
+  say "\$ kubectl get clustersyncrule workload-image-pull-creds -o jsonpath='$columns'"
+  { printf 'CLUSTER\tNAMESPACE\tNAME\tSTATE\n'; kc get clustersyncrule workload-image-pull-creds -o "jsonpath=$columns"; } |
+    awk -F '\t' '{ printf "%-12s %-11s %-18s %s\n", $1, $2, $3, $4 }' | indent || die "reading the status of ClusterSyncRule workload-image-pull-creds failed"
+}
+
 # --- down -----------------------------------------------------------------------------------
 
 down() {
-  local quiet="${1:-}" pid stopped=""
+  local quiet="${1:-}" pid pidfile stopped="" stoppers=()
   if pid="$(running_from "$STATE/mimeo.pid" mimeo)"; then
     stop_process "$pid" mimeo
     stopped=1
   fi
-  if pid="$(running_from "$STATE/envtest.pid" envtest)"; then
-    stop_process "$pid" envtest
-    stopped=1
-  fi
+  # Both control planes at once: each envtest wrote its own pid file into its state directory.
+  for pidfile in "$STATE/envtest.pid" "$STATE_B/envtest.pid"; do
+    if pid="$(running_from "$pidfile" envtest)"; then
+      stop_process "$pid" envtest &
+      stoppers+=($!)
+      stopped=1
+    fi
+  done
+  ((${#stoppers[@]} == 0)) || wait "${stoppers[@]}"
   if [[ -e "$STATE" ]]; then
     rm -rf "$STATE"
     [[ -n "$quiet" ]] || say "removed .demo/"
