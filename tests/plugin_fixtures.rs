@@ -15,6 +15,7 @@ fn first_party() -> Vec<(PathBuf, PathBuf)> {
         ("filter-keys", "filter-keys"),
         ("rename-keys", "rename-keys"),
         ("set-metadata", "set-metadata"),
+        ("rewrite-namespace", "rewrite-namespace"),
         ("misbehave", "testing/misbehave"),
     ]
     .into_iter()

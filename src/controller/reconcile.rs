@@ -154,7 +154,6 @@ async fn resolve_in(
                 ..Default::default()
             };
             let _ = handle.watches.declare(key, interest).await;
-            let crd = format!("{}.{}", kind.kind.to_lowercase(), kind.group());
             let cluster = match name {
                 Some(name) => format!("RemoteCluster {name}"),
                 None => "this cluster".to_owned(),
@@ -162,8 +161,9 @@ async fn resolve_in(
             Err(ClusterProblem {
                 state: CopyState::KindNotServed,
                 message: format!(
-                    "{cluster} does not serve {kind}: install its CustomResourceDefinition (such as \
-                     {crd}s); the copy is written once it is served"
+                    "{cluster} does not serve {kind}: install the CustomResourceDefinition of {} \
+                     there; the copy is written once it is served",
+                    kind.as_allowed()
                 ),
             })
         }
@@ -629,8 +629,9 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     namespace: target.namespace.clone(),
                     name: target.name.clone().unwrap_or_else(|| source.name_any()),
                 };
-                // Named namespaces are known without the cluster; selected ones are not.
-                if target.namespace.is_none() && marked > 0 {
+                // Named namespaces are known without the cluster; selected ones are not (one entry
+                // stands for them). A cluster-scoped copy needs no namespace.
+                if namespaced && target.namespace.is_none() && marked > 0 {
                     continue;
                 }
                 if taken.insert((

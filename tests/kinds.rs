@@ -1,0 +1,309 @@
+//! Kinds beyond Secrets and ConfigMaps, against real control planes with Kyverno's real CRDs
+//! (from `../shared/fixtures/kyverno`, or `MIMEO_KYVERNO_FIXTURES`): no Kyverno controller runs;
+//! mimeo copies the objects and the apiserver validates them against Kyverno's schema.
+
+mod common;
+
+use common::{Harness, eventually};
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use mimeo::api::{ClusterSyncRule, CopyState, RuleStatus, SyncRule};
+use mimeo::controller::ControllerConfig;
+use mimeo_envtest::ControlPlane;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    std::env::var_os("MIMEO_KYVERNO_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kyverno"))
+}
+
+fn kyverno_crds() -> Vec<PathBuf> {
+    let dir = fixtures().join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every Kyverno object in the sample policy files, by kind: (file, object).
+fn sample_policies(kind: &str) -> Vec<(String, Value)> {
+    let dir = fixtures().join("policies");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(document).unwrap();
+            let is_kyverno = value["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("kyverno.io/"));
+            if is_kyverno && value["kind"] == kind {
+                out.push((file.file_name().unwrap().to_string_lossy().into_owned(), value));
+            }
+        }
+    }
+    assert!(!out.is_empty(), "no {kind} in {}", dir.display());
+    out
+}
+
+fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap();
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn policies() -> ApiResource {
+    resource("kyverno.io/v1", "Policy", "policies")
+}
+
+fn cluster_policies() -> ApiResource {
+    resource("kyverno.io/v1", "ClusterPolicy", "clusterpolicies")
+}
+
+async fn apply_object(client: &Client, resource: &ApiResource, object: &Value) {
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(object))
+        .await
+        .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+}
+
+async fn get_object(client: &Client, resource: &ApiResource, ns: Option<&str>, name: &str) -> Option<Value> {
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    let object = api.get_opt(name).await.ok()??;
+    Some(serde_json::to_value(object).unwrap())
+}
+
+async fn cluster_rule_status(h: &Harness, name: &str) -> Option<RuleStatus> {
+    Api::<ClusterSyncRule>::all(h.client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()?
+        .status
+}
+
+/// The source objects of one kind, renamed so that names from different files do not collide,
+/// labelled for a selector, and placed in `namespace` (for a namespaced kind).
+fn prepared(kind: &str, namespace: Option<&str>) -> Vec<Value> {
+    sample_policies(kind)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (file, mut object))| {
+            let name = format!("s{i}-{}", object["metadata"]["name"].as_str().unwrap());
+            object["apiVersion"] = json!("kyverno.io/v1");
+            object["metadata"] = json!({"name": name, "labels": {"fixture": "kyverno"},
+                "annotations": {"fixture.mimeo.dev/file": file}});
+            if let Some(ns) = namespace {
+                object["metadata"]["namespace"] = json!(ns);
+            }
+            object
+        })
+        .collect()
+}
+
+/// 4 (namespaced half): every sample `Policy` round-trips through a rule unchanged.
+#[tokio::test]
+async fn every_sample_policy_round_trips_unchanged() {
+    let h = Harness::start().await;
+    h.plane.install_crds(&kyverno_crds()).await.unwrap();
+    h.namespace("policies", &[], &[]).await;
+    h.namespace("tenant-a", &[], &[]).await;
+    let sources = prepared("Policy", Some("policies"));
+    for source in &sources {
+        apply_object(&h.client, &policies(), source).await;
+    }
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": "all-policies"},
+        "spec": {"source": {"kind": "Policy", "namespace": "policies", "selector": {"matchLabels": {"fixture": "kyverno"}}},
+                 "targets": [{"namespace": "tenant-a"}]}}))
+        .await;
+    for source in &sources {
+        let name = source["metadata"]["name"].as_str().unwrap();
+        let copy = eventually(&format!("a copy of Policy {name}"), || async {
+            get_object(&h.client, &policies(), Some("tenant-a"), name).await
+        })
+        .await;
+        let original = get_object(&h.client, &policies(), Some("policies"), name)
+            .await
+            .unwrap();
+        assert_eq!(copy["spec"], original["spec"], "Policy {name} changed on the way");
+        assert!(
+            copy.get("status")
+                .is_none_or(|s| s != &original["status"] || s.is_null())
+        );
+    }
+    println!("{} sample Policies copied unchanged", sources.len());
+}
+
+/// 2, 3 and 4 (cluster-scoped half): `ClusterPolicy`s go to another cluster. Without Kyverno's
+/// CRDs there the copies wait as `KindNotServed`; once installed, every sample arrives unchanged;
+/// deleting a source removes its copy there.
+#[tokio::test]
+async fn cluster_policies_go_to_other_clusters_once_they_serve_the_kind() {
+    let h = Harness::start().await;
+    h.plane.install_crds(&kyverno_crds()).await.unwrap();
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let b_client = b.client().await.unwrap();
+    h.namespace("mimeo-system", &[], &[]).await;
+    let kubeconfig = common::secret(
+        "mimeo-system",
+        "b-kubeconfig",
+        "Opaque",
+        &[("value", b.kubeconfig_yaml())],
+    );
+    h.secrets("mimeo-system")
+        .patch(
+            "b-kubeconfig",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&kubeconfig),
+        )
+        .await
+        .unwrap();
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "metadata": {"name": "b"},
+        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "b-kubeconfig"}}}),
+    )
+    .await;
+
+    let sources = prepared("ClusterPolicy", None);
+    for source in &sources {
+        apply_object(&h.client, &cluster_policies(), source).await;
+    }
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": "cluster-policies"},
+        "spec": {"source": {"kind": "ClusterPolicy", "selector": {"matchLabels": {"fixture": "kyverno"}}},
+                 "targets": [{"cluster": "b"}], "deletion": "Delete"}}))
+        .await;
+
+    // 3. Cluster B has no Kyverno CRDs yet.
+    let waiting = eventually("ClusterPolicy copies KindNotServed in B", || async {
+        let status = cluster_rule_status(&h, "cluster-policies").await?;
+        let first = status.targets.first()?.clone();
+        (first.state == CopyState::KindNotServed && status.targets.len() == sources.len()).then_some(first)
+    })
+    .await;
+    let message = waiting.message.unwrap();
+    assert!(
+        message.contains("does not serve kyverno.io/v1/ClusterPolicy")
+            && message.contains("the CustomResourceDefinition of ClusterPolicy.kyverno.io"),
+        "{message}"
+    );
+    b.install_crds(&kyverno_crds()).await.unwrap();
+
+    // 4. Every sample arrives unchanged.
+    for source in &sources {
+        let name = source["metadata"]["name"].as_str().unwrap();
+        let copy = eventually(&format!("ClusterPolicy {name} in B"), || async {
+            get_object(&b_client, &cluster_policies(), None, name).await
+        })
+        .await;
+        let original = get_object(&h.client, &cluster_policies(), None, name)
+            .await
+            .unwrap();
+        assert_eq!(
+            copy["spec"], original["spec"],
+            "ClusterPolicy {name} changed on the way"
+        );
+    }
+    println!("{} sample ClusterPolicies copied unchanged", sources.len());
+
+    // 2. Deleting a source removes its copy in B.
+    let gone = sources[0]["metadata"]["name"].as_str().unwrap().to_owned();
+    Api::<DynamicObject>::all_with(h.client.clone(), &cluster_policies())
+        .delete(&gone, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the copy of a deleted ClusterPolicy removed from B", || async {
+        get_object(&b_client, &cluster_policies(), None, &gone)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let kept = sources[1]["metadata"]["name"].as_str().unwrap();
+    assert!(
+        get_object(&b_client, &cluster_policies(), None, kept)
+            .await
+            .is_some()
+    );
+}
+
+/// 5: a kind outside the allow-list is refused, a made-up kind says it does not exist, and a
+/// cluster-scoped kind aimed at a namespace is refused; none of them writes anything.
+#[tokio::test]
+async fn kinds_outside_the_allow_list_or_the_cluster_are_refused() {
+    let config = ControllerConfig {
+        allowed_kinds: [
+            "Secret",
+            "ConfigMap",
+            "Widget.example.com",
+            "ClusterRole.rbac.authorization.k8s.io",
+        ]
+        .iter()
+        .map(|k| k.parse().unwrap())
+        .collect(),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.namespace("team", &[], &[]).await;
+    let rule = |name: &str, source: Value, targets: Value| {
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule", "metadata": {"name": name, "namespace": "team"},
+               "spec": {"source": source, "targets": targets}})
+    };
+    h.apply(rule(
+        "limits",
+        json!({"apiVersion": "v1", "kind": "LimitRange", "name": "x"}),
+        json!([{"namespace": "elsewhere"}]),
+    ))
+    .await;
+    let refused = h.wait_ready("team", "limits", "False", "KindNotAllowed").await;
+    let message = &refused.status.unwrap().conditions[0].message;
+    assert!(
+        message.contains("syncs Secret, ConfigMap, Widget.example.com")
+            && message.contains("LimitRange is not among them"),
+        "{message}"
+    );
+
+    h.apply(rule(
+        "widgets",
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "name": "x"}),
+        json!([{"namespace": "elsewhere"}]),
+    ))
+    .await;
+    let unknown = h.wait_ready("team", "widgets", "False", "KindNotServed").await;
+    assert!(
+        unknown.status.unwrap().conditions[0]
+            .message
+            .contains("does not serve example.com/v1/Widget")
+    );
+
+    h.apply(rule(
+        "roles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "view"}),
+        json!([{"namespace": "elsewhere"}]),
+    ))
+    .await;
+    let scoped = h.wait_ready("team", "roles", "False", "InvalidTarget").await;
+    assert!(
+        scoped.status.unwrap().conditions[0]
+            .message
+            .contains("is cluster-scoped and cannot live in a SyncRule's namespace")
+    );
+    let rules: Api<SyncRule> = Api::namespaced(h.client.clone(), "team");
+    for name in ["limits", "widgets", "roles"] {
+        let status = rules.get(name).await.unwrap().status.unwrap();
+        assert!(status.targets.is_empty(), "{name} made copies");
+    }
+}
