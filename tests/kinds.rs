@@ -307,3 +307,76 @@ async fn kinds_outside_the_allow_list_or_the_cluster_are_refused() {
         assert!(status.targets.is_empty(), "{name} made copies");
     }
 }
+
+/// 1: one namespaced `Policy` into three tenant namespaces through `rewrite-namespace`: each copy
+/// is accepted by the apiserver and names its own namespace; an update reaches all three.
+#[tokio::test]
+async fn a_policy_fans_out_with_its_namespaces_rewritten() {
+    let config = ControllerConfig {
+        plugin_dir: Some(common::plugin_dir()),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane.install_crds(&kyverno_crds()).await.unwrap();
+    h.namespace("policies", &[], &[]).await;
+    let tenants = ["tenant-a", "tenant-b", "tenant-c"];
+    for tenant in tenants {
+        h.namespace(
+            tenant,
+            &[("tenant", "yes")],
+            &[("mimeo.dev/accept-from", "policies")],
+        )
+        .await;
+    }
+    let policy = |synchronize: bool| {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "Policy",
+               "metadata": {"name": "clone-settings", "namespace": "policies"},
+               "spec": {"rules": [{
+                   "name": "clone-settings",
+                   "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "namespaces": ["policies"]}}]},
+                   "exclude": {"any": [{"resources": {"namespaces": ["kube-system"]}}]},
+                   "generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings",
+                                "namespace": "policies", "synchronize": synchronize,
+                                "clone": {"namespace": "policies", "name": "base-settings"}}}]}})
+    };
+    apply_object(&h.client, &policies(), &policy(true)).await;
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+        "metadata": {"name": "settings-policy", "namespace": "policies"},
+        "spec": {"source": {"kind": "Policy", "name": "clone-settings"},
+                 "targets": [{"namespaceSelector": {"matchLabels": {"tenant": "yes"}}}],
+                 "transforms": [{"plugin": "file://rewrite-namespace.wasm",
+                                 "config": {"rewrites": [{"from": "policies", "to": "{{target.namespace}}"}]}}]}}))
+        .await;
+
+    for synchronize in [true, false] {
+        if !synchronize {
+            apply_object(&h.client, &policies(), &policy(false)).await;
+        }
+        for tenant in tenants {
+            let copy = eventually(
+                &format!("the Policy in {tenant} (synchronize {synchronize})"),
+                || async {
+                    let copy = get_object(&h.client, &policies(), Some(tenant), "clone-settings").await?;
+                    (copy["spec"]["rules"][0]["generate"]["synchronize"] == synchronize).then_some(copy)
+                },
+            )
+            .await;
+            let rule = &copy["spec"]["rules"][0];
+            assert_eq!(rule["generate"]["namespace"], tenant);
+            assert_eq!(rule["generate"]["clone"]["namespace"], tenant);
+            assert_eq!(
+                rule["match"]["any"][0]["resources"]["namespaces"],
+                json!([tenant])
+            );
+            assert_eq!(
+                rule["exclude"]["any"][0]["resources"]["namespaces"],
+                json!(["kube-system"]),
+                "only the mapped namespace is rewritten"
+            );
+        }
+    }
+    let rule = h
+        .wait_ready("policies", "settings-policy", "True", "Synced")
+        .await;
+    assert_eq!(rule.status.unwrap().copies.as_deref(), Some("3/3"));
+}
