@@ -380,3 +380,82 @@ async fn a_policy_fans_out_with_its_namespaces_rewritten() {
         .await;
     assert_eq!(rule.status.unwrap().copies.as_deref(), Some("3/3"));
 }
+
+/// A copy the target cluster's own schema rejects (here a Kyverno CRD whose
+/// `validationFailureAction` allows only `Enforce`, as a differently configured installation
+/// might): the copy's state carries the apiserver's message and nothing is written.
+#[tokio::test]
+async fn a_copy_the_target_rejects_says_why_and_writes_nothing() {
+    let h = Harness::start().await;
+    h.plane.install_crds(&kyverno_crds()).await.unwrap();
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let b_client = b.client().await.unwrap();
+    let lenient = "                default: Audit
+                description: Deprecated, use validationFailureAction under the validate
+                  rule instead.
+                enum:
+                - audit
+                - enforce
+                - Audit
+                - Enforce
+";
+    let strict = "                default: Enforce
+                description: Deprecated, use validationFailureAction under the validate
+                  rule instead.
+                enum:
+                - Enforce
+";
+    let crd = std::fs::read_to_string(fixtures().join("crds/kyverno.io_clusterpolicies.yaml")).unwrap();
+    assert!(crd.contains(lenient), "the fixture CRD changed shape");
+    let dir = tempfile::tempdir().unwrap();
+    let strict_crd = dir.path().join("strict-clusterpolicies.yaml");
+    std::fs::write(&strict_crd, crd.replace(lenient, strict)).unwrap();
+    b.install_crds(&[strict_crd]).await.unwrap();
+
+    h.namespace("mimeo-system", &[], &[]).await;
+    let kubeconfig = common::secret(
+        "mimeo-system",
+        "b-kubeconfig",
+        "Opaque",
+        &[("value", b.kubeconfig_yaml())],
+    );
+    h.secrets("mimeo-system")
+        .patch(
+            "b-kubeconfig",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&kubeconfig),
+        )
+        .await
+        .unwrap();
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "metadata": {"name": "b"},
+        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "b-kubeconfig"}}}),
+    )
+    .await;
+    let (_, mut audit) = sample_policies("ClusterPolicy")
+        .into_iter()
+        .find(|(_, p)| p["spec"]["validationFailureAction"] == "Audit")
+        .expect("a sample ClusterPolicy in Audit mode");
+    audit["metadata"] = json!({"name": "audited"});
+    apply_object(&h.client, &cluster_policies(), &audit).await;
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": "audited"},
+        "spec": {"source": {"kind": "ClusterPolicy", "name": "audited"}, "targets": [{"cluster": "b"}]}}),
+    )
+    .await;
+    let failed = eventually("the rejected copy reported", || async {
+        let copy = cluster_rule_status(&h, "audited").await?.targets.first()?.clone();
+        (copy.state == CopyState::Failed).then_some(copy)
+    })
+    .await;
+    let message = failed.message.unwrap();
+    assert!(
+        message.contains("validationFailureAction") && message.contains("Unsupported value"),
+        "{message}"
+    );
+    assert!(
+        get_object(&b_client, &cluster_policies(), None, "audited")
+            .await
+            .is_none()
+    );
+}
