@@ -459,3 +459,79 @@ async fn a_copy_the_target_rejects_says_why_and_writes_nothing() {
             .is_none()
     );
 }
+
+/// Applies every document of a YAML file, finding each kind by discovery (like `kubectl apply`).
+async fn apply_file(client: &Client, path: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object: Value = serde::Deserialize::deserialize(document).unwrap();
+        if object.is_null() {
+            continue;
+        }
+        let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: object["apiVersion"].as_str().unwrap().into(),
+            kind: object["kind"].as_str().unwrap().into(),
+        })
+        .unwrap();
+        let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+        apply_object(client, &resource, &object).await;
+    }
+}
+
+/// The two Kyverno examples in `examples/` do what their comments say.
+#[tokio::test]
+async fn the_kyverno_examples_work() {
+    let config = ControllerConfig {
+        plugin_dir: Some(common::plugin_dir()),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let crds = kyverno_crds();
+    let (crds_a, crds_b) = tokio::join!(h.plane.install_crds(&crds), b.install_crds(&crds));
+    crds_a.unwrap();
+    crds_b.unwrap();
+    let b_client = b.client().await.unwrap();
+
+    apply_file(&h.client, "examples/policy-fan-out.yaml").await;
+    for tenant in ["tenant-blue", "tenant-green"] {
+        let copy = eventually(&format!("the Policy in {tenant}"), || async {
+            get_object(&h.client, &policies(), Some(tenant), "clone-base-settings").await
+        })
+        .await;
+        assert_eq!(copy["spec"]["rules"][0]["generate"]["namespace"], tenant);
+        assert_eq!(copy["spec"]["rules"][0]["generate"]["clone"]["namespace"], tenant);
+    }
+
+    h.namespace("mimeo-system", &[], &[]).await;
+    let kubeconfig = common::secret(
+        "mimeo-system",
+        "prod-eu1-kubeconfig",
+        "Opaque",
+        &[("value", b.kubeconfig_yaml())],
+    );
+    h.secrets("mimeo-system")
+        .patch(
+            "prod-eu1-kubeconfig",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&kubeconfig),
+        )
+        .await
+        .unwrap();
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+        "metadata": {"name": "prod-eu1", "labels": {"env": "prod"}},
+        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "prod-eu1-kubeconfig"}}}),
+    )
+    .await;
+    apply_file(&h.client, "examples/cluster-policy-fan-out.yaml").await;
+    let copy = eventually("the ClusterPolicy in prod-eu1", || async {
+        get_object(&b_client, &cluster_policies(), None, "require-team-label").await
+    })
+    .await;
+    let source = get_object(&h.client, &cluster_policies(), None, "require-team-label")
+        .await
+        .unwrap();
+    assert_eq!(copy["spec"], source["spec"]);
+}
