@@ -35,23 +35,25 @@ pub enum Command {
 pub enum RemoteCommand {
     /// Print the RBAC that the identity in a RemoteCluster's kubeconfig needs inside the remote
     /// cluster, as multi-document YAML to apply there (`kubectl apply -f -`): a ClusterRole and
-    /// ClusterRoleBinding (for a target), a Role and RoleBinding per namespace, and for a service
-    /// account its Namespace and the ServiceAccount.
+    /// ClusterRoleBinding (for a target, or a source with a Kyverno kind), a Role and RoleBinding
+    /// per namespace, and for a service account its Namespace and the ServiceAccount.
     Rbac(RemoteRbacArgs),
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct RemoteRbacArgs {
-    /// A kind mimeo copies with this cluster: Secret or ConfigMap (plural or lowercase work too).
-    /// Repeat for several.
+    /// A kind mimeo copies with this cluster: Secret, ConfigMap, Policy or ClusterPolicy (Kyverno);
+    /// its plural, `Kind.group` (Policy.kyverno.io) or lowercase work too. Repeat for several.
     #[arg(long = "kind", value_name = "KIND", default_value = "Secret")]
     pub kinds: Vec<String>,
-    /// A namespace mimeo writes copies to (with --source: reads from). Repeat for several. For a
-    /// target without any, the ClusterRole grants writing copies in every namespace.
+    /// A namespace mimeo writes copies to (with --source: reads from), for the namespaced kinds.
+    /// Repeat for several. For a target without any, the ClusterRole grants writing copies in
+    /// every namespace. A cluster-scoped kind (ClusterPolicy) takes none: it is granted
+    /// cluster-wide.
     #[arg(short = 'n', long = "namespace", value_name = "NS")]
     pub namespaces: Vec<String>,
-    /// The cluster is a source: grant get, list and watch in the given namespaces, nothing
-    /// cluster-wide.
+    /// The cluster is a source: grant get, list and watch in the given namespaces (a cluster-scoped
+    /// kind cluster-wide), and no writes.
     #[arg(long, conflicts_with = "create_namespaces")]
     pub source: bool,
     /// Also grant create on namespaces (cluster-wide), for a target.

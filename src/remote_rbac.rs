@@ -4,23 +4,25 @@
 //! How mimeo uses a remote cluster decides the grants:
 //!
 //! - As a **target**: one metadata-only watch on namespaces (cluster-wide `get`, `list`, `watch`
-//!   on `namespaces`); per copied kind one watch over all namespaces, selected by the label
+//!   on `namespaces`); per copied kind one watch over the whole cluster, selected by the label
 //!   `mimeo.dev/managed-by=mimeo` (cluster-wide `list`, `watch`: a label selector does not narrow
-//!   RBAC); and in each target namespace `get`, `create`, `update`, `patch`, `delete` on the kind.
-//!   Creating target namespaces adds `create` on `namespaces`.
-//! - As a **source**: `get`, `list`, `watch` on the kind in each source namespace, nothing
-//!   cluster-wide.
+//!   RBAC); and `get`, `create`, `update`, `patch`, `delete` on the kind: for a namespaced kind in
+//!   each target namespace, for a cluster-scoped kind (whose copies have no namespace)
+//!   cluster-wide. Creating target namespaces adds `create` on `namespaces`.
+//! - As a **source**: `get`, `list`, `watch` on a namespaced kind in each source namespace, and
+//!   on a cluster-scoped kind cluster-wide.
+//! - Either way, a kind outside the core group (Kyverno's) is found by API discovery, which every
+//!   authenticated identity may read, and mimeo watches `customresourcedefinitions` (metadata
+//!   only) to notice a kind installed later: cluster-wide `get`, `list`, `watch` on them.
 //!
 //! Everything here is pure: options in, objects (or YAML) out.
 
-use crate::sync::kinds::supported_resources;
 use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::ApiResource;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -33,14 +35,75 @@ pub const DEFAULT_SOURCE_NAME: &str = "mimeo-remote-source";
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "mimeo-system/mimeo-remote";
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
-/// Verbs on copies in each target namespace.
+/// The group and resource of CustomResourceDefinitions, which mimeo watches in a cluster where it
+/// discovers kinds.
+const CRD_GROUP: &str = "apiextensions.k8s.io";
+const CRD_RESOURCE: &str = "customresourcedefinitions";
+/// Verbs on copies in each target namespace (or, for a cluster-scoped kind, cluster-wide).
 const TARGET_WRITE_VERBS: [&str; 5] = ["get", "create", "update", "patch", "delete"];
 /// Verbs on copies cluster-wide, for the label-selected watch.
 const TARGET_WATCH_VERBS: [&str; 2] = ["list", "watch"];
 /// Verbs on namespaces, for the namespace watch.
 const NAMESPACE_WATCH_VERBS: [&str; 3] = ["get", "list", "watch"];
-/// Verbs on sources in each source namespace.
+/// Verbs on sources in each source namespace (or, for a cluster-scoped kind, cluster-wide).
 const SOURCE_VERBS: [&str; 3] = ["get", "list", "watch"];
+/// Verbs on CustomResourceDefinitions, for the CRD watch that goes with discovery.
+const CRD_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+/// A kind mimeo copies, as far as RBAC is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownKind {
+    pub kind: &'static str,
+    /// The API group: `""` for the core group.
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub namespaced: bool,
+}
+
+impl KnownKind {
+    /// The kind as an allow-list names it: `Secret`, `Policy.kyverno.io`.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.to_owned()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    /// Whether mimeo finds the kind by API discovery (and so watches CRDs): every kind outside the
+    /// core group.
+    fn discovered(&self) -> bool {
+        !self.group.is_empty()
+    }
+}
+
+/// The kinds `mimeo remote rbac` knows, in the order its output names them.
+pub const KNOWN_KINDS: [KnownKind; 4] = [
+    KnownKind {
+        kind: "Secret",
+        group: "",
+        plural: "secrets",
+        namespaced: true,
+    },
+    KnownKind {
+        kind: "ConfigMap",
+        group: "",
+        plural: "configmaps",
+        namespaced: true,
+    },
+    KnownKind {
+        kind: "Policy",
+        group: "kyverno.io",
+        plural: "policies",
+        namespaced: true,
+    },
+    KnownKind {
+        kind: "ClusterPolicy",
+        group: "kyverno.io",
+        plural: "clusterpolicies",
+        namespaced: false,
+    },
+];
 
 /// How mimeo uses the remote cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,10 +163,11 @@ impl Identity {
 /// What to generate RBAC for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RbacOptions {
-    /// The kinds copied, as `Secret`, `ConfigMap`, or their plural or lowercase forms.
+    /// The kinds copied, each as its kind, its plural or `Kind.group` (`Secret`, `policies`,
+    /// `ClusterPolicy.kyverno.io`), in any case.
     pub kinds: Vec<String>,
-    /// The target (or source) namespaces. Empty for a target: the namespace-scoped verbs are
-    /// granted by the ClusterRole, in every namespace.
+    /// The target (or source) namespaces, for the namespaced kinds. Empty for a target: the
+    /// namespace-scoped verbs are granted by the ClusterRole, in every namespace.
     pub namespaces: Vec<String>,
     pub usage: Use,
     /// Also grant `create` on namespaces (targets only).
@@ -128,9 +192,15 @@ impl Default for RbacOptions {
 }
 
 impl RbacOptions {
-    /// Whether the output grants writes to the copied kinds in every namespace of the cluster.
+    /// Whether the output grants writes to namespaced copied kinds in every namespace of the
+    /// cluster.
     pub fn grants_in_every_namespace(&self) -> bool {
-        self.usage == Use::Target && self.namespaces.is_empty()
+        self.usage == Use::Target
+            && self.namespaces.is_empty()
+            && self
+                .kinds
+                .iter()
+                .any(|k| resolve_kind(k).is_ok_and(|k| k.namespaced))
     }
 
     fn object_name(&self) -> &str {
@@ -157,9 +227,13 @@ pub enum RbacError {
     #[error("invalid name {0:?}: a name is non-empty and has no '/' or '%'")]
     InvalidName(String),
     #[error(
-        "a source cluster needs at least one --namespace: mimeo reads sources in the namespaces given and grants nothing cluster-wide"
+        "a source cluster needs at least one --namespace for {0}: mimeo reads a namespaced kind in the namespaces given alone (a cluster-scoped kind needs no --namespace)"
     )]
-    SourceWithoutNamespace,
+    SourceWithoutNamespace(String),
+    #[error(
+        "--namespace is for namespaced kinds, and {0} is cluster-scoped: mimeo copies it whole-cluster, with no namespace"
+    )]
+    NamespaceWithoutNamespacedKind(String),
     #[error("--create-namespaces is for target clusters: mimeo creates no namespaces in a source cluster")]
     CreateNamespacesOnSource,
     #[error("rendering YAML: {0}")]
@@ -168,21 +242,31 @@ pub enum RbacError {
     Json(#[from] serde_json::Error),
 }
 
-/// The names of the kinds this build copies, for messages: `Secret, ConfigMap`.
+/// The names of the kinds `mimeo remote rbac` knows, for messages:
+/// `Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io`.
 pub fn supported_kinds() -> String {
-    supported_resources()
-        .into_iter()
-        .map(|r| r.kind)
+    KNOWN_KINDS
+        .iter()
+        .map(KnownKind::qualified)
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// The API resource of a kind mimeo copies, given as its kind or plural, in any case.
-pub fn resolve_kind(given: &str) -> Result<ApiResource, RbacError> {
+/// A kind mimeo copies, given as its kind, its plural, or either followed by `.group`
+/// (`Policy.kyverno.io`), in any case.
+pub fn resolve_kind(given: &str) -> Result<KnownKind, RbacError> {
     let wanted = given.trim();
-    supported_resources()
+    let matches = |known: &KnownKind, name: &str| {
+        known.kind.eq_ignore_ascii_case(name) || known.plural.eq_ignore_ascii_case(name)
+    };
+    KNOWN_KINDS
         .into_iter()
-        .find(|r| r.kind.eq_ignore_ascii_case(wanted) || r.plural.eq_ignore_ascii_case(wanted))
+        .find(|known| {
+            matches(known, wanted)
+                || wanted.split_once('.').is_some_and(|(name, group)| {
+                    !known.group.is_empty() && known.group.eq_ignore_ascii_case(group) && matches(known, name)
+                })
+        })
         .ok_or_else(|| RbacError::UnknownKind {
             given: given.to_owned(),
             supported: supported_kinds(),
@@ -200,11 +284,30 @@ pub struct Document {
 /// How wide comment lines may be, `# ` included.
 const COMMENT_WIDTH: usize = 100;
 
-/// The options checked and normalised: kinds resolved, in the order of this build's kinds, and
+/// The options checked and normalised: kinds resolved, in the order of [`KNOWN_KINDS`], and
 /// namespaces sorted, without duplicates.
 struct Plan {
-    resources: Vec<ApiResource>,
+    kinds: Vec<KnownKind>,
     namespaces: Vec<String>,
+}
+
+impl Plan {
+    fn namespaced(&self) -> Vec<KnownKind> {
+        self.kinds.iter().copied().filter(|k| k.namespaced).collect()
+    }
+
+    fn cluster_scoped(&self) -> Vec<KnownKind> {
+        self.kinds.iter().copied().filter(|k| !k.namespaced).collect()
+    }
+
+    fn discovered(&self) -> Vec<KnownKind> {
+        self.kinds.iter().copied().filter(KnownKind::discovered).collect()
+    }
+}
+
+/// Plurals for prose: `secrets, policies`.
+fn plurals(kinds: &[KnownKind]) -> String {
+    kinds.iter().map(|k| k.plural).collect::<Vec<_>>().join(", ")
 }
 
 fn plan(options: &RbacOptions) -> Result<Plan, RbacError> {
@@ -216,9 +319,9 @@ fn plan(options: &RbacOptions) -> Result<Plan, RbacError> {
         .iter()
         .map(|k| resolve_kind(k))
         .collect::<Result<Vec<_>, _>>()?;
-    let resources = supported_resources()
+    let kinds = KNOWN_KINDS
         .into_iter()
-        .filter(|r| wanted.iter().any(|w| w.plural == r.plural && w.group == r.group))
+        .filter(|known| wanted.contains(known))
         .collect();
     let mut namespaces = options.namespaces.clone();
     if let Some(bad) = namespaces.iter().find(|ns| !is_dns_label(ns)) {
@@ -235,23 +338,37 @@ fn plan(options: &RbacOptions) -> Result<Plan, RbacError> {
     {
         return Err(RbacError::EmptyUser);
     }
+    let plan = Plan { kinds, namespaces };
+    let namespaced = plan.namespaced();
+    if namespaced.is_empty() && !plan.namespaces.is_empty() {
+        return Err(RbacError::NamespaceWithoutNamespacedKind(
+            plan.kinds
+                .iter()
+                .map(KnownKind::qualified)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+    }
     if options.usage == Use::Source {
-        if namespaces.is_empty() {
-            return Err(RbacError::SourceWithoutNamespace);
+        if plan.namespaces.is_empty() && !namespaced.is_empty() {
+            return Err(RbacError::SourceWithoutNamespace(
+                namespaced
+                    .iter()
+                    .map(KnownKind::qualified)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
         }
         if options.create_namespaces {
             return Err(RbacError::CreateNamespacesOnSource);
         }
     }
-    Ok(Plan {
-        resources,
-        namespaces,
-    })
+    Ok(plan)
 }
 
 /// The objects to apply in the remote cluster, in order: for a service account its Namespace and
-/// the ServiceAccount; for a target the ClusterRole and its ClusterRoleBinding; then per
-/// namespace, sorted, a Role and its RoleBinding.
+/// the ServiceAccount; for a target, or a source with a cluster-scoped or discovered kind, the
+/// ClusterRole and its ClusterRoleBinding; then per namespace, sorted, a Role and its RoleBinding.
 pub fn objects(options: &RbacOptions) -> Result<Vec<Value>, RbacError> {
     Ok(documents(options)?.into_iter().map(|d| d.object).collect())
 }
@@ -298,12 +415,10 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
     let plan = plan(options)?;
     let name = options.object_name();
     let identity = options.identity.describe();
-    let kinds = plan
-        .resources
-        .iter()
-        .map(|r| r.plural.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let kinds = plurals(&plan.kinds);
+    let namespaced = plan.namespaced();
+    let cluster_scoped = plan.cluster_scoped();
+    let discovered = plan.discovered();
     let mut documents = Vec::new();
     // The header goes on the first document, whichever that is.
     let mut header = vec![
@@ -348,38 +463,90 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
         });
     }
 
-    let subjects = vec![options.identity.subject()];
-    if options.usage == Use::Target {
-        let mut comment = std::mem::take(&mut header);
-        comment.push("Cluster-wide, for mimeo's watches in this cluster:".into());
-        let mut namespace_verbs = NAMESPACE_WATCH_VERBS.to_vec();
-        comment.push(format!(
-            "- {} on namespaces: one metadata-only watch on namespaces.",
-            NAMESPACE_WATCH_VERBS.join(", ")
-        ));
-        if options.create_namespaces {
-            namespace_verbs.push("create");
-            comment.push("- create on namespaces: creating target namespaces that do not exist.".into());
-        }
-        comment.push(format!(
-            "- {} on {kinds}: one watch per kind over all namespaces, selected by the label \
-             {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}. A label selector does not narrow RBAC: this lets the \
-             {identity} list and watch every object of these kinds in every namespace, contents included.",
-            TARGET_WATCH_VERBS.join(", ")
-        ));
-        let mut kind_verbs = TARGET_WATCH_VERBS.to_vec();
-        if plan.namespaces.is_empty() {
-            kind_verbs = ordered_verbs(&[&TARGET_WATCH_VERBS[..], &TARGET_WRITE_VERBS[..]].concat());
+    // The cluster-wide grants: a comment line and the verbs per kind, then the extra rules.
+    let mut comment = Vec::new();
+    let mut kind_verbs: Vec<(KnownKind, Vec<&str>)> = Vec::new();
+    let mut rules = Vec::new();
+    match options.usage {
+        Use::Target => {
+            comment.push("Cluster-wide, for mimeo's watches in this cluster:".into());
+            let mut namespace_verbs = NAMESPACE_WATCH_VERBS.to_vec();
             comment.push(format!(
-                "- {} on {kinds}: writing copies. No namespace was given, so this grants them in every \
-                 namespace of the cluster; name the target namespaces (--namespace) to grant them there alone.",
-                TARGET_WRITE_VERBS.join(", ")
+                "- {} on namespaces: one metadata-only watch on namespaces.",
+                NAMESPACE_WATCH_VERBS.join(", ")
             ));
+            if options.create_namespaces {
+                namespace_verbs.push("create");
+                comment.push("- create on namespaces: creating target namespaces that do not exist.".into());
+            }
+            rules.push(rule(&[""], &["namespaces"], &namespace_verbs));
+            comment.push(format!(
+                "- {} on {kinds}: one watch per kind across the cluster, selected by the label \
+                 {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}. A label selector does not narrow RBAC: this lets the \
+                 {identity} list and watch every object of these kinds in the cluster, contents included.",
+                TARGET_WATCH_VERBS.join(", ")
+            ));
+            let writes_everywhere = plan.namespaces.is_empty();
+            for kind in &plan.kinds {
+                let verbs = if writes_everywhere || !kind.namespaced {
+                    ordered_verbs(&[&TARGET_WATCH_VERBS[..], &TARGET_WRITE_VERBS[..]].concat())
+                } else {
+                    TARGET_WATCH_VERBS.to_vec()
+                };
+                kind_verbs.push((*kind, verbs));
+            }
+            if writes_everywhere && !namespaced.is_empty() {
+                comment.push(format!(
+                    "- {} on {}: writing copies. No namespace was given, so this grants them in every \
+                     namespace of the cluster; name the target namespaces (--namespace) to grant them there alone.",
+                    TARGET_WRITE_VERBS.join(", "),
+                    plurals(&namespaced)
+                ));
+            }
+            if !cluster_scoped.is_empty() {
+                comment.push(format!(
+                    "- {} on {}: writing copies. These kinds are cluster-scoped: a copy has no namespace, so \
+                     writing it needs these verbs cluster-wide, which no Role can grant.",
+                    TARGET_WRITE_VERBS.join(", "),
+                    plurals(&cluster_scoped)
+                ));
+            }
         }
-        let mut rules = vec![rule(&[""], &["namespaces"], &namespace_verbs)];
-        rules.extend(rules_for(&plan.resources, &kind_verbs));
+        Use::Source => {
+            if !cluster_scoped.is_empty() {
+                comment.push("Cluster-wide, for mimeo's reads in this cluster:".into());
+                comment.push(format!(
+                    "- {} on {}: reading and watching the objects mimeo copies. These kinds are \
+                     cluster-scoped, so this is granted cluster-wide.",
+                    SOURCE_VERBS.join(", "),
+                    plurals(&cluster_scoped)
+                ));
+                for kind in &cluster_scoped {
+                    kind_verbs.push((*kind, SOURCE_VERBS.to_vec()));
+                }
+            } else if !discovered.is_empty() {
+                comment.push("Cluster-wide, for mimeo's discovery in this cluster:".into());
+            }
+        }
+    }
+    rules.extend(rules_for(&kind_verbs));
+    if !discovered.is_empty() {
+        comment.push(format!(
+            "- {} on {CRD_RESOURCE} ({CRD_GROUP}): mimeo finds {} by API discovery (which every \
+             authenticated identity may read) and watches CustomResourceDefinitions (metadata only), so \
+             that a kind installed later is noticed.",
+            CRD_VERBS.join(", "),
+            plurals(&discovered)
+        ));
+        rules.push(rule(&[CRD_GROUP], &[CRD_RESOURCE], &CRD_VERBS));
+    }
+
+    let subjects = vec![options.identity.subject()];
+    if !rules.is_empty() {
+        let mut full = std::mem::take(&mut header);
+        full.extend(comment);
         documents.push(Document {
-            comment,
+            comment: full,
             object: to_value(ClusterRole {
                 metadata: meta(name, None),
                 rules: Some(rules),
@@ -400,17 +567,19 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
         Use::Target => (&TARGET_WRITE_VERBS, "writing, updating and deleting copies"),
         Use::Source => (&SOURCE_VERBS, "reading and watching the objects mimeo copies"),
     };
+    let role_rules: Vec<(KnownKind, Vec<&str>)> = namespaced.iter().map(|k| (*k, verbs.to_vec())).collect();
     for namespace in &plan.namespaces {
         let mut comment = std::mem::take(&mut header);
         comment.push(format!(
-            "In namespace {namespace}, {} on {kinds}: {purpose}.",
-            verbs.join(", ")
+            "In namespace {namespace}, {} on {}: {purpose}.",
+            verbs.join(", "),
+            plurals(&namespaced)
         ));
         documents.push(Document {
             comment,
             object: to_value(Role {
                 metadata: meta(name, Some(namespace)),
-                rules: Some(rules_for(&plan.resources, verbs)),
+                rules: Some(rules_for(&role_rules)),
             })?,
         });
         documents.push(Document {
@@ -460,18 +629,18 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-/// One rule per API group, in the order the resources come.
-fn rules_for(resources: &[ApiResource], verbs: &[&str]) -> Vec<PolicyRule> {
-    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    for resource in resources {
-        match groups.iter_mut().find(|(g, _)| *g == resource.group) {
-            Some((_, plurals)) => plurals.push(&resource.plural),
-            None => groups.push((&resource.group, vec![&resource.plural])),
+/// One rule per API group and set of verbs, in the order the kinds come.
+fn rules_for(kinds: &[(KnownKind, Vec<&str>)]) -> Vec<PolicyRule> {
+    let mut groups: Vec<(&str, &[&str], Vec<&str>)> = Vec::new();
+    for (kind, verbs) in kinds {
+        match groups.iter_mut().find(|(g, v, _)| *g == kind.group && v == verbs) {
+            Some((_, _, plurals)) => plurals.push(kind.plural),
+            None => groups.push((kind.group, verbs, vec![kind.plural])),
         }
     }
     groups
         .into_iter()
-        .map(|(group, plurals)| rule(&[group], &plurals, verbs))
+        .map(|(group, verbs, plurals)| rule(&[group], &plurals, verbs))
         .collect()
 }
 
@@ -525,6 +694,211 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    fn source(kinds: &[&str], namespaces: &[&str]) -> RbacOptions {
+        RbacOptions {
+            usage: Use::Source,
+            identity: Identity::User("remote-reader".into()),
+            ..target(kinds, namespaces)
+        }
+    }
+
+    fn crd_rule() -> Value {
+        json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+               "verbs": ["get", "list", "watch"]})
+    }
+
+    /// The rendered YAML, checked for width, and the comment of the ClusterRole.
+    fn cluster_role_comment(options: &RbacOptions) -> String {
+        let yaml = render(options).unwrap();
+        assert!(yaml.lines().all(|l| l.len() <= COMMENT_WIDTH), "{yaml}");
+        documents(options)
+            .unwrap()
+            .into_iter()
+            .find(|d| d.object["kind"] == "ClusterRole")
+            .expect("a ClusterRole")
+            .comment
+            .join("\n")
+    }
+
+    #[test]
+    fn a_target_of_kyverno_policies_writes_cluster_policies_cluster_wide_and_watches_crds() {
+        let options = target(&["ClusterPolicy", "Policy.kyverno.io"], &["apps"]);
+        assert!(!options.grants_in_every_namespace());
+        let objects = objects(&options).unwrap();
+        assert_eq!(
+            kinds_and_names(&objects),
+            [
+                "ClusterRole mimeo-remote",
+                "ClusterRoleBinding mimeo-remote",
+                "Role apps/mimeo-remote",
+                "RoleBinding apps/mimeo-remote",
+            ]
+        );
+        assert_eq!(
+            objects[0]["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kyverno.io"], "resources": ["policies"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                crd_rule(),
+            ])
+        );
+        assert_eq!(
+            objects[2]["rules"],
+            json!([{"apiGroups": ["kyverno.io"], "resources": ["policies"],
+                    "verbs": ["get", "create", "update", "patch", "delete"]}])
+        );
+        let comment = cluster_role_comment(&options);
+        assert!(comment.contains("a copy has no namespace"), "{comment}");
+        assert!(comment.contains("no Role can grant"), "{comment}");
+        assert!(comment.contains("a kind installed later is noticed"), "{comment}");
+        assert!(comment.contains("API discovery"), "{comment}");
+        assert!(!comment.contains("No namespace was given"), "{comment}");
+    }
+
+    #[test]
+    fn a_target_of_every_kind_without_namespaces_groups_rules_by_api_group_and_verbs() {
+        let options = target(&["clusterpolicies", "secret", "policies", "configmap"], &[]);
+        assert!(options.grants_in_every_namespace());
+        let objects = objects(&options).unwrap();
+        let all = ["get", "list", "watch", "create", "update", "patch", "delete"];
+        assert_eq!(
+            objects[0]["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": all},
+                {"apiGroups": ["kyverno.io"], "resources": ["policies", "clusterpolicies"], "verbs": all},
+                crd_rule(),
+            ])
+        );
+        let comment = cluster_role_comment(&options);
+        assert!(
+            comment.contains("on secrets, configmaps, policies: writing copies. No namespace was given"),
+            "{comment}"
+        );
+        assert!(
+            comment.contains("on clusterpolicies: writing copies."),
+            "{comment}"
+        );
+    }
+
+    #[test]
+    fn a_target_of_cluster_scoped_kinds_alone_has_no_roles_and_takes_no_namespace() {
+        let options = target(&["ClusterPolicy"], &[]);
+        assert!(!options.grants_in_every_namespace());
+        let objects = objects(&options).unwrap();
+        assert_eq!(
+            kinds_and_names(&objects),
+            ["ClusterRole mimeo-remote", "ClusterRoleBinding mimeo-remote"]
+        );
+        assert_eq!(objects[0]["rules"].as_array().unwrap().len(), 3);
+        let comment = cluster_role_comment(&options);
+        assert!(!comment.contains("No namespace was given"), "{comment}");
+        let error = super::objects(&target(&["ClusterPolicy"], &["apps"])).unwrap_err();
+        assert!(
+            matches!(&error, RbacError::NamespaceWithoutNamespacedKind(k) if k == "ClusterPolicy.kyverno.io"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn core_kinds_alone_need_no_crd_watch() {
+        for options in [target(&["Secret", "ConfigMap"], &[]), source(&["Secret"], &["a"])] {
+            let yaml = render(&options).unwrap();
+            assert!(!yaml.contains("customresourcedefinitions"), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn a_source_of_cluster_scoped_kinds_reads_them_cluster_wide_without_namespaces() {
+        let options = source(&["ClusterPolicy"], &[]);
+        let objects = objects(&options).unwrap();
+        assert_eq!(
+            kinds_and_names(&objects),
+            [
+                "ClusterRole mimeo-remote-source",
+                "ClusterRoleBinding mimeo-remote-source",
+            ]
+        );
+        assert_eq!(
+            objects[0]["rules"],
+            json!([
+                {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies"], "verbs": ["get", "list", "watch"]},
+                crd_rule(),
+            ])
+        );
+        assert_eq!(
+            objects[1]["subjects"],
+            json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "remote-reader"}])
+        );
+        let comment = cluster_role_comment(&options);
+        assert!(comment.starts_with("RBAC inside a remote cluster that mimeo reads clusterpolicies from"));
+        assert!(
+            comment.contains("cluster-scoped, so this is granted cluster-wide"),
+            "{comment}"
+        );
+        assert!(comment.contains("a kind installed later is noticed"), "{comment}");
+    }
+
+    #[test]
+    fn a_source_of_mixed_kinds_needs_namespaces_for_the_namespaced_ones() {
+        let error = objects(&source(&["ClusterPolicy", "Secret", "policies"], &[])).unwrap_err();
+        assert!(
+            matches!(&error, RbacError::SourceWithoutNamespace(k) if k == "Secret, Policy.kyverno.io"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("a source cluster needs at least one --namespace for Secret, Policy.kyverno.io"),
+            "{error}"
+        );
+        let options = source(&["ClusterPolicy", "Secret", "policies"], &["shared"]);
+        let objects = objects(&options).unwrap();
+        assert_eq!(
+            kinds_and_names(&objects),
+            [
+                "ClusterRole mimeo-remote-source",
+                "ClusterRoleBinding mimeo-remote-source",
+                "Role shared/mimeo-remote-source",
+                "RoleBinding shared/mimeo-remote-source",
+            ]
+        );
+        assert_eq!(
+            objects[0]["rules"],
+            json!([
+                {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies"], "verbs": ["get", "list", "watch"]},
+                crd_rule(),
+            ])
+        );
+        assert_eq!(
+            objects[2]["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kyverno.io"], "resources": ["policies"], "verbs": ["get", "list", "watch"]},
+            ])
+        );
+        cluster_role_comment(&options);
+    }
+
+    #[test]
+    fn a_source_of_namespaced_kyverno_policies_gets_only_the_crd_watch_cluster_wide() {
+        let options = source(&["Policy"], &["shared"]);
+        let objects = objects(&options).unwrap();
+        assert_eq!(objects[0]["kind"], "ClusterRole");
+        assert_eq!(objects[0]["rules"], json!([crd_rule()]));
+        assert_eq!(
+            objects[2]["rules"],
+            json!([{"apiGroups": ["kyverno.io"], "resources": ["policies"], "verbs": ["get", "list", "watch"]}])
+        );
+        let comment = cluster_role_comment(&options);
+        assert!(
+            comment.contains("mimeo finds policies by API discovery"),
+            "{comment}"
+        );
     }
 
     #[test]
@@ -640,7 +1014,7 @@ mod tests {
             usage: Use::Source,
             ..Default::default()
         };
-        assert!(matches!(objects(&source), Err(RbacError::SourceWithoutNamespace)));
+        assert!(matches!(objects(&source), Err(RbacError::SourceWithoutNamespace(k)) if k == "Secret"));
         let creating = RbacOptions {
             namespaces: vec!["a".into()],
             create_namespaces: true,
@@ -660,8 +1034,44 @@ mod tests {
         for given in ["ConfigMap", "configmap", "configmaps"] {
             assert_eq!(resolve_kind(given).unwrap().plural, "configmaps", "{given}");
         }
+        for given in [
+            "Policy",
+            "policy",
+            "POLICIES",
+            "Policy.kyverno.io",
+            "policies.KYVERNO.io",
+        ] {
+            assert_eq!(resolve_kind(given).unwrap().plural, "policies", "{given}");
+        }
+        for given in [
+            "ClusterPolicy",
+            "clusterpolicies",
+            "clusterpolicy.kyverno.io",
+            " ClusterPolicy.kyverno.io ",
+        ] {
+            let kind = resolve_kind(given).unwrap();
+            assert_eq!(
+                (kind.plural, kind.group, kind.namespaced),
+                ("clusterpolicies", "kyverno.io", false)
+            );
+        }
+        for wrong in [
+            "Policy.example.com",
+            "Secret.kyverno.io",
+            "Secret.",
+            "kyverno.io",
+            "Policy.kyverno",
+        ] {
+            assert!(
+                matches!(resolve_kind(wrong), Err(RbacError::UnknownKind { .. })),
+                "{wrong}"
+            );
+        }
         let error = objects(&target(&["Secret", "Pod"], &[])).unwrap_err().to_string();
-        assert_eq!(error, "unknown kind \"Pod\": mimeo copies Secret, ConfigMap");
+        assert_eq!(
+            error,
+            "unknown kind \"Pod\": mimeo copies Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io"
+        );
         assert!(matches!(objects(&target(&[], &[])), Err(RbacError::NoKinds(_))));
     }
 

@@ -259,6 +259,159 @@ async fn a_source_service_account_can_read_its_namespace_and_nothing_else() {
     .await;
 }
 
+/// Runs `mimeo remote rbac` with `args`, checks it succeeds, and returns the objects it prints.
+fn remote_rbac_objects(args: &[&str]) -> Vec<Value> {
+    let output = mimeo().args(["remote", "rbac"]).args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    parse_yaml_stream(&String::from_utf8(output.stdout).unwrap())
+}
+
+#[tokio::test]
+async fn a_kyverno_target_can_write_cluster_policies_cluster_wide_and_policies_only_in_its_namespaces() {
+    // SubjectAccessReviews need no CRD: the authorizer checks group and resource names alone.
+    let objects = remote_rbac_objects(&[
+        "--kind",
+        "Policy",
+        "--kind",
+        "ClusterPolicy",
+        "--namespace",
+        "apps",
+        "--user",
+        "u",
+    ]);
+    let options = RbacOptions {
+        kinds: vec!["Policy".into(), "ClusterPolicy".into()],
+        namespaces: vec!["apps".into()],
+        usage: Use::Target,
+        create_namespaces: false,
+        identity: Identity::User("u".into()),
+        name: None,
+    };
+    assert_eq!(objects, remote_rbac::objects(&options).unwrap());
+
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let client = plane.client().await.unwrap();
+    create_namespace(&client, "apps").await;
+    for object in &objects {
+        apply(&client, object).await;
+    }
+
+    const K: &str = "kyverno.io";
+    const CRDS: (&str, &str) = ("apiextensions.k8s.io", "customresourcedefinitions");
+    check_access(
+        &client,
+        "u",
+        &[
+            Request("list", K, "policies", None),
+            Request("watch", K, "policies", None),
+            Request("get", K, "policies", Some("apps")),
+            Request("create", K, "policies", Some("apps")),
+            Request("patch", K, "policies", Some("apps")),
+            Request("delete", K, "policies", Some("apps")),
+            Request("list", K, "clusterpolicies", None),
+            Request("watch", K, "clusterpolicies", None),
+            Request("get", K, "clusterpolicies", None),
+            Request("create", K, "clusterpolicies", None),
+            Request("update", K, "clusterpolicies", None),
+            Request("patch", K, "clusterpolicies", None),
+            Request("delete", K, "clusterpolicies", None),
+            Request("get", CRDS.0, CRDS.1, None),
+            Request("list", CRDS.0, CRDS.1, None),
+            Request("watch", CRDS.0, CRDS.1, None),
+            Request("list", "", "namespaces", None),
+        ],
+        &[
+            Request("patch", K, "policies", Some("default")),
+            Request("create", K, "policies", Some("default")),
+            Request("patch", K, "policies", None),
+            Request("deletecollection", K, "clusterpolicies", None),
+            Request("create", CRDS.0, CRDS.1, None),
+            Request("update", CRDS.0, CRDS.1, None),
+            Request("delete", CRDS.0, CRDS.1, None),
+            Request("delete", "", "namespaces", None),
+            Request("create", "", "namespaces", None),
+            Request("list", "", "secrets", None),
+            Request("list", K, "clusterpolicyreports", None),
+            Request("create", "wgpolicyk8s.io", "policyreports", Some("apps")),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_cluster_policy_source_can_read_cluster_policies_and_write_nothing() {
+    // Only cluster-scoped kinds: no --namespace needed.
+    let objects = remote_rbac_objects(&["--source", "--kind", "ClusterPolicy", "--user", "s"]);
+    assert_eq!(
+        objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["ClusterRole", "ClusterRoleBinding"]
+    );
+
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let client = plane.client().await.unwrap();
+    for object in &objects {
+        apply(&client, object).await;
+    }
+
+    const K: &str = "kyverno.io";
+    check_access(
+        &client,
+        "s",
+        &[
+            Request("get", K, "clusterpolicies", None),
+            Request("list", K, "clusterpolicies", None),
+            Request("watch", K, "clusterpolicies", None),
+            Request("list", "apiextensions.k8s.io", "customresourcedefinitions", None),
+            Request("watch", "apiextensions.k8s.io", "customresourcedefinitions", None),
+        ],
+        &[
+            Request("patch", K, "clusterpolicies", None),
+            Request("create", K, "clusterpolicies", None),
+            Request("update", K, "clusterpolicies", None),
+            Request("delete", K, "clusterpolicies", None),
+            Request("list", K, "policies", None),
+            Request("get", K, "policies", Some("default")),
+            Request(
+                "create",
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                None,
+            ),
+            Request("list", "", "namespaces", None),
+            Request("list", "", "secrets", None),
+        ],
+    )
+    .await;
+
+    // With a namespaced kind as well, the namespaces are needed, and the error says for which.
+    let output = mimeo()
+        .args([
+            "remote",
+            "rbac",
+            "--source",
+            "--kind",
+            "ClusterPolicy",
+            "--kind",
+            "Secret",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("a source cluster needs at least one --namespace for Secret"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn an_unknown_kind_is_refused_with_the_supported_ones() {
     let output = mimeo()
@@ -270,7 +423,9 @@ fn an_unknown_kind_is_refused_with_the_supported_ones() {
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("unknown kind \"Pod\": mimeo copies Secret, ConfigMap"),
+        stderr.contains(
+            "unknown kind \"Pod\": mimeo copies Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io"
+        ),
         "{stderr}"
     );
 }

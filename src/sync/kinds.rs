@@ -145,14 +145,6 @@ impl fmt::Display for KindRef {
     }
 }
 
-/// The built-in kinds mimeo knows without discovery (what `mimeo remote rbac` covers).
-pub fn supported_resources() -> Vec<ApiResource> {
-    vec![
-        ApiResource::erase::<Secret>(&()),
-        ApiResource::erase::<ConfigMap>(&()),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
