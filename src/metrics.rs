@@ -172,21 +172,10 @@ impl Metrics {
                 *totals.entry(state).or_default() += n;
             }
         }
-        for state in [
-            "Synced",
-            "Conflict",
-            "NotAccepted",
-            "NamespaceMissing",
-            "Skipped",
-            "PluginFailed",
-            "Failed",
-        ] {
-            let n = totals.get(state).copied().unwrap_or(0);
-            self.copies
-                .get_or_create(&StateLabels {
-                    state: state.to_owned(),
-                })
-                .set(n);
+        for state in crate::api::CopyState::ALL {
+            let state = format!("{state:?}");
+            let n = totals.get(state.as_str()).copied().unwrap_or(0);
+            self.copies.get_or_create(&StateLabels { state }).set(n);
         }
     }
 

@@ -579,4 +579,121 @@ async fn clusters_refuse_what_they_must_and_credentials_rotate() {
     )
     .await;
     assert_eq!(value_in(&b.client, "apps", "creds").await.as_deref(), Some("c2"));
+
+    // A kubeconfig Secret that is fixed is used at once, though it never made a client.
+    put_kubeconfig(&h, "garbage-kubeconfig", &token_kubeconfig(&b)).await;
+    wait_copy_state(
+        &h,
+        rule,
+        (Some("garbage"), Some("apps"), "creds"),
+        CopyState::Synced,
+    )
+    .await;
+}
+
+/// Applies the objects `mimeo remote rbac` prints to a cluster.
+async fn apply_rbac(client: &Client, options: &mimeo::remote_rbac::RbacOptions) {
+    for object in mimeo::remote_rbac::objects(options).unwrap() {
+        let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: object["apiVersion"].as_str().unwrap().into(),
+            kind: object["kind"].as_str().unwrap().into(),
+        })
+        .unwrap();
+        let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&object))
+            .await
+            .unwrap();
+    }
+}
+
+/// B's admin kubeconfig acting as `user` (impersonation), so that only the RBAC granted to `user`
+/// in B applies, as for a kubeconfig of that user.
+fn kubeconfig_as(other: &Other, user: &str) -> String {
+    other.plane.kubeconfig_yaml().replace(
+        "    client-certificate-data:",
+        &format!("    as: {user}\n    client-certificate-data:"),
+    )
+}
+
+/// The RBAC `mimeo remote rbac` prints is enough: a target cluster whose identity holds exactly
+/// the target grants for one namespace gets its copies, and a cluster only read from, whose
+/// identity holds exactly the source grants, gives its sources.
+#[tokio::test]
+async fn the_printed_rbac_is_enough() {
+    use mimeo::remote_rbac::{Identity, RbacOptions, Use};
+    let h = Harness::start().await;
+    let b = other().await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("apps", &[], &[]).await;
+    namespace_in(&b.client, "apps", json!({})).await;
+    namespace_in(&b.client, "shared", json!({})).await;
+    apply_rbac(
+        &b.client,
+        &RbacOptions {
+            kinds: vec!["Secret".into()],
+            namespaces: vec!["apps".into()],
+            identity: Identity::User("writer".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    apply_rbac(
+        &b.client,
+        &RbacOptions {
+            kinds: vec!["ConfigMap".into()],
+            namespaces: vec!["shared".into()],
+            usage: Use::Source,
+            identity: Identity::User("reader".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    register(&h, "b-writer", &kubeconfig_as(&b, "writer"), json!({}), None).await;
+    register(&h, "b-reader", &kubeconfig_as(&b, "reader"), json!({}), None).await;
+
+    h.put_secret("platform", "pull", &[("value", "w1")]).await;
+    h.apply(cluster_rule(
+        "to-b",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"cluster": "b-writer", "namespace": "apps"}]}),
+    ))
+    .await;
+    wait_value(&b.client, "apps", "pull", "w1").await;
+    h.put_secret("platform", "pull", &[("value", "w2")]).await;
+    wait_value(&b.client, "apps", "pull", "w2").await;
+
+    put_config_map_in(&b.client, "shared", "settings", "r1").await;
+    h.apply(cluster_rule(
+        "from-b",
+        json!({"source": {"kind": "ConfigMap", "name": "settings", "namespace": "shared", "cluster": "b-reader"},
+               "targets": [{"namespace": "apps"}]}),
+    ))
+    .await;
+    eventually("settings pulled with only the source grants", || async {
+        (config_map_value(&h.client, "apps", "settings").await.as_deref() == Some("r1")).then_some(())
+    })
+    .await;
+
+    // The writer may not write elsewhere: a target outside its namespace is Unauthorized.
+    namespace_in(&b.client, "other", json!({})).await;
+    h.apply(cluster_rule(
+        "to-b",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"cluster": "b-writer", "namespace": "apps"}, {"cluster": "b-writer", "namespace": "other"}]}),
+    ))
+    .await;
+    let refused = wait_copy_state(
+        &h,
+        (None, "to-b"),
+        (Some("b-writer"), Some("other"), "pull"),
+        CopyState::Unauthorized,
+    )
+    .await;
+    eprintln!("outside the granted namespace: {:?}", refused.message);
 }

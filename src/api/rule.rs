@@ -361,7 +361,7 @@ pub struct SourceRef {
 }
 
 /// The state of one copy.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum CopyState {
     /// The copy matches its source.
     Synced,
@@ -387,6 +387,23 @@ pub enum CopyState {
     KindNotServed,
     /// Writing the copy failed; `message` says why.
     Failed,
+}
+
+impl CopyState {
+    /// Every state, for metrics that report each one (zero included).
+    pub const ALL: [CopyState; 11] = [
+        CopyState::Synced,
+        CopyState::Conflict,
+        CopyState::NotAccepted,
+        CopyState::NamespaceMissing,
+        CopyState::Skipped,
+        CopyState::PluginFailed,
+        CopyState::Failed,
+        CopyState::Unreachable,
+        CopyState::Unauthorized,
+        CopyState::ClusterMissing,
+        CopyState::KindNotServed,
+    ];
 }
 
 #[cfg(test)]

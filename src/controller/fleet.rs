@@ -60,13 +60,21 @@ impl ClusterProblem {
 
 struct Connection {
     reference: KubeconfigSecretRef,
+    /// Digest of the kubeconfig the client was made from.
+    digest: String,
     handle: ClusterHandle,
-    secret_watch: AbortHandle,
 }
 
-impl Drop for Connection {
+/// The watch of one cluster's kubeconfig Secret, kept while rules use the cluster, connected or
+/// not: a Secret that is fixed wakes them as surely as one that is rotated.
+struct KubeconfigWatch {
+    reference: KubeconfigSecretRef,
+    task: AbortHandle,
+}
+
+impl Drop for KubeconfigWatch {
     fn drop(&mut self) {
-        self.secret_watch.abort();
+        self.task.abort();
     }
 }
 
@@ -86,6 +94,7 @@ pub struct Fleet {
     remote_clusters: Store<RemoteCluster>,
     remote_clusters_listed: Listed,
     connections: Mutex<HashMap<String, Connection>>,
+    kubeconfig_watches: Mutex<HashMap<String, KubeconfigWatch>>,
     usage: Mutex<HashMap<RuleKey, Usage>>,
     /// Clusters that did not answer, with the last error; each has a prober running.
     down: Mutex<HashMap<String, String>>,
@@ -146,6 +155,7 @@ impl Fleet {
                 remote_clusters,
                 remote_clusters_listed,
                 connections: Mutex::new(HashMap::new()),
+                kubeconfig_watches: Mutex::new(HashMap::new()),
                 usage: Mutex::new(HashMap::new()),
                 down: Mutex::new(HashMap::new()),
                 task: task.abort_handle(),
@@ -229,7 +239,14 @@ impl Fleet {
     }
 
     /// The named remote cluster, ready to use by `rule`, or why it cannot be.
-    pub async fn cluster(&self, rule: &RuleKey, name: &str) -> Result<ClusterHandle, ClusterProblem> {
+    /// Pass `needs_namespaces` when the rule writes copies there: a cluster only read from is
+    /// not asked for its namespaces.
+    pub async fn cluster(
+        &self,
+        rule: &RuleKey,
+        name: &str,
+        needs_namespaces: bool,
+    ) -> Result<ClusterHandle, ClusterProblem> {
         let Some(remote) = self
             .remote_clusters
             .get(&ObjectRef::new(name))
@@ -237,12 +254,11 @@ impl Fleet {
         else {
             return Err(ClusterProblem {
                 state: CopyState::ClusterMissing,
-                message: format!(
-                    "RemoteCluster {name} does not exist; copies there are left as they are until it does"
-                ),
+                message: format!("RemoteCluster {name} does not exist"),
             });
         };
         self.allowed(rule, &remote)?;
+        self.watch_kubeconfig(&remote);
         if let Some(error) = lock(&self.down).get(name) {
             return Err(ClusterProblem {
                 state: CopyState::Unreachable,
@@ -253,7 +269,11 @@ impl Fleet {
             .connect(&remote)
             .await
             .map_err(|p| ClusterProblem::from_kubeconfig(name, p))?;
+        if !needs_namespaces {
+            return Ok(handle);
+        }
         // A cluster whose watches already fail is not waited for.
+        handle.watches.watch_namespaces();
         let failing = !handle.watches.is_listed() && handle.watches.failure().is_some();
         if failing || handle.watches.wait_ready().await.is_err() {
             let failure = handle.watches.failure().unwrap_or(KubeconfigProblem {
@@ -364,7 +384,6 @@ impl Fleet {
             watches: Watches::start(client, Reach::Remote, self.metrics.clone(), self.triggers.clone()),
         };
         let digest = digest_bytes(&bytes);
-        let secret_watch = self.watch_kubeconfig(&name, reference.clone(), digest);
         let mut connections = lock(&self.connections);
         if let Some(existing) = connections.get(&name)
             && existing.reference == *reference
@@ -377,39 +396,56 @@ impl Fleet {
             name,
             Connection {
                 reference: reference.clone(),
+                digest,
                 handle: handle.clone(),
-                secret_watch,
             },
         );
         Ok(handle)
     }
 
-    /// Watches one kubeconfig Secret: when its content differs from what the client was made
-    /// from, the connection is dropped and the cluster's rules reconnect with the new one.
-    fn watch_kubeconfig(&self, name: &str, reference: KubeconfigSecretRef, digest: String) -> AbortHandle {
+    /// Watches a cluster's kubeconfig Secret (by name) while rules use the cluster. When its
+    /// content differs from what the client was made from, or changes at all while there is no
+    /// client (it was missing or unusable), the client is dropped and the cluster's rules and
+    /// status are looked at again, so they use the new kubeconfig at once.
+    fn watch_kubeconfig(&self, remote: &RemoteCluster) {
+        let name = remote.name_any();
+        let reference = remote.spec.kubeconfig_secret_ref.clone();
+        let mut watches = lock(&self.kubeconfig_watches);
+        if watches.get(&name).is_some_and(|w| w.reference == reference) {
+            return;
+        }
         let api = Api::<Secret>::namespaced(self.local.client.clone(), &reference.namespace);
         let stream = watcher::watch_object(api, &reference.name).default_backoff();
         let weak = self.me.clone();
-        let name = name.to_owned();
-        tokio::spawn(async move {
+        let (cluster, key) = (name.clone(), reference.key.clone());
+        let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
+            let mut last: Option<String> = None;
             while let Some(event) = stream.next().await {
                 let Ok(secret) = event else { continue };
                 let now = secret
                     .and_then(|s| s.data)
-                    .and_then(|mut d| d.remove(&reference.key))
+                    .and_then(|mut d| d.remove(&key))
                     .map(|b| digest_bytes(&b.0))
                     .unwrap_or_default();
-                if now == digest {
-                    continue;
-                }
                 let Some(fleet) = weak.upgrade() else { break };
-                tracing::info!(cluster = %name, "kubeconfig Secret changed; reconnecting");
-                fleet.disconnect(&name);
-                break;
+                let connected = lock(&fleet.connections).get(&cluster).map(|c| c.digest.clone());
+                let changed = match (&connected, &last) {
+                    (Some(made_from), _) => *made_from != now,
+                    (None, Some(before)) => *before != now,
+                    (None, None) => false,
+                };
+                last = Some(now);
+                if changed {
+                    tracing::info!(cluster = %cluster, "kubeconfig Secret changed; reconnecting");
+                    fleet.disconnect(&cluster);
+                    fleet.fire_users(&cluster, false);
+                    fleet.triggers.fire_cluster(&cluster);
+                }
             }
         })
-        .abort_handle()
+        .abort_handle();
+        watches.insert(name, KubeconfigWatch { reference, task });
     }
 
     /// Drops a cluster's client and watches, and wakes its rules and its status.
@@ -434,6 +470,7 @@ impl Fleet {
             }
             keep
         });
+        lock(&self.kubeconfig_watches).retain(|name, _| used.contains(name));
     }
 
     /// Wakes the rules that use the named cluster (and, with `selectors`, every rule that

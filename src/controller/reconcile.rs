@@ -236,7 +236,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
 
     let source_side = match &source_cluster {
         None => ctx.fleet.local().clone(),
-        Some(name) => match ctx.fleet.cluster(&key, name).await {
+        Some(name) => match ctx.fleet.cluster(&key, name, false).await {
             Ok(handle) => handle,
             Err(problem) => {
                 let reason = match problem.state {
@@ -313,7 +313,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             let holds = !targets.is_empty() || previous_copies.iter().any(|c| c.cluster == name);
             let usable = match &name {
                 None => Ok(ctx.fleet.local().clone()),
-                Some(remote) => ctx.fleet.cluster(&key, remote).await,
+                Some(remote) => ctx.fleet.cluster(&key, remote, !targets.is_empty()).await,
             };
             let usable = match usable {
                 Ok(handle) if holds => resolve_in(ctx, &key, &kind, handle, &name, &targets).await,
@@ -377,6 +377,10 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     message: format!("RemoteCluster {name}: {why}"),
                 });
             }
+            Err(e) if is_source && source_cluster.is_some() => {
+                refuse(&*rule, ctx, previous, source_unreadable(&source_side, e)).await?;
+                return Ok(Action::requeue(RETRY_UNREACHABLE));
+            }
             Err(e) => return Err(e),
         }
     }
@@ -386,7 +390,14 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             source: Some(source_interest.clone()),
             ..Default::default()
         };
-        store = source_side.watches.declare(&key, interest).await?;
+        store = match source_side.watches.declare(&key, interest).await {
+            Ok(store) => store,
+            Err(e) if source_cluster.is_some() => {
+                refuse(&*rule, ctx, previous, source_unreadable(&source_side, e)).await?;
+                return Ok(Action::requeue(RETRY_UNREACHABLE));
+            }
+            Err(e) => return Err(e),
+        };
     }
     let store = store.ok_or_else(|| Error::NotReady("no source cache".into()))?;
     let mut sources: Vec<Arc<DynamicObject>> = store
@@ -483,7 +494,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     continue;
                 }
                 // Consent is a namespace's; a cluster-scoped copy comes from a trusted ClusterSyncRule.
-                if place.namespace.is_some() && !accepts(&key, namespace, annotations.get(namespace).copied())
+                if place.namespace.is_some()
+                    && !accepts(
+                        &key,
+                        namespace,
+                        cluster.name.is_none(),
+                        annotations.get(namespace).copied(),
+                    )
                 {
                     let why = not_accepted_message(&key, namespace);
                     planned.push(Planned::blocked(
@@ -922,6 +939,24 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     Ok(Action::requeue(next_look))
 }
 
+/// Why the sources in another cluster cannot be read: its watch does not list.
+fn source_unreadable(cluster: &ClusterHandle, error: Error) -> Readiness {
+    let failure = cluster.watches.failure();
+    let reason = match failure.as_ref().map(|f| f.reason) {
+        Some("Unauthorized") => "SourceClusterUnauthorized",
+        _ => "SourceClusterUnreachable",
+    };
+    let why = failure.map(|f| f.message).unwrap_or_else(|| error.to_string());
+    Readiness {
+        ready: false,
+        reason: reason.into(),
+        message: format!(
+            "the source cannot be read in RemoteCluster {}: {why}; copies are left as they are",
+            cluster.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
 /// Runs a request against a cluster; one to another cluster gets a deadline, so a cluster that
 /// swallows packets cannot hold up the rule.
 async fn remote_call<T>(
@@ -982,7 +1017,7 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     let mut failures = Vec::new();
     let mut clusters = vec![ctx.fleet.local().clone()];
     for name in &remote {
-        match ctx.fleet.cluster(&key, name).await {
+        match ctx.fleet.cluster(&key, name, false).await {
             Ok(handle) => clusters.push(handle),
             Err(problem) if matches!(problem.state, CopyState::ClusterMissing | CopyState::NotAccepted) => {
                 tracing::warn!(rule = %key, cluster = %name, reason = %problem.message, "rule deleted; its copies in this cluster are left as they are");

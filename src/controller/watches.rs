@@ -249,6 +249,11 @@ pub(super) async fn wait_listed(mut listed: Listed, what: &str, timeout: Duratio
 
 /// A source object, to remember when the controller saw each of its versions.
 type SourceId = (String, String, String);
+/// The writer of the namespace cache and the sender of its listed flag, until the watch starts.
+type NamespacesStart = (
+    Writer<PartialObjectMeta<Namespace>>,
+    tokio::sync::watch::Sender<bool>,
+);
 /// A copy: kind (plural), namespace and name.
 type CopyId = (String, String, String);
 
@@ -264,6 +269,9 @@ pub struct Watches {
     triggers: Triggers,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     namespaces_listed: Listed,
+    /// What starts the namespace watch, taken when a rule first needs namespaces here (a cluster
+    /// only read from is never asked for them).
+    namespaces_start: Mutex<Option<NamespacesStart>>,
     /// Label-selected watches of copies, one per kind some rule copies into this cluster.
     copies: Mutex<HashMap<CopiesKey, (ApiResource, KindWatch)>>,
     sources: Mutex<HashMap<SourceWatchKey, KindWatch>>,
@@ -303,20 +311,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Watches {
-    /// Starts the namespace watch; copies and source watches start when rules declare them.
+    /// Sets up the caches of one cluster; every watch starts when something first needs it.
     pub fn start(client: Client, reach: Reach, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
         let ns_writer: Writer<PartialObjectMeta<Namespace>> = Writer::default();
         let namespaces = ns_writer.as_reader();
         let (ns_listed_tx, namespaces_listed) = tokio::sync::watch::channel(false);
-        let this = Arc::new_cyclic(|me| Watches {
+        Arc::new_cyclic(|me| Watches {
             me: me.clone(),
-            client: client.clone(),
+            client,
             reach,
             failure: Mutex::new(None),
             metrics,
             triggers,
             namespaces,
             namespaces_listed,
+            namespaces_start: Mutex::new(Some((ns_writer, ns_listed_tx))),
             copies: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
             discovered: Mutex::new(HashMap::new()),
@@ -325,31 +334,38 @@ impl Watches {
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
-        });
-        let ns_stream = watcher(
-            Api::<PartialObjectMeta<Namespace>>::all(client),
+        })
+    }
+
+    /// Starts the metadata-only namespace watch, once.
+    pub fn watch_namespaces(&self) {
+        let Some((writer, listed)) = lock(&self.namespaces_start).take() else {
+            return;
+        };
+        let stream = watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             watcher::Config::default(),
         )
-        .backoff(reach.backoff())
+        .backoff(self.reach.backoff())
         .modify(|ns| ns.managed_fields_mut().clear())
-        .reflect(ns_writer);
+        .reflect(writer);
         let task = spawn_consumer(
             "namespaces",
-            ns_stream,
-            this.weak_self(),
-            ns_listed_tx,
+            stream,
+            self.weak_self(),
+            listed,
             |this, event| match event {
                 watcher::Event::Apply(ns) | watcher::Event::Delete(ns) => this.on_namespace(&ns.name_any()),
                 watcher::Event::InitDone => this.on_namespaces_relisted(),
                 _ => {}
             },
         );
-        *lock(&this.tasks) = vec![task];
-        this
+        lock(&self.tasks).push(task);
     }
 
     /// Waits until the namespace cache holds a full list.
     pub async fn wait_ready(&self) -> Result<(), Error> {
+        self.watch_namespaces();
         wait_listed(
             self.namespaces_listed.clone(),
             "namespaces",

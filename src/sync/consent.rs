@@ -5,14 +5,20 @@ use std::collections::BTreeMap;
 
 /// Whether a copy made by `rule` may be written into namespace `target`, whose annotations are
 /// given. `ClusterSyncRule`s are made by cluster admins and need no consent; a `SyncRule` may
-/// always write into its own namespace.
-pub fn accepts(rule: &RuleKey, target: &str, annotations: Option<&BTreeMap<String, String>>) -> bool {
+/// always write into its own namespace, but only in its own cluster: a namespace of the same name
+/// in another cluster belongs to someone else.
+pub fn accepts(
+    rule: &RuleKey,
+    target: &str,
+    same_cluster: bool,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> bool {
     let from = match (rule.kind, &rule.namespace) {
         (RuleKind::ClusterSyncRule, _) => return true,
         (RuleKind::SyncRule, Some(ns)) => ns,
         (RuleKind::SyncRule, None) => return false,
     };
-    if from == target {
+    if same_cluster && from == target {
         return true;
     }
     annotations
@@ -65,10 +71,18 @@ mod tests {
             ("own namespace", "platform", None, true),
         ];
         for (case, target, annotations, expected) in cases {
-            assert_eq!(accepts(&rule, target, annotations.as_ref()), expected, "{case}");
+            assert_eq!(
+                accepts(&rule, target, true, annotations.as_ref()),
+                expected,
+                "{case}"
+            );
         }
         assert!(
-            accepts(&RuleKey::cluster_sync_rule("x"), "tenant", None),
+            !accepts(&rule, "platform", false, None),
+            "a namespace of the same name in another cluster must consent"
+        );
+        assert!(
+            accepts(&RuleKey::cluster_sync_rule("x"), "tenant", false, None),
             "cluster rules need no consent"
         );
     }
