@@ -1,4 +1,5 @@
-//! Finds the control-plane binaries, building them with `build-control-plane.sh` on first use.
+//! Finds the control-plane binaries and the ORAS CLI, building them with `build-control-plane.sh`
+//! and `build-oras.sh` on first use.
 
 use crate::Error;
 use std::path::PathBuf;
@@ -36,7 +37,29 @@ fn locate() -> Result<Binaries, String> {
     if let Some(dir) = std::env::var_os("MIMEO_ENVTEST_BIN_DIR") {
         return Ok(Binaries { dir: dir.into() });
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("build-control-plane.sh");
+    run_script("build-control-plane.sh", "directory").map(|dir| Binaries { dir })
+}
+
+/// The ORAS CLI, from `MIMEO_ORAS_BIN` when set and not empty, else from `build-oras.sh`'s cache
+/// (which builds it from its Go module the first time: about a minute cold, instant warm). The
+/// script runs once per test process, however many tests ask.
+pub fn oras() -> Result<PathBuf, Error> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(
+            || match std::env::var_os("MIMEO_ORAS_BIN").filter(|bin| !bin.is_empty()) {
+                Some(bin) => Ok(bin.into()),
+                None => run_script("build-oras.sh", "path"),
+            },
+        )
+        .clone()
+        .map_err(Error::Oras)
+}
+
+/// Runs one of this crate's build scripts and returns the last line it printed: the scripts log to
+/// stderr and end with the path they built or found.
+fn run_script(name: &str, what: &str) -> Result<PathBuf, String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
     let output = Command::new("bash")
         .arg(&script)
         .output()
@@ -49,9 +72,9 @@ fn locate() -> Result<Binaries, String> {
         ));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let dir = stdout.lines().last().unwrap_or_default().trim();
-    if dir.is_empty() {
-        return Err(format!("{} printed no directory", script.display()));
+    let path = stdout.lines().last().unwrap_or_default().trim();
+    if path.is_empty() {
+        return Err(format!("{} printed no {what}", script.display()));
     }
-    Ok(Binaries { dir: dir.into() })
+    Ok(path.into())
 }

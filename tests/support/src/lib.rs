@@ -9,13 +9,19 @@
 //! ([`ControlPlane::admin_token`]), so tests can tell a valid token from a revoked one. The
 //! apiserver alone can be stopped and started again ([`ControlPlane::stop_apiserver`],
 //! [`ControlPlane::start_apiserver`]) to play an outage of a cluster that keeps its data.
+//!
+//! [`Registry`] is the same for OCI registries: a real CNCF distribution registry on a free loopback
+//! port with storage in a temporary directory, optionally behind basic auth, from which mimeo fetches
+//! Wasm plugins; [`oras()`] is the ORAS CLI that tests push artifacts with.
 
 mod binaries;
 mod pki;
 mod ports;
 mod process;
+mod registry;
 
-pub use binaries::{Binaries, binaries};
+pub use binaries::{Binaries, binaries, oras};
+pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, registry_binary};
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Namespace;
@@ -72,6 +78,27 @@ pub enum Error {
     Crds { path: PathBuf, reason: String },
     #[error("CRD {0} was not established in time")]
     CrdNotEstablished(String),
+    #[error("OCI registry unavailable: {0}")]
+    RegistryBinary(String),
+    #[error(
+        "OCI registry did not become ready within {timeout:?}: {reason}\n--- registry log tail ({log_path}) ---\n{log}"
+    )]
+    RegistryNotReady {
+        timeout: Duration,
+        reason: String,
+        log_path: PathBuf,
+        log: String,
+    },
+    #[error("registry request: {0}")]
+    RegistryRequest(String),
+    #[error("oras unavailable: {0}")]
+    Oras(String),
+    #[error("{command} failed ({status}):\n{stderr}")]
+    OrasFailed {
+        command: String,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
