@@ -23,7 +23,8 @@ pub enum Command {
     Crds,
     /// Run the controller against the current kubeconfig (or the in-cluster service account).
     Run(RunArgs),
-    /// Work with transform plugins: run them locally, look inside them.
+    /// Work with transform plugins: run them locally, look inside them, push them to and pull them
+    /// from OCI registries.
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Work with the clusters that `RemoteCluster`s name.
@@ -102,13 +103,51 @@ pub enum PluginCommand {
     Test(PluginTestArgs),
     /// Show what a plugin is: its interface version, description, imports, exports, size, digest.
     Inspect(PluginInspectArgs),
+    /// Push a plugin to an OCI registry as a Wasm artifact (CNCF layout: config
+    /// application/vnd.wasm.config.v0+json, one application/wasm layer), after checking that it is
+    /// a component implementing an interface version this mimeo runs. Prints the manifest digest
+    /// and the pinned reference.
+    Push(PluginPushArgs),
+    /// Pull a plugin from an OCI registry and write its component, byte for byte as pushed.
+    /// Accepts layers of type application/wasm and application/vnd.wasm.content.layer.v1+wasm.
+    /// Prints the manifest digest and the pinned reference.
+    Pull(PluginPullArgs),
+}
+
+/// A plugin named on the command line: a component file, or an artifact in an OCI registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PluginLocation {
+    File(PathBuf),
+    Oci(crate::plugin::oci::OciReference),
+}
+
+impl std::str::FromStr for PluginLocation {
+    type Err = crate::plugin::oci::OciError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.starts_with("oci://") {
+            text.parse().map(PluginLocation::Oci)
+        } else {
+            Ok(PluginLocation::File(PathBuf::from(text)))
+        }
+    }
+}
+
+impl std::fmt::Display for PluginLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PluginLocation::File(path) => write!(f, "{}", path.display()),
+            PluginLocation::Oci(reference) => write!(f, "{reference}"),
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct PluginTestArgs {
-    /// Plugin component files (`.wasm`), run in the order given.
-    #[arg(required = true)]
-    pub plugins: Vec<PathBuf>,
+    /// Plugins, run in the order given: component files (`.wasm`) or
+    /// `oci://host[:port]/repository:tag` (or `@sha256:<digest>`) references.
+    #[arg(required = true, value_name = "PLUGIN")]
+    pub plugins: Vec<PluginLocation>,
     /// The object to transform, as YAML or JSON.
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
@@ -135,14 +174,100 @@ pub struct PluginTestArgs {
     pub json: bool,
     #[command(flatten)]
     pub limits: PluginLimitArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct PluginInspectArgs {
-    /// A plugin component file (`.wasm`).
-    pub plugin: PathBuf,
+    /// A plugin component file (`.wasm`) or an `oci://` reference.
+    #[arg(value_name = "PLUGIN")]
+    pub plugin: PluginLocation,
     #[command(flatten)]
     pub limits: PluginLimitArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PluginPushArgs {
+    /// The plugin component file (`.wasm`).
+    pub file: PathBuf,
+    /// Where to push it: `oci://host[:port]/repository:tag`.
+    #[arg(value_name = "OCI_REF")]
+    pub reference: crate::plugin::oci::OciReference,
+    /// The description annotation (org.opencontainers.image.description) [default: the
+    /// description the plugin gives of itself].
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+    #[command(flatten)]
+    pub limits: PluginLimitArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PluginPullArgs {
+    /// What to pull: `oci://host[:port]/repository:tag`, `…@sha256:<digest>`, or both.
+    #[arg(value_name = "OCI_REF")]
+    pub reference: crate::plugin::oci::OciReference,
+    /// The file to write the component to.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// How to reach OCI registries, and where pulled artifacts are kept.
+#[derive(Args, Debug, Clone)]
+pub struct RegistryArgs {
+    /// Registry user name, with --password. Without them, the Docker config's entry for the
+    /// registry is used if there is one, else no credentials.
+    #[arg(long, env = "MIMEO_REGISTRY_USERNAME", value_name = "NAME")]
+    pub username: Option<String>,
+    /// Registry password or token, with --username.
+    #[arg(
+        long,
+        env = "MIMEO_REGISTRY_PASSWORD",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub password: Option<String>,
+    /// A Docker config file to take registry credentials from (its "auths") [default:
+    /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json, when present].
+    #[arg(long, value_name = "PATH")]
+    pub docker_config: Option<PathBuf>,
+    /// Reach the registry over plain HTTP instead of HTTPS (loopback registries always are).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Directory for pulled artifacts, content-addressed: a digest found there is not downloaded
+    /// again.
+    #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = std::env::temp_dir().join("mimeo-oci-cache"))]
+    pub artifact_cache_dir: PathBuf,
+    /// Largest artifact pushed or pulled, in MiB.
+    #[arg(long, default_value_t = 100, value_name = "MIB")]
+    pub max_artifact_mib: u64,
+    /// Longest one registry exchange (resolving a tag, reading a manifest or a layer, a whole
+    /// push) may take, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub registry_timeout_secs: u64,
+}
+
+impl RegistryArgs {
+    /// Settings for a command that talks to `registries` (marked insecure with --insecure).
+    pub fn oci_settings(&self, registries: &[&str]) -> crate::plugin::oci::OciSettings {
+        crate::plugin::oci::OciSettings {
+            cache_dir: self.artifact_cache_dir.clone(),
+            cache_max_bytes: crate::plugin::oci::OciSettings::default().cache_max_bytes,
+            max_artifact_bytes: self.max_artifact_mib << 20,
+            insecure_registries: if self.insecure {
+                registries.iter().map(|r| r.to_string()).collect()
+            } else {
+                vec![]
+            },
+            timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
+        }
+    }
 }
 
 /// The limits a plugin runs under, as in the controller.

@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    // Before any TLS client (kube's or the registry's) is built.
+    mimeo::plugin::oci::install_crypto_provider();
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => {
@@ -19,10 +21,10 @@ async fn main() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => run(args).await.map(|()| ExitCode::SUCCESS),
-        Command::Plugin(PluginCommand::Test(args)) => tokio::task::block_in_place(|| plugin_cmd::test(args)),
-        Command::Plugin(PluginCommand::Inspect(args)) => {
-            tokio::task::block_in_place(|| plugin_cmd::inspect(args))
-        }
+        Command::Plugin(PluginCommand::Test(args)) => plugin_cmd::test(args).await,
+        Command::Plugin(PluginCommand::Inspect(args)) => plugin_cmd::inspect(args).await,
+        Command::Plugin(PluginCommand::Push(args)) => plugin_cmd::push(args).await,
+        Command::Plugin(PluginCommand::Pull(args)) => plugin_cmd::pull(args).await,
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;
             let yaml = mimeo::remote_rbac::render(&options)?;

@@ -9,6 +9,7 @@
 //! environment, no arguments.
 
 mod engine;
+pub mod oci;
 mod output;
 pub mod source;
 mod state;

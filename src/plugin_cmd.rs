@@ -1,15 +1,120 @@
-//! `mimeo plugin test` and `mimeo plugin inspect`: the plugin author's loop, with the same host,
-//! limits and output checks as the controller.
+//! `mimeo plugin test`, `inspect`, `push` and `pull`: the plugin author's loop, with the same
+//! host, limits and output checks as the controller, and the registry client it uses.
 
 use anyhow::{Context, bail};
-use mimeo::cli::{PluginInspectArgs, PluginTestArgs};
+use mimeo::cli::{
+    PluginInspectArgs, PluginLocation, PluginPullArgs, PluginPushArgs, PluginTestArgs, RegistryArgs,
+};
+use mimeo::plugin::oci::{
+    ANNOTATION_DESCRIPTION, Credentials, Fetched, Oci, OciReference, credentials_from_docker_config,
+    plugin_annotations,
+};
 use mimeo::plugin::{ChainOutcome, PluginHost, TransformContext};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Exit code when the chain skipped the copy.
 const EXIT_SKIPPED: u8 = 3;
 
-pub fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
+/// The registry client for a command that names `references`.
+fn registry_client(args: &RegistryArgs, references: &[&OciReference]) -> anyhow::Result<Oci> {
+    let registries: Vec<&str> = references.iter().map(|r| r.registry.as_str()).collect();
+    Ok(Oci::new(args.oci_settings(&registries))?)
+}
+
+/// Credentials for `registry`: the flags (or their environment variables), else the Docker
+/// config's entry, else none.
+fn credentials(args: &RegistryArgs, registry: &str) -> anyhow::Result<Credentials> {
+    match (&args.username, &args.password) {
+        (Some(username), Some(password)) => {
+            return Ok(Credentials::Basic {
+                username: username.clone(),
+                password: password.clone(),
+            });
+        }
+        (None, None) => {}
+        _ => bail!(
+            "give both --username and --password (or MIMEO_REGISTRY_USERNAME and MIMEO_REGISTRY_PASSWORD)"
+        ),
+    }
+    let (path, explicit) = match &args.docker_config {
+        Some(path) => (path.clone(), true),
+        None => match default_docker_config() {
+            Some(path) => (path, false),
+            None => return Ok(Credentials::Anonymous),
+        },
+    };
+    let json = match std::fs::read(&path) {
+        Ok(json) => json,
+        Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => return Ok(Credentials::Anonymous),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let found =
+        credentials_from_docker_config(&json, registry).with_context(|| format!("in {}", path.display()))?;
+    Ok(found.unwrap_or(Credentials::Anonymous))
+}
+
+/// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
+fn default_docker_config() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("DOCKER_CONFIG").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join("config.json"));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| PathBuf::from(home).join(".docker/config.json"))
+}
+
+async fn fetch(oci: &Oci, args: &RegistryArgs, reference: &OciReference) -> anyhow::Result<Fetched> {
+    let credentials = credentials(args, &reference.registry)?;
+    oci.fetch(reference, &credentials)
+        .await
+        .with_context(|| format!("pulling {reference}"))
+}
+
+/// The bytes of each plugin, in order, with the name it is loaded under.
+async fn plugin_bytes(
+    locations: &[PluginLocation],
+    args: &RegistryArgs,
+) -> anyhow::Result<Vec<(String, Vec<u8>, Option<Fetched>)>> {
+    let references: Vec<&OciReference> = locations
+        .iter()
+        .filter_map(|l| match l {
+            PluginLocation::Oci(reference) => Some(reference),
+            PluginLocation::File(_) => None,
+        })
+        .collect();
+    let oci = if references.is_empty() {
+        None
+    } else {
+        Some(registry_client(args, &references)?)
+    };
+    let mut plugins = Vec::new();
+    for location in locations {
+        match (location, &oci) {
+            (PluginLocation::File(path), _) => {
+                let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                plugins.push((path.display().to_string(), bytes, None));
+            }
+            (PluginLocation::Oci(reference), Some(oci)) => {
+                let fetched = fetch(oci, args, reference).await?;
+                let name = reference.pinned(&fetched.manifest_digest).to_string();
+                plugins.push((name, fetched.bytes.to_vec(), Some(fetched)));
+            }
+            (PluginLocation::Oci(_), None) => unreachable!("a client is made when there is a reference"),
+        }
+    }
+    Ok(plugins)
+}
+
+pub async fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
+    let plugins = plugin_bytes(&args.plugins, &args.registry).await?;
+    tokio::task::block_in_place(|| run_test(args, plugins))
+}
+
+fn run_test(
+    args: PluginTestArgs,
+    plugins: Vec<(String, Vec<u8>, Option<Fetched>)>,
+) -> anyhow::Result<ExitCode> {
     let host = PluginHost::new(args.limits.host_settings())?;
     let text =
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
@@ -25,11 +130,10 @@ pub fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
         object["metadata"]["name"] = name.clone().into();
     }
     let mut chain = Vec::new();
-    for (i, path) in args.plugins.iter().enumerate() {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    for (i, (name, bytes, _)) in plugins.iter().enumerate() {
         let plugin = host
-            .load(&path.display().to_string(), &bytes)
-            .with_context(|| format!("loading {}", path.display()))?;
+            .load(name, bytes)
+            .with_context(|| format!("loading {name}"))?;
         let config = match args.configs.get(i).map(String::as_str) {
             Some(file) if file.starts_with('@') => std::fs::read_to_string(&file[1..])
                 .with_context(|| format!("reading config {}", &file[1..]))?,
@@ -37,9 +141,9 @@ pub fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
             None => "{}".to_owned(),
         };
         serde_json::from_str::<serde_json::Value>(&config)
-            .with_context(|| format!("the config for {} is not JSON", path.display()))?;
+            .with_context(|| format!("the config for {name} is not JSON"))?;
         if let Err(e) = host.validate_config(&plugin, &config) {
-            eprintln!("error: {}: {e}", path.display());
+            eprintln!("error: {name}: {e}");
             return Ok(ExitCode::FAILURE);
         }
         chain.push((plugin, config));
@@ -116,10 +220,11 @@ fn apply_context(ctx: &mut TransformContext, given: &serde_json::Value) -> anyho
     Ok(())
 }
 
-pub fn inspect(args: PluginInspectArgs) -> anyhow::Result<ExitCode> {
+pub async fn inspect(args: PluginInspectArgs) -> anyhow::Result<ExitCode> {
+    let mut plugins = plugin_bytes(std::slice::from_ref(&args.plugin), &args.registry).await?;
+    let (name, bytes, fetched) = plugins.pop().expect("one plugin asked, one returned");
     let host = PluginHost::new(args.limits.host_settings())?;
-    let bytes = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
-    let plugin = host.load(&args.plugin.display().to_string(), &bytes)?;
+    let plugin = tokio::task::block_in_place(|| host.load(&name, &bytes))?;
     println!("plugin:      {} {}", plugin.info.name, plugin.info.version);
     println!("description: {}", plugin.info.description);
     let kinds = if plugin.info.kinds.is_empty() {
@@ -131,6 +236,10 @@ pub fn inspect(args: PluginInspectArgs) -> anyhow::Result<ExitCode> {
     println!("interface:   mimeo:transform@{}", plugin.interface_version);
     println!("size:        {} bytes", plugin.size);
     println!("digest:      {}", plugin.digest);
+    if let Some(fetched) = &fetched {
+        println!("reference:   {name}");
+        println!("manifest:    {}", fetched.manifest_digest);
+    }
     println!("exports:");
     for export in &plugin.exports {
         println!("  {export}");
@@ -139,5 +248,59 @@ pub fn inspect(args: PluginInspectArgs) -> anyhow::Result<ExitCode> {
     for import in &plugin.imports {
         println!("  {import}");
     }
+    if let Some(fetched) = fetched.filter(|f| !f.annotations.is_empty()) {
+        println!("annotations:");
+        for (key, value) in &fetched.annotations {
+            println!("  {key}: {value}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+pub async fn push(args: PluginPushArgs) -> anyhow::Result<ExitCode> {
+    let file = &args.file;
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    // The controller's own checks: a component, exporting an interface version this mimeo runs,
+    // that links against the host and describes itself.
+    let host = PluginHost::new(args.limits.host_settings())?;
+    let plugin = tokio::task::block_in_place(|| host.load(&file.display().to_string(), &bytes))
+        .with_context(|| format!("{} is not a plugin this mimeo can run", file.display()))?;
+    let mut annotations = plugin_annotations(&plugin.interface_version, &plugin.info);
+    if let Some(description) = &args.description {
+        annotations.insert(ANNOTATION_DESCRIPTION.to_owned(), description.clone());
+    }
+    let oci = registry_client(&args.registry, &[&args.reference])?;
+    let credentials = credentials(&args.registry, &args.reference.registry)?;
+    let digest = oci
+        .push(&bytes, &args.reference, &credentials, annotations)
+        .await
+        .with_context(|| format!("pushing {}", args.reference))?;
+    println!("digest: {digest}");
+    println!("pinned: {}", args.reference.pinned(&digest));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn pull(args: PluginPullArgs) -> anyhow::Result<ExitCode> {
+    let oci = registry_client(&args.registry, &[&args.reference])?;
+    let fetched = fetch(&oci, &args.registry, &args.reference).await?;
+    write_atomically(&args.output, &fetched.bytes)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    println!("digest: {}", fetched.manifest_digest);
+    println!("pinned: {}", args.reference.pinned(&fetched.manifest_digest));
+    println!("layer:  {} ({} bytes)", fetched.layer_digest, fetched.bytes.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes beside the target, then renames: an interrupted pull leaves no half a component.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let partial = path.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    std::fs::write(&partial, bytes)
+        .and_then(|()| std::fs::rename(&partial, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&partial);
+        })
 }

@@ -1,0 +1,904 @@
+//! Plugins as OCI artifacts, in the CNCF Wasm OCI artifact layout: an image manifest
+//! (`application/vnd.oci.image.manifest.v1+json`) with the config
+//! `application/vnd.wasm.config.v0+json` and one `application/wasm` layer, the component. So an
+//! artifact pushed by oras or wkg runs in mimeo, and one pushed by mimeo pulls with them. Layers of
+//! Kubewarden's media type (`application/vnd.wasm.content.layer.v1+wasm`) are accepted too.
+//!
+//! The registry protocol is oci-client's; the layout's config blob is oci-wasm's [`WasmConfig`],
+//! which records the component's world, imports and exports. What is added here: strict
+//! references, size caps before and while downloading, digest checks of our own, a bounded
+//! content-addressed disk cache (so pinned references need no registry after a restart), one
+//! download per digest however many rules ask at once, and errors with a reason for a status
+//! condition and never a secret in them.
+
+mod cache;
+mod credentials;
+mod manifest;
+mod reference;
+
+pub use credentials::{Credentials, credentials_from_docker_config};
+pub use manifest::{
+    CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, LAYER_MEDIA_TYPES, MANIFEST_MEDIA_TYPE, accepts_layer_media_type,
+};
+pub use reference::{OciReference, is_loopback};
+
+use crate::sync::hash::digest_bytes;
+use cache::{Cache, Entry};
+use futures::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
+use oci_wasm::{ToConfig, WasmConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The annotation naming the WIT interface a plugin implements, e.g. `mimeo:transform@0.1.0`.
+pub const ANNOTATION_INTERFACE: &str = "dev.mimeo.interface";
+/// The standard OCI annotation for a human-readable description.
+pub const ANNOTATION_DESCRIPTION: &str = "org.opencontainers.image.description";
+/// The standard OCI annotations for the plugin's own name and version, as it describes itself.
+pub const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
+pub const ANNOTATION_VERSION: &str = "org.opencontainers.image.version";
+
+/// The annotations mimeo puts on a plugin it pushes.
+pub fn plugin_annotations(interface_version: &str, info: &super::PluginInfo) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::from([(
+        ANNOTATION_INTERFACE.to_owned(),
+        format!("mimeo:transform@{interface_version}"),
+    )]);
+    for (key, value) in [
+        (ANNOTATION_DESCRIPTION, &info.description),
+        (ANNOTATION_TITLE, &info.name),
+        (ANNOTATION_VERSION, &info.version),
+    ] {
+        if !value.is_empty() {
+            annotations.insert(key.to_owned(), value.clone());
+        }
+    }
+    annotations
+}
+
+/// Why an artifact could not be resolved, fetched or pushed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("invalid OCI reference {0}")]
+    InvalidReference(String),
+    #[error("registry {registry} is unreachable: {message}")]
+    Unreachable { registry: String, message: String },
+    #[error("registry {registry} refused the credentials (or their absence): {message}")]
+    Unauthorized { registry: String, message: String },
+    #[error("{reference} was not found in the registry")]
+    NotFound { reference: String },
+    #[error("{reference} is not a Wasm plugin artifact: found {found}")]
+    WrongMediaType { reference: String, found: String },
+    #[error("digest mismatch: expected {expected}, got {actual}")]
+    DigestMismatch { expected: String, actual: String },
+    #[error("the artifact is {size} bytes, more than the {limit} allowed")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("artifact cache: {0}")]
+    Cache(String),
+    #[error("registry: {0}")]
+    Registry(String),
+    #[error("registry credentials: {0}")]
+    InvalidCredentials(String),
+    #[error("not a pushable component: {0}")]
+    InvalidArtifact(String),
+}
+
+impl OciError {
+    /// A CamelCase reason for a status condition or an Event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            OciError::InvalidReference(_) => "InvalidReference",
+            OciError::Unreachable { .. } => "RegistryUnreachable",
+            OciError::Unauthorized { .. } => "RegistryUnauthorized",
+            OciError::NotFound { .. } => "ArtifactNotFound",
+            OciError::WrongMediaType { .. } => "WrongMediaType",
+            OciError::DigestMismatch { .. } => "DigestMismatch",
+            OciError::TooLarge { .. } => "ArtifactTooLarge",
+            OciError::Cache(_) => "ArtifactCacheFailed",
+            OciError::Registry(_) => "RegistryError",
+            OciError::InvalidCredentials(_) => "InvalidCredentials",
+            OciError::InvalidArtifact(_) => "InvalidArtifact",
+        }
+    }
+
+    /// Whether trying again later may help (the registry, the network or the disk), as opposed to
+    /// an artifact or reference that stays wrong until someone changes it.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            OciError::Unreachable { .. } | OciError::Registry(_) | OciError::Cache(_)
+        )
+    }
+}
+
+/// Where fetched artifacts are kept, how large they may be, and how registries are reached.
+#[derive(Clone, Debug)]
+pub struct OciSettings {
+    /// Content-addressed store of raw artifacts.
+    pub cache_dir: PathBuf,
+    /// Bounded; least-recently-used eviction.
+    pub cache_max_bytes: u64,
+    /// A layer (or manifest) over this is refused: [`OciError::TooLarge`].
+    pub max_artifact_bytes: u64,
+    /// `host[:port]` reached over plain HTTP; loopback hosts (127.0.0.0/8, ::1, localhost) always
+    /// are.
+    pub insecure_registries: Vec<String>,
+    /// The longest one registry exchange may take, connecting included: resolving a tag, reading
+    /// a manifest, reading a layer, or a whole push.
+    pub timeout: Duration,
+}
+
+impl Default for OciSettings {
+    fn default() -> Self {
+        OciSettings {
+            cache_dir: std::env::temp_dir().join("mimeo-oci-cache"),
+            cache_max_bytes: 1 << 30,
+            max_artifact_bytes: 100 << 20,
+            insecure_registries: vec![],
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A component fetched from a registry (or the cache).
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    pub bytes: Arc<Vec<u8>>,
+    pub manifest_digest: String,
+    pub layer_digest: String,
+    pub from_cache: bool,
+    /// The manifest's annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+type SharedDownload = Arc<tokio::sync::OnceCell<Result<Fetched, OciError>>>;
+
+/// The registry client and artifact cache every rule shares (behind an `Arc`).
+pub struct Oci {
+    settings: OciSettings,
+    /// One oci-client per registry, scheme and credentials: a client keeps the first credentials
+    /// it was given for a registry (and the tokens they earned) for good, so sharing one between
+    /// rules with different pull secrets would make them all use whichever came first.
+    clients: Mutex<HashMap<ClientKey, oci_client::Client>>,
+    cache: Cache,
+    requests: AtomicU64,
+    /// Downloads in flight, so concurrent fetches of one artifact share one.
+    downloads: Mutex<HashMap<String, SharedDownload>>,
+}
+
+/// Picks the process's rustls crypto provider if none is picked yet. Two are linked (ring, which
+/// kube was built with, and aws-lc-rs, which the registry client's reqwest brings), and rustls then
+/// panics rather than guess when a TLS client is built. aws-lc-rs is what kube installs itself
+/// in that case, so the binary, the tests and every client agree on one.
+pub fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Fails only if another thread installed one in between, which is as good.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+}
+
+/// Which oci-client serves a request: the registry, plain HTTP or not, and a fingerprint of the
+/// credentials (never the password itself).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ClientKey {
+    registry: String,
+    plain_http: bool,
+    credentials: String,
+}
+
+/// Tells credentials apart without keeping the password in another form that could be shown.
+fn fingerprint(credentials: &Credentials) -> String {
+    match credentials {
+        Credentials::Anonymous => "anonymous".to_owned(),
+        Credentials::Basic { username, password } => {
+            digest_bytes(format!("{username}\0{password}").as_bytes())
+        }
+    }
+}
+
+/// Past this many clients the map starts afresh: each holds only tokens and a connection pool,
+/// and distinct credentials are few unless they keep rotating.
+const MAX_CLIENTS: usize = 64;
+
+impl Oci {
+    pub fn new(settings: OciSettings) -> Result<Oci, OciError> {
+        install_crypto_provider();
+        Ok(Oci {
+            cache: Cache::new(settings.cache_dir.clone(), settings.cache_max_bytes)?,
+            settings,
+            clients: Mutex::new(HashMap::new()),
+            requests: AtomicU64::new(0),
+            downloads: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn settings(&self) -> &OciSettings {
+        &self.settings
+    }
+
+    /// Registry operations started so far (a resolve, a manifest read, a layer read, a push; the
+    /// authentication requests they make on the way are not counted apart). A warm cache makes
+    /// none.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The client for a registry and credentials: plain HTTP for loopback and the configured
+    /// insecure registries, HTTPS for the rest.
+    fn client_for(&self, registry: &str, credentials: &Credentials) -> Result<oci_client::Client, OciError> {
+        let plain_http = is_loopback(registry)
+            || self
+                .settings
+                .insecure_registries
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(registry));
+        let key = ClientKey {
+            registry: registry.to_ascii_lowercase(),
+            plain_http,
+            credentials: fingerprint(credentials),
+        };
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = oci_client::Client::try_from(ClientConfig {
+            protocol: if plain_http {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(self.settings.timeout),
+            read_timeout: Some(self.settings.timeout),
+            user_agent: concat!("mimeo/", env!("CARGO_PKG_VERSION")),
+            // A plugin is one manifest, never a multi-platform index: refuse those by name.
+            platform_resolver: None,
+            ..ClientConfig::default()
+        })
+        .map_err(|e| OciError::Registry(format!("building the registry client: {e}")))?;
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+
+    /// Runs one registry operation under the timeout, counting it, with errors mapped and any
+    /// secret scrubbed from them.
+    async fn call<T>(
+        &self,
+        reference: &OciReference,
+        credentials: &Credentials,
+        operation: impl Future<Output = Result<T, OciDistributionError>>,
+    ) -> Result<T, OciError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.settings.timeout, operation).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(scrub(map_error(e, reference), credentials)),
+            Err(_) => Err(OciError::Unreachable {
+                registry: reference.registry.clone(),
+                message: format!("no answer within {:?}", self.settings.timeout),
+            }),
+        }
+    }
+
+    /// The manifest digest a reference stands for: its digest if pinned (no request), else the
+    /// tag resolved by the registry.
+    pub async fn resolve(
+        &self,
+        reference: &OciReference,
+        credentials: &Credentials,
+    ) -> Result<String, OciError> {
+        if let Some(digest) = &reference.digest {
+            return Ok(digest.clone());
+        }
+        let client = self.client_for(&reference.registry, credentials)?;
+        let image = reference.to_client();
+        let auth = credentials.to_client();
+        let digest = self
+            .call(
+                reference,
+                credentials,
+                client.fetch_manifest_digest(&image, &auth),
+            )
+            .await?;
+        if !reference::is_digest(&digest) {
+            return Err(OciError::Registry(format!(
+                "{reference}: the registry answered with the digest {digest:?}; mimeo accepts sha256 only"
+            )));
+        }
+        Ok(digest)
+    }
+
+    /// The component bytes of a pinned reference: from the cache without any request when
+    /// present, else downloaded once (concurrent callers for the same artifact share one
+    /// download), with the manifest's digest and the layer's digest verified, media types
+    /// checked, size capped, then stored. An unpinned reference is resolved first (one request).
+    ///
+    /// The cache is keyed by content, so it serves a digest to any caller; credentials decide
+    /// only what may be downloaded.
+    pub async fn fetch(
+        &self,
+        reference: &OciReference,
+        credentials: &Credentials,
+    ) -> Result<Fetched, OciError> {
+        let digest = self.resolve(reference, credentials).await?;
+        let pinned = reference.pinned(&digest);
+        match self.cached(&digest).await {
+            Ok(Some(fetched)) => return Ok(fetched),
+            Ok(None) => {}
+            // A cache that cannot be read costs a download, not the plugin.
+            Err(e) => tracing::warn!(reference = %pinned, error = %e, "reading the artifact cache"),
+        }
+        // Callers with other credentials or another repository download for themselves: a
+        // failure of one must not become another's.
+        let key = format!(
+            "{}/{}@{digest} as {}",
+            pinned.registry,
+            pinned.repository,
+            fingerprint(credentials)
+        );
+        let cell = self
+            .downloads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        // Whoever comes after the download finished and the entry went finds it in the cache.
+        let result = cell
+            .get_or_init(|| async {
+                match self.cached(&digest).await {
+                    Ok(Some(fetched)) => Ok(fetched),
+                    _ => self.download(&pinned, credentials).await,
+                }
+            })
+            .await
+            .clone();
+        {
+            let mut downloads = self.downloads.lock().unwrap_or_else(|p| p.into_inner());
+            if downloads.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                downloads.remove(&key);
+            }
+        }
+        result
+    }
+
+    async fn cached(&self, manifest_digest: &str) -> Result<Option<Fetched>, OciError> {
+        let cache = self.cache.clone();
+        let digest = manifest_digest.to_owned();
+        let found = tokio::task::spawn_blocking(move || cache.get(&digest))
+            .await
+            .map_err(|e| OciError::Cache(e.to_string()))??;
+        Ok(found.map(|(entry, bytes)| Fetched {
+            bytes: Arc::new(bytes),
+            manifest_digest: manifest_digest.to_owned(),
+            layer_digest: entry.layer,
+            from_cache: true,
+            annotations: entry.annotations,
+        }))
+    }
+
+    /// Downloads a pinned artifact, checks it and stores it.
+    async fn download(&self, pinned: &OciReference, credentials: &Credentials) -> Result<Fetched, OciError> {
+        let expected = pinned.digest.clone().unwrap_or_default();
+        let shown = pinned.to_string();
+        let limit = self.settings.max_artifact_bytes;
+        let client = self.client_for(&pinned.registry, credentials)?;
+        let image = pinned.to_client();
+        let auth = credentials.to_client();
+        let accepted = manifest::accepted_manifest_types();
+        // oci-client checks the body against the digest in the reference; so do we, below.
+        let (body, _) = self
+            .call(
+                pinned,
+                credentials,
+                client.pull_manifest_raw(&image, &auth, &accepted),
+            )
+            .await?;
+        // The body is in memory by now; the cap still keeps a huge one from being parsed.
+        if body.len() as u64 > limit {
+            return Err(OciError::TooLarge {
+                size: body.len() as u64,
+                limit,
+            });
+        }
+        let actual = digest_bytes(&body);
+        if actual != expected {
+            return Err(OciError::DigestMismatch { expected, actual });
+        }
+        let (layer, annotations) = manifest::check_manifest(&body, &shown, limit)?;
+
+        // Only the registry: a descriptor's `urls` could send the request anywhere.
+        let descriptor = OciDescriptor {
+            media_type: layer.media_type.clone(),
+            digest: layer.digest.clone(),
+            size: layer.size as i64,
+            ..OciDescriptor::default()
+        };
+        let bytes = self
+            .call(
+                pinned,
+                credentials,
+                read_capped(&client, &image, &descriptor, limit),
+            )
+            .await?;
+        if bytes.len() as u64 != layer.size {
+            return Err(OciError::Registry(format!(
+                "{shown}: the layer is {} bytes, the manifest says {}",
+                bytes.len(),
+                layer.size
+            )));
+        }
+        let actual = digest_bytes(&bytes);
+        if actual != layer.digest {
+            return Err(OciError::DigestMismatch {
+                expected: layer.digest,
+                actual,
+            });
+        }
+
+        let entry = Entry {
+            layer: layer.digest.clone(),
+            media_type: layer.media_type,
+            annotations: annotations.clone(),
+        };
+        let bytes = Arc::new(bytes);
+        let (cache, stored, digest) = (self.cache.clone(), bytes.clone(), expected.clone());
+        let put = tokio::task::spawn_blocking(move || cache.put(&digest, &entry, &stored))
+            .await
+            .map_err(|e| OciError::Cache(e.to_string()))
+            .and_then(|r| r);
+        // The artifact is good; a full or read-only disk only costs a download next time.
+        if let Err(e) = put {
+            tracing::warn!(reference = %shown, error = %e, "could not cache a plugin artifact");
+        }
+        Ok(Fetched {
+            bytes,
+            manifest_digest: expected,
+            layer_digest: layer.digest,
+            from_cache: false,
+            annotations,
+        })
+    }
+
+    /// Pushes a component in the Wasm artifact layout under the reference's tag; returns the
+    /// manifest digest.
+    pub async fn push(
+        &self,
+        component: &[u8],
+        reference: &OciReference,
+        credentials: &Credentials,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<String, OciError> {
+        if reference.tag.is_none() || reference.digest.is_some() {
+            return Err(OciError::InvalidReference(format!(
+                "{reference}: push to a tag (…:1.0), without a digest: the registry gives the digest"
+            )));
+        }
+        let limit = self.settings.max_artifact_bytes;
+        if component.len() as u64 > limit {
+            return Err(OciError::TooLarge {
+                size: component.len() as u64,
+                limit,
+            });
+        }
+        let (config, mut layer) = WasmConfig::from_raw_component(component.to_vec(), None)
+            .map_err(|e| OciError::InvalidArtifact(format!("{e:#}")))?;
+        // A file name for the layer: `oras pull` writes only titled layers.
+        layer.annotations = Some(BTreeMap::from([(
+            ANNOTATION_TITLE.to_owned(),
+            layer_file_name(annotations.get(ANNOTATION_TITLE).map(String::as_str)),
+        )]));
+        let config = config
+            .to_config()
+            .map_err(|e| OciError::InvalidArtifact(format!("{e:#}")))?;
+        let layers = vec![layer];
+        let annotations = (!annotations.is_empty()).then_some(annotations);
+        let mut manifest = OciImageManifest::build(&layers, &config, annotations);
+        manifest.media_type = Some(MANIFEST_MEDIA_TYPE.to_owned());
+        let digest = manifest_digest(&manifest)?;
+        let client = self.client_for(&reference.registry, credentials)?;
+        let image = reference.to_client();
+        let auth = credentials.to_client();
+        self.call(
+            reference,
+            credentials,
+            client.push(&image, &layers, config, &auth, Some(manifest)),
+        )
+        .await?;
+        Ok(digest)
+    }
+}
+
+/// `<plugin name>.wasm`, reduced to characters safe in a file name anywhere.
+fn layer_file_name(title: Option<&str>) -> String {
+    let stem: String = title
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let stem = stem.trim_matches(['.', '-']);
+    format!("{}.wasm", if stem.is_empty() { "plugin" } else { stem })
+}
+
+/// The digest of a manifest as oci-client sends it: canonical JSON, as its `push_manifest` does.
+fn manifest_digest(manifest: &OciImageManifest) -> Result<String, OciError> {
+    use serde::Serialize as _;
+    let mut body = Vec::new();
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut body, olpc_cjson::CanonicalFormatter::new());
+    OciManifest::Image(manifest.clone())
+        .serialize(&mut serializer)
+        .map_err(|e| OciError::Registry(format!("serialising the manifest: {e}")))?;
+    Ok(digest_bytes(&body))
+}
+
+/// Reads a layer, refusing it as soon as it says or shows it is over `limit`.
+async fn read_capped(
+    client: &oci_client::Client,
+    image: &oci_client::Reference,
+    descriptor: &OciDescriptor,
+    limit: u64,
+) -> Result<Vec<u8>, OciDistributionError> {
+    let too_large =
+        |size: u64| OciDistributionError::IoError(std::io::Error::other(TooLargeMarker { size, limit }));
+    let mut stream = client.pull_blob_stream(image, descriptor).await?;
+    if let Some(length) = stream.content_length.filter(|&l| l > limit) {
+        return Err(too_large(length));
+    }
+    let mut bytes = Vec::with_capacity(descriptor.size.clamp(0, limit as i64) as usize);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if (bytes.len() + chunk.len()) as u64 > limit {
+            return Err(too_large((bytes.len() + chunk.len()) as u64));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Carries [`OciError::TooLarge`] through oci-client's error type.
+#[derive(Debug)]
+struct TooLargeMarker {
+    size: u64,
+    limit: u64,
+}
+
+impl std::fmt::Display for TooLargeMarker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "more than {} bytes", self.limit)
+    }
+}
+
+impl std::error::Error for TooLargeMarker {}
+
+/// An error and its causes on one line: reqwest puts the useful part (connection refused, a
+/// certificate problem) in the causes.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// oci-client's error, as what it means for a plugin reference.
+fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError {
+    let registry = reference.registry.clone();
+    let shown = reference.to_string();
+    let by_status = |status: u16, message: String| match status {
+        401 | 403 => OciError::Unauthorized {
+            registry: registry.clone(),
+            message,
+        },
+        404 => OciError::NotFound {
+            reference: shown.clone(),
+        },
+        _ => OciError::Registry(format!("{shown}: {message}")),
+    };
+    match error {
+        OciDistributionError::RequestError(e) => {
+            if let Some(status) = e.status() {
+                by_status(status.as_u16(), chain(&e))
+            } else if e.is_connect() || e.is_timeout() || e.is_request() {
+                let mut message = chain(&e);
+                let lower = message.to_ascii_lowercase();
+                let tls_failed = ["corrupt message", "tls", "ssl", "certificate"]
+                    .iter()
+                    .any(|hint| lower.contains(hint));
+                if lower.contains("https://") && tls_failed {
+                    message.push_str(" (is it a registry served over plain HTTP? then mark it insecure)");
+                }
+                OciError::Unreachable { registry, message }
+            } else {
+                OciError::Registry(format!("{shown}: {}", chain(&e)))
+            }
+        }
+        OciDistributionError::IoError(e) => {
+            if let Some(marker) = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<TooLargeMarker>())
+            {
+                return OciError::TooLarge {
+                    size: marker.size,
+                    limit: marker.limit,
+                };
+            }
+            if let Some(digest) = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<oci_client::errors::DigestError>())
+            {
+                return digest_error(digest);
+            }
+            // A stream's error (a dropped connection) comes through here too.
+            OciError::Unreachable {
+                registry,
+                message: chain(&e),
+            }
+        }
+        OciDistributionError::AuthenticationFailure(message) => OciError::Unauthorized { registry, message },
+        OciDistributionError::UnauthorizedError { url } => OciError::Unauthorized {
+            registry,
+            message: format!("401 from {url}"),
+        },
+        OciDistributionError::ImageManifestNotFoundError(_) => OciError::NotFound { reference: shown },
+        OciDistributionError::DigestError(e) => digest_error(&e),
+        OciDistributionError::UnsupportedMediaTypeError(found)
+        | OciDistributionError::IncompatibleLayerMediaTypeError(found) => OciError::WrongMediaType {
+            reference: shown,
+            found,
+        },
+        OciDistributionError::ImageIndexParsingNoPlatformResolverError => OciError::WrongMediaType {
+            reference: shown,
+            found: "an image index".into(),
+        },
+        OciDistributionError::ServerError { code, message, .. } => by_status(code, message),
+        OciDistributionError::RegistryError { envelope, .. } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+            let message = envelope.to_string();
+            if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    OciErrorCode::ManifestUnknown | OciErrorCode::BlobUnknown | OciErrorCode::NameUnknown
+                )
+            }) {
+                OciError::NotFound { reference: shown }
+            } else if codes
+                .iter()
+                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+            {
+                OciError::Unauthorized { registry, message }
+            } else {
+                OciError::Registry(format!("{shown}: {message}"))
+            }
+        }
+        other => OciError::Registry(format!("{shown}: {}", chain(&other))),
+    }
+}
+
+fn digest_error(error: &oci_client::errors::DigestError) -> OciError {
+    match error {
+        oci_client::errors::DigestError::VerificationError { expected, actual } => OciError::DigestMismatch {
+            expected: expected.clone(),
+            actual: actual.clone(),
+        },
+        other => OciError::Registry(other.to_string()),
+    }
+}
+
+/// Removes any secret of `credentials` from the error's text: a registry may echo a header.
+fn scrub(error: OciError, credentials: &Credentials) -> OciError {
+    let secrets = credentials.secrets();
+    if secrets.is_empty() {
+        return error;
+    }
+    let clean = |text: String| {
+        secrets
+            .iter()
+            .fold(text, |text, secret| text.replace(secret.as_str(), "<redacted>"))
+    };
+    match error {
+        OciError::Unreachable { registry, message } => OciError::Unreachable {
+            registry,
+            message: clean(message),
+        },
+        OciError::Unauthorized { registry, message } => OciError::Unauthorized {
+            registry,
+            message: clean(message),
+        },
+        OciError::Registry(message) => OciError::Registry(clean(message)),
+        OciError::WrongMediaType { reference, found } => OciError::WrongMediaType {
+            reference,
+            found: clean(found),
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_distinct_camel_case() {
+        let errors = [
+            OciError::InvalidReference(String::new()),
+            OciError::Unreachable {
+                registry: String::new(),
+                message: String::new(),
+            },
+            OciError::Unauthorized {
+                registry: String::new(),
+                message: String::new(),
+            },
+            OciError::NotFound {
+                reference: String::new(),
+            },
+            OciError::WrongMediaType {
+                reference: String::new(),
+                found: String::new(),
+            },
+            OciError::DigestMismatch {
+                expected: String::new(),
+                actual: String::new(),
+            },
+            OciError::TooLarge { size: 0, limit: 0 },
+            OciError::Cache(String::new()),
+            OciError::Registry(String::new()),
+            OciError::InvalidCredentials(String::new()),
+            OciError::InvalidArtifact(String::new()),
+        ];
+        let reasons: std::collections::BTreeSet<&str> = errors.iter().map(OciError::reason).collect();
+        assert_eq!(reasons.len(), errors.len());
+        for reason in reasons {
+            assert!(reason.chars().next().unwrap().is_ascii_uppercase() && !reason.contains(['_', ' ']));
+        }
+    }
+
+    #[test]
+    fn scrubbing_removes_passwords_and_basic_headers() {
+        let creds = Credentials::Basic {
+            username: "alice".into(),
+            password: "hunter2".into(),
+        };
+        let header = creds.secrets()[1].clone();
+        let error = OciError::Unauthorized {
+            registry: "r".into(),
+            message: format!("bad password hunter2, header Basic {header}"),
+        };
+        let shown = scrub(error, &creds).to_string();
+        assert!(!shown.contains("hunter2") && !shown.contains(&header), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn maps_registry_answers_to_reasons() {
+        let reference: OciReference = "oci://r.example/p:1".parse().unwrap();
+        let server = |code| OciDistributionError::ServerError {
+            code,
+            url: "https://r.example/v2/p/manifests/1".into(),
+            message: "nope".into(),
+        };
+        assert_eq!(map_error(server(404), &reference).reason(), "ArtifactNotFound");
+        assert_eq!(
+            map_error(server(401), &reference).reason(),
+            "RegistryUnauthorized"
+        );
+        assert_eq!(
+            map_error(server(403), &reference).reason(),
+            "RegistryUnauthorized"
+        );
+        assert_eq!(map_error(server(500), &reference).reason(), "RegistryError");
+        let mismatch =
+            OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError {
+                expected: "sha256:a".into(),
+                actual: "sha256:b".into(),
+            });
+        assert!(matches!(
+            map_error(mismatch, &reference),
+            OciError::DigestMismatch { expected, actual } if expected == "sha256:a" && actual == "sha256:b"
+        ));
+        let large =
+            OciDistributionError::IoError(std::io::Error::other(TooLargeMarker { size: 9, limit: 5 }));
+        assert!(matches!(
+            map_error(large, &reference),
+            OciError::TooLarge { size: 9, limit: 5 }
+        ));
+        let envelope: oci_client::errors::OciEnvelope = serde_json::from_str(
+            r#"{"errors": [{"code": "MANIFEST_UNKNOWN", "message": "manifest unknown"}]}"#,
+        )
+        .unwrap();
+        let unknown = OciDistributionError::RegistryError {
+            envelope,
+            url: String::new(),
+        };
+        assert_eq!(map_error(unknown, &reference).reason(), "ArtifactNotFound");
+    }
+
+    #[test]
+    fn annotations_name_the_interface_and_description() {
+        let info = super::super::PluginInfo {
+            name: "filter-keys".into(),
+            version: "0.1.0".into(),
+            description: "Drops keys".into(),
+            kinds: vec![],
+        };
+        let annotations = plugin_annotations("0.1.0", &info);
+        assert_eq!(annotations[ANNOTATION_INTERFACE], "mimeo:transform@0.1.0");
+        assert_eq!(annotations[ANNOTATION_DESCRIPTION], "Drops keys");
+        assert_eq!(annotations[ANNOTATION_TITLE], "filter-keys");
+    }
+
+    #[test]
+    fn layer_file_names() {
+        assert_eq!(layer_file_name(Some("filter-keys")), "filter-keys.wasm");
+        assert_eq!(layer_file_name(Some("../../etc/x")), "etc-x.wasm");
+        assert_eq!(layer_file_name(Some("")), "plugin.wasm");
+        assert_eq!(layer_file_name(None), "plugin.wasm");
+    }
+
+    #[tokio::test]
+    async fn pinned_references_resolve_without_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let oci = Oci::new(OciSettings {
+            cache_dir: dir.path().to_owned(),
+            ..OciSettings::default()
+        })
+        .unwrap();
+        let digest = digest_bytes(b"x");
+        let reference: OciReference = format!("oci://r.example/p@{digest}").parse().unwrap();
+        assert_eq!(
+            oci.resolve(&reference, &Credentials::Anonymous).await.unwrap(),
+            digest
+        );
+        assert_eq!(oci.requests(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_unreachable() {
+        let dir = tempfile::tempdir().unwrap();
+        let oci = Oci::new(OciSettings {
+            cache_dir: dir.path().to_owned(),
+            timeout: Duration::from_secs(5),
+            ..OciSettings::default()
+        })
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let reference: OciReference = format!("oci://127.0.0.1:{port}/p:1").parse().unwrap();
+        let creds = Credentials::Basic {
+            username: "u".into(),
+            password: "hunter2".into(),
+        };
+        let err = oci.fetch(&reference, &creds).await.unwrap_err();
+        assert_eq!(err.reason(), "RegistryUnreachable", "{err}");
+        assert!(!err.to_string().contains("hunter2"));
+        assert_eq!(oci.requests(), 1);
+    }
+
+    #[test]
+    fn oci_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Oci>();
+    }
+}

@@ -1,0 +1,317 @@
+//! The on-disk store of fetched artifacts, content-addressed so a pinned reference is served after
+//! a restart without asking the registry.
+//!
+//! ```text
+//! <dir>/blobs/sha256/<hex>           a layer's bytes (the component)
+//! <dir>/manifests/sha256/<hex>.json  a manifest digest -> its layer digest and annotations
+//! <dir>/tmp/                         files being written; renamed into place when complete
+//! ```
+//!
+//! Every write is a temp file renamed into place, so a reader (in this or another process) sees
+//! a whole file or none. A blob's mtime is its last use; when the blobs add up to more than the
+//! limit the least recently used go first, but never the one just stored or read. Blocking: call
+//! it off the async runtime.
+
+use super::OciError;
+use super::reference::is_digest;
+use crate::sync::hash::digest_bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+/// What the index keeps for a manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Entry {
+    pub layer: String,
+    pub media_type: String,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Cache {
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+/// One blob as eviction sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct BlobUse {
+    pub name: String,
+    pub size: u64,
+    pub last_used: SystemTime,
+}
+
+/// Which blobs to delete so the rest fit in `max_bytes`: least recently used first, never
+/// `keep`. Pure, so the policy is tested without a file system.
+pub(super) fn plan_eviction(mut blobs: Vec<BlobUse>, max_bytes: u64, keep: &str) -> Vec<String> {
+    let mut total: u64 = blobs.iter().map(|b| b.size).sum();
+    blobs.sort_by(|a, b| a.last_used.cmp(&b.last_used).then_with(|| a.name.cmp(&b.name)));
+    let mut evict = Vec::new();
+    for blob in blobs {
+        if total <= max_bytes {
+            break;
+        }
+        if blob.name == keep {
+            continue;
+        }
+        total -= blob.size;
+        evict.push(blob.name);
+    }
+    evict
+}
+
+fn cache_error(what: &str, path: &Path, e: impl std::fmt::Display) -> OciError {
+    OciError::Cache(format!("{what} {}: {e}", path.display()))
+}
+
+impl Cache {
+    pub fn new(dir: PathBuf, max_bytes: u64) -> Result<Self, OciError> {
+        for sub in ["blobs/sha256", "manifests/sha256", "tmp"] {
+            let path = dir.join(sub);
+            std::fs::create_dir_all(&path).map_err(|e| cache_error("creating", &path, e))?;
+        }
+        Ok(Cache { dir, max_bytes })
+    }
+
+    /// `digest` must have passed [`is_digest`]: it becomes part of a path.
+    fn blob_path(&self, digest: &str) -> PathBuf {
+        self.dir.join("blobs/sha256").join(&digest["sha256:".len()..])
+    }
+
+    fn entry_path(&self, manifest_digest: &str) -> PathBuf {
+        self.dir
+            .join("manifests/sha256")
+            .join(format!("{}.json", &manifest_digest["sha256:".len()..]))
+    }
+
+    /// The entry and bytes for a manifest digest, if both are here and the bytes still hash to
+    /// their digest (a damaged file is removed and reported as a miss). Marks the blob used.
+    pub fn get(&self, manifest_digest: &str) -> Result<Option<(Entry, Vec<u8>)>, OciError> {
+        if !is_digest(manifest_digest) {
+            return Ok(None);
+        }
+        let entry_path = self.entry_path(manifest_digest);
+        let entry: Entry = match std::fs::read(&entry_path) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    tracing::warn!(file = %entry_path.display(), error = %e, "removing an unreadable cache entry");
+                    let _ = std::fs::remove_file(&entry_path);
+                    return Ok(None);
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(cache_error("reading", &entry_path, e)),
+        };
+        if !is_digest(&entry.layer) {
+            let _ = std::fs::remove_file(&entry_path);
+            return Ok(None);
+        }
+        let blob_path = self.blob_path(&entry.layer);
+        let bytes = match std::fs::read(&blob_path) {
+            Ok(bytes) => bytes,
+            // Evicted: the entry alone is no use.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let _ = std::fs::remove_file(&entry_path);
+                return Ok(None);
+            }
+            Err(e) => return Err(cache_error("reading", &blob_path, e)),
+        };
+        if digest_bytes(&bytes) != entry.layer {
+            tracing::warn!(file = %blob_path.display(), "removing a damaged cached artifact");
+            let _ = std::fs::remove_file(&blob_path);
+            let _ = std::fs::remove_file(&entry_path);
+            return Ok(None);
+        }
+        touch(&blob_path);
+        Ok(Some((entry, bytes)))
+    }
+
+    /// Stores a verified layer under its digest and the entry under the manifest digest, then
+    /// evicts down to the limit, keeping this blob.
+    pub fn put(&self, manifest_digest: &str, entry: &Entry, bytes: &[u8]) -> Result<(), OciError> {
+        if !is_digest(manifest_digest) || !is_digest(&entry.layer) {
+            return Err(OciError::Cache(format!(
+                "refusing to store {manifest_digest} / {}: not sha256 digests",
+                entry.layer
+            )));
+        }
+        let blob_path = self.blob_path(&entry.layer);
+        if blob_path.exists() {
+            touch(&blob_path);
+        } else {
+            self.write_atomically(&blob_path, bytes)?;
+        }
+        let json = serde_json::to_vec(entry).map_err(|e| OciError::Cache(e.to_string()))?;
+        self.write_atomically(&self.entry_path(manifest_digest), &json)?;
+        self.evict(&entry.layer)
+    }
+
+    fn write_atomically(&self, path: &Path, bytes: &[u8]) -> Result<(), OciError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
+        let partial = self.dir.join("tmp").join(format!(
+            "{name}.{}.{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = std::fs::write(&partial, bytes)
+            .and_then(|()| std::fs::File::open(&partial)?.sync_all())
+            .and_then(|()| std::fs::rename(&partial, path));
+        written.map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            cache_error("writing", path, e)
+        })
+    }
+
+    /// Deletes least recently used blobs (and the entries that point at them) until the rest fit.
+    pub fn evict(&self, keep: &str) -> Result<(), OciError> {
+        let blobs_dir = self.dir.join("blobs/sha256");
+        let mut blobs = Vec::new();
+        let listing = std::fs::read_dir(&blobs_dir).map_err(|e| cache_error("listing", &blobs_dir, e))?;
+        for item in listing.flatten() {
+            let Ok(meta) = item.metadata() else { continue };
+            let name = format!("sha256:{}", item.file_name().to_string_lossy());
+            if !meta.is_file() || !is_digest(&name) {
+                continue;
+            }
+            blobs.push(BlobUse {
+                name,
+                size: meta.len(),
+                last_used: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            });
+        }
+        let evict = plan_eviction(blobs, self.max_bytes, keep);
+        if evict.is_empty() {
+            return Ok(());
+        }
+        for digest in &evict {
+            tracing::debug!(%digest, "evicting a cached artifact");
+            let _ = std::fs::remove_file(self.blob_path(digest));
+        }
+        let entries_dir = self.dir.join("manifests/sha256");
+        if let Ok(listing) = std::fs::read_dir(&entries_dir) {
+            for item in listing.flatten() {
+                let stale = std::fs::read(item.path())
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<Entry>(&bytes).ok())
+                    .is_none_or(|entry| evict.contains(&entry.layer));
+                if stale {
+                    let _ = std::fs::remove_file(item.path());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Marks a file used now; a failure only makes its eviction come sooner.
+fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().write(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn blob(name: &str, size: u64, age_s: u64) -> BlobUse {
+        BlobUse {
+            name: name.into(),
+            size,
+            last_used: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 - age_s),
+        }
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_first() {
+        let blobs = vec![blob("new", 40, 1), blob("old", 40, 100), blob("mid", 40, 50)];
+        assert_eq!(plan_eviction(blobs.clone(), 120, "new"), Vec::<String>::new());
+        assert_eq!(plan_eviction(blobs.clone(), 119, "new"), vec!["old"]);
+        assert_eq!(plan_eviction(blobs.clone(), 40, "new"), vec!["old", "mid"]);
+        assert_eq!(
+            plan_eviction(blobs.clone(), 0, "new"),
+            vec!["old", "mid"],
+            "keeps the one in use"
+        );
+        assert_eq!(
+            plan_eviction(blobs, 40, "old"),
+            vec!["mid", "new"],
+            "even when it is the oldest"
+        );
+        assert_eq!(
+            plan_eviction(vec![blob("big", 500, 0)], 100, "big"),
+            Vec::<String>::new()
+        );
+    }
+
+    fn digest(bytes: &[u8]) -> String {
+        digest_bytes(bytes)
+    }
+
+    #[test]
+    fn stores_serves_and_evicts_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_owned(), 25).unwrap();
+        let put = |n: u8, bytes: &[u8]| {
+            let manifest = digest(&[n]);
+            let entry = Entry {
+                layer: digest(bytes),
+                media_type: "application/wasm".into(),
+                annotations: BTreeMap::from([("n".into(), n.to_string())]),
+            };
+            cache.put(&manifest, &entry, bytes).unwrap();
+            // Distinct mtimes, whatever the file system's resolution.
+            std::thread::sleep(Duration::from_millis(20));
+            manifest
+        };
+        let a = put(1, &[b'a'; 10]);
+        let b = put(2, &[b'b'; 10]);
+        let (entry, bytes) = cache.get(&a).unwrap().unwrap();
+        assert_eq!(bytes, vec![b'a'; 10]);
+        assert_eq!(entry.annotations["n"], "1");
+        std::thread::sleep(Duration::from_millis(20));
+        // a was read after b was stored, so b is the least recently used when c does not fit.
+        let c = put(3, &[b'c'; 10]);
+        assert!(cache.get(&b).unwrap().is_none(), "b was evicted");
+        assert!(cache.get(&a).unwrap().is_some());
+        assert!(cache.get(&c).unwrap().is_some());
+        assert!(!cache.entry_path(&b).exists(), "its entry went with it");
+
+        // A fresh handle on the same directory (a restart) serves what is there.
+        let again = Cache::new(dir.path().to_owned(), 25).unwrap();
+        assert!(again.get(&c).unwrap().is_some());
+
+        // A damaged blob is a miss, and is removed.
+        let (entry, _) = again.get(&c).unwrap().unwrap();
+        std::fs::write(again.blob_path(&entry.layer), b"tampered").unwrap();
+        assert!(again.get(&c).unwrap().is_none());
+        assert!(!again.blob_path(&entry.layer).exists());
+
+        // Nothing is left behind in tmp/.
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+        // Malformed digests never become paths.
+        assert!(again.get("sha256:../../x").unwrap().is_none());
+    }
+
+    #[test]
+    fn one_blob_larger_than_the_limit_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_owned(), 5).unwrap();
+        let bytes = [7u8; 50];
+        let manifest = digest(b"m");
+        let entry = Entry {
+            layer: digest(&bytes),
+            media_type: "application/wasm".into(),
+            annotations: BTreeMap::new(),
+        };
+        cache.put(&manifest, &entry, &bytes).unwrap();
+        assert_eq!(cache.get(&manifest).unwrap().unwrap().1, bytes);
+    }
+}

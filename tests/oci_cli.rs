@@ -1,0 +1,630 @@
+//! Plugins as OCI artifacts, against a real registry (the CNCF distribution registry) and a real
+//! oras: `mimeo plugin push` / `pull` / `inspect` / `test` with `oci://` references, interop with
+//! oras in both directions, basic auth, and the library's cache, digest and size guarantees.
+
+mod common;
+
+use mimeo::plugin::oci::{Credentials, Oci, OciError, OciReference, OciSettings};
+use mimeo_envtest::Registry;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+const USER: &str = "alice";
+const PASSWORD: &str = "pw-7f3a-never-shown";
+
+fn filter_keys() -> PathBuf {
+    common::plugin_dir().join("filter-keys.wasm")
+}
+
+fn fixture(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("plugins/filter-keys/fixtures")
+        .join(case)
+}
+
+async fn registry() -> Registry {
+    Registry::start().await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `mimeo` with nothing of the user's environment that could change which credentials or caches
+/// are used: an empty Docker config directory and an artifact cache of its own.
+struct Cli {
+    home: tempfile::TempDir,
+}
+
+impl Cli {
+    fn new() -> Self {
+        Cli {
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mimeo"));
+        command
+            .args(args)
+            .env("DOCKER_CONFIG", self.home.path().join("docker"))
+            .env("MIMEO_ARTIFACT_CACHE_DIR", self.home.path().join("artifacts"))
+            .env_remove("MIMEO_REGISTRY_USERNAME")
+            .env_remove("MIMEO_REGISTRY_PASSWORD");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn succeeded(output: &Output) -> String {
+    let (stdout, stderr) = text(output);
+    assert!(
+        output.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+/// The value of a `key: value` line of the CLI's output.
+fn field(stdout: &str, key: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key}: in\n{stdout}"))
+        .trim()
+        .to_owned()
+}
+
+/// Runs `oras <subcommand> --plain-http … <args>` against the registry in `dir`; returns stdout.
+fn oras(registry: &Registry, subcommand: &[&str], args: &[&str], dir: &Path) -> String {
+    let output = registry
+        .oras_command(subcommand)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(
+        output.status.success(),
+        "oras {subcommand:?} {args:?}: {stdout}\n{stderr}"
+    );
+    stdout
+}
+
+/// Pushes `wasm` with oras under `reference` (`repo:tag`) with the given config and layer media
+/// types; returns the manifest digest.
+fn oras_push(
+    registry: &Registry,
+    reference: &str,
+    wasm: &[u8],
+    config_type: &str,
+    layer_type: &str,
+) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("plugin.wasm"), wasm).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"architecture":"wasm","os":"wasip2"}"#,
+    )
+    .unwrap();
+    let out = oras(
+        registry,
+        &["push"],
+        &[
+            "--config",
+            &format!("config.json:{config_type}"),
+            "--format",
+            "go-template={{.digest}}",
+            &format!("{}/{reference}", registry.host()),
+            &format!("plugin.wasm:{layer_type}"),
+        ],
+        dir.path(),
+    );
+    out.trim().to_owned()
+}
+
+fn oci(dir: &Path) -> Oci {
+    Oci::new(OciSettings {
+        cache_dir: dir.to_owned(),
+        timeout: Duration::from_secs(30),
+        ..OciSettings::default()
+    })
+    .unwrap()
+}
+
+fn reference(registry: &Registry, path: &str) -> OciReference {
+    format!("oci://{}/{path}", registry.host()).parse().unwrap()
+}
+
+#[tokio::test]
+async fn mimeo_pushes_what_oras_and_mimeo_pull_byte_for_byte() {
+    let registry = registry().await;
+    let cli = Cli::new();
+    let plugin = filter_keys();
+    let original = std::fs::read(&plugin).unwrap();
+    let target = format!("oci://{}/plugins/filter-keys:v1", registry.host());
+    let pushed = succeeded(&cli.run(&[
+        "plugin",
+        "push",
+        plugin.to_str().unwrap(),
+        &target,
+        "--description",
+        "Keeps only the keys you name",
+    ]));
+    let digest = field(&pushed, "digest");
+    assert!(digest.starts_with("sha256:") && digest.len() == 71, "{pushed}");
+    assert_eq!(field(&pushed, "pinned"), format!("{target}@{digest}"));
+
+    // The CNCF Wasm layout, as oras sees it.
+    let work = tempfile::tempdir().unwrap();
+    let manifest: Value = serde_json::from_str(&oras(
+        &registry,
+        &["manifest", "fetch"],
+        &[&format!("{}/plugins/filter-keys:v1", registry.host())],
+        work.path(),
+    ))
+    .unwrap();
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(manifest["layers"].as_array().unwrap().len(), 1);
+    assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
+    assert_eq!(
+        manifest["annotations"]["dev.mimeo.interface"],
+        "mimeo:transform@0.1.0"
+    );
+    assert_eq!(
+        manifest["annotations"]["org.opencontainers.image.description"],
+        "Keeps only the keys you name"
+    );
+    let config: Value = serde_json::from_str(&oras(
+        &registry,
+        &["blob", "fetch"],
+        &[
+            "--output",
+            "-",
+            &format!(
+                "{}/plugins/filter-keys@{}",
+                registry.host(),
+                manifest["config"]["digest"].as_str().unwrap()
+            ),
+        ],
+        work.path(),
+    ))
+    .unwrap();
+    assert_eq!(config["architecture"], "wasm");
+    assert_eq!(config["os"], "wasip2");
+    let exports = config["component"]["exports"].to_string();
+    assert!(exports.contains("mimeo:transform/transformer@0.1.0"), "{config}");
+
+    // oras pull writes the titled layer: the very bytes pushed.
+    oras(
+        &registry,
+        &["pull"],
+        &[
+            "-o",
+            "out",
+            &format!("{}/plugins/filter-keys@{digest}", registry.host()),
+        ],
+        work.path(),
+    );
+    assert_eq!(
+        std::fs::read(work.path().join("out/filter-keys.wasm")).unwrap(),
+        original
+    );
+
+    // mimeo pull, by tag and by digest.
+    for source in [target.clone(), format!("{target}@{digest}")] {
+        let file = work.path().join("pulled.wasm");
+        let pulled = succeeded(&cli.run(&["plugin", "pull", &source, "-o", file.to_str().unwrap()]));
+        assert_eq!(field(&pulled, "digest"), digest);
+        assert_eq!(std::fs::read(&file).unwrap(), original, "{source}");
+        std::fs::remove_file(&file).unwrap();
+    }
+
+    // inspect reads it from the registry.
+    let inspected = succeeded(&cli.run(&["plugin", "inspect", &target]));
+    for expected in [
+        "plugin:      filter-keys",
+        "interface:   mimeo:transform@0.1.0",
+        "dev.mimeo.interface: mimeo:transform@0.1.0",
+        "org.opencontainers.image.description: Keeps only the keys you name",
+    ] {
+        assert!(
+            inspected.contains(expected),
+            "missing {expected:?} in\n{inspected}"
+        );
+    }
+    assert_eq!(field(&inspected, "manifest"), digest);
+}
+
+/// Runs the filter-keys `include-one-key` fixture through `mimeo plugin test` with `plugin`.
+fn run_fixture(cli: &Cli, plugin: &str) -> Output {
+    let case = fixture("include-one-key");
+    cli.run(&[
+        "plugin",
+        "test",
+        "--json",
+        plugin,
+        "-f",
+        case.join("object.yaml").to_str().unwrap(),
+        "--config",
+        &format!("@{}", case.join("config.json").display()),
+    ])
+}
+
+#[tokio::test]
+async fn oras_pushed_plugins_run_through_plugin_test() {
+    let registry = registry().await;
+    let cli = Cli::new();
+    let wasm = std::fs::read(filter_keys()).unwrap();
+    let expected: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(fixture("include-one-key").join("expected.yaml")).unwrap(),
+    )
+    .unwrap();
+
+    // The CNCF layout, and Kubewarden's layer media type.
+    let cncf = registry.push_wasm("plugins/filter-keys:oras", &wasm).unwrap();
+    let kubewarden = oras_push(
+        &registry,
+        "plugins/filter-keys:kubewarden",
+        &wasm,
+        "application/vnd.wasm.config.v1+json",
+        "application/vnd.wasm.content.layer.v1+wasm",
+    );
+    for (tag, digest) in [("oras", cncf), ("kubewarden", kubewarden)] {
+        for plugin in [
+            format!("oci://{}/plugins/filter-keys:{tag}", registry.host()),
+            format!("oci://{}/plugins/filter-keys@{digest}", registry.host()),
+        ] {
+            let stdout = succeeded(&run_fixture(&cli, &plugin));
+            let got: Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(got, expected, "{plugin}");
+        }
+    }
+
+    // A chain mixing a file and a registry plugin.
+    let file = filter_keys();
+    let mixed = cli.run(&[
+        "plugin",
+        "test",
+        "--json",
+        file.to_str().unwrap(),
+        &format!("oci://{}/plugins/filter-keys:oras", registry.host()),
+        "-f",
+        fixture("include-one-key").join("object.yaml").to_str().unwrap(),
+        "--config",
+        r#"{"include": ["*"]}"#,
+        "--config",
+        r#"{"include": [".dockerconfigjson"]}"#,
+    ]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&succeeded(&mixed)).unwrap(),
+        expected
+    );
+
+    // Something else in a registry is refused by its media type, before running anything.
+    oras_push(
+        &registry,
+        "images/tarball:1",
+        &wasm,
+        "application/vnd.oci.image.config.v1+json",
+        "application/vnd.oci.image.layer.v1.tar",
+    );
+    let refused = run_fixture(&cli, &format!("oci://{}/images/tarball:1", registry.host()));
+    let (_, stderr) = text(&refused);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("is not a Wasm plugin artifact"), "{stderr}");
+    assert!(
+        stderr.contains("application/vnd.oci.image.layer.v1.tar"),
+        "{stderr}"
+    );
+
+    let missing = run_fixture(&cli, &format!("oci://{}/plugins/absent:1", registry.host()));
+    assert!(text(&missing).1.contains("was not found"), "{:?}", text(&missing));
+}
+
+#[tokio::test]
+async fn push_refuses_what_mimeo_could_not_run() {
+    let registry = registry().await;
+    let cli = Cli::new();
+    let not_wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let core_module = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(core_module.path(), b"\0asm\x01\0\0\0").unwrap();
+    for (file, why) in [
+        (not_wasm.as_path(), "not a WebAssembly component"),
+        (core_module.path(), "core WebAssembly module"),
+    ] {
+        let output = cli.run(&[
+            "plugin",
+            "push",
+            file.to_str().unwrap(),
+            &format!("oci://{}/plugins/bad:1", registry.host()),
+        ]);
+        let (_, stderr) = text(&output);
+        assert!(!output.status.success());
+        assert!(stderr.contains(why), "{stderr}");
+    }
+    assert_eq!(
+        registry
+            .get_status("/v2/plugins/bad/manifests/1", None)
+            .await
+            .unwrap(),
+        404,
+        "nothing was pushed"
+    );
+    let untagged = cli.run(&[
+        "plugin",
+        "push",
+        filter_keys().to_str().unwrap(),
+        &format!("oci://{}/plugins/bad", registry.host()),
+    ]);
+    assert!(
+        text(&untagged).1.contains("mimeo does not assume :latest"),
+        "{:?}",
+        text(&untagged)
+    );
+}
+
+#[tokio::test]
+async fn basic_auth_is_needed_and_never_shown() {
+    let registry = Registry::start_with_auth(USER, PASSWORD)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cli = Cli::new();
+    let plugin = filter_keys();
+    let target = format!("oci://{}/private/filter-keys:1", registry.host());
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("p.wasm");
+
+    let anonymous = cli.run(&["plugin", "push", plugin.to_str().unwrap(), &target]);
+    assert!(!anonymous.status.success());
+    assert!(
+        text(&anonymous).1.contains("refused the credentials"),
+        "{:?}",
+        text(&anonymous)
+    );
+
+    let pushed = cli.run(&[
+        "plugin",
+        "push",
+        plugin.to_str().unwrap(),
+        &target,
+        "--username",
+        USER,
+        "--password",
+        PASSWORD,
+    ]);
+    let digest = field(&succeeded(&pushed), "digest");
+
+    let wrong = cli.run(&[
+        "plugin",
+        "pull",
+        &target,
+        "-o",
+        out.to_str().unwrap(),
+        "--username",
+        USER,
+        "--password",
+        "wrong-pw-also-secret",
+    ]);
+    let (stdout, stderr) = text(&wrong);
+    assert!(!wrong.status.success());
+    assert!(stderr.contains("refused the credentials"), "{stderr}");
+    assert!(!stderr.contains("wrong-pw-also-secret") && !stdout.contains("wrong-pw-also-secret"));
+
+    // From the environment.
+    let from_env = cli
+        .command(&["plugin", "pull", &target, "-o", out.to_str().unwrap()])
+        .env("MIMEO_REGISTRY_USERNAME", USER)
+        .env("MIMEO_REGISTRY_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert_eq!(field(&succeeded(&from_env), "digest"), digest);
+    let help = cli
+        .command(&["plugin", "pull", "--help"])
+        .env("MIMEO_REGISTRY_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert!(!succeeded(&help).contains(PASSWORD), "--help shows no password");
+
+    // From a Docker config, by digest (a fresh cache, so it is really downloaded).
+    use base64::Engine as _;
+    let docker = work.path().join("config.json");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    std::fs::write(
+        &docker,
+        format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, registry.host()),
+    )
+    .unwrap();
+    let from_config = cli.run(&[
+        "plugin",
+        "pull",
+        &format!("{target}@{digest}"),
+        "-o",
+        out.to_str().unwrap(),
+        "--docker-config",
+        docker.to_str().unwrap(),
+        "--artifact-cache-dir",
+        work.path().join("fresh-cache").to_str().unwrap(),
+    ]);
+    succeeded(&from_config);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&plugin).unwrap());
+
+    // The library's reasons.
+    let cache = tempfile::tempdir().unwrap();
+    let oci = oci(cache.path());
+    let reference: OciReference = target.parse().unwrap();
+    let err = oci.fetch(&reference, &Credentials::Anonymous).await.unwrap_err();
+    assert_eq!(err.reason(), "RegistryUnauthorized", "{err}");
+    let wrong = Credentials::Basic {
+        username: USER.into(),
+        password: "wrong-pw-also-secret".into(),
+    };
+    let err = oci.fetch(&reference.pinned(&digest), &wrong).await.unwrap_err();
+    assert_eq!(err.reason(), "RegistryUnauthorized", "{err}");
+    assert!(
+        !format!("{err} {err:?}").contains("wrong-pw-also-secret"),
+        "{err:?}"
+    );
+    let right = Credentials::Basic {
+        username: USER.into(),
+        password: PASSWORD.into(),
+    };
+    let fetched = oci.fetch(&reference, &right).await.unwrap();
+    assert_eq!(fetched.manifest_digest, digest);
+}
+
+#[tokio::test]
+async fn a_warm_cache_serves_pinned_references_without_the_registry() {
+    let registry = registry().await;
+    let wasm = std::fs::read(filter_keys()).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let tagged = reference(&registry, "plugins/cached:1");
+
+    let first = Arc::new(oci(cache.path()));
+    let annotations = BTreeMap::from([(
+        "dev.mimeo.interface".to_owned(),
+        "mimeo:transform@0.1.0".to_owned(),
+    )]);
+    let digest = first
+        .push(&wasm, &tagged, &Credentials::Anonymous, annotations)
+        .await
+        .unwrap();
+    assert_eq!(
+        first.resolve(&tagged, &Credentials::Anonymous).await.unwrap(),
+        digest
+    );
+    let pinned = tagged.pinned(&digest);
+    assert_eq!(
+        first.resolve(&pinned, &Credentials::Anonymous).await.unwrap(),
+        digest
+    );
+    let before = first.requests();
+
+    // Eight rules asking at once share one download: one manifest read and one layer read.
+    let fetches = (0..8).map(|_| {
+        let (oci, pinned) = (first.clone(), pinned.clone());
+        tokio::spawn(async move { oci.fetch(&pinned, &Credentials::Anonymous).await })
+    });
+    for fetched in futures::future::join_all(fetches).await {
+        let fetched = fetched.unwrap().unwrap();
+        assert_eq!(*fetched.bytes, wasm);
+        assert_eq!(fetched.manifest_digest, digest);
+        assert_eq!(
+            fetched.annotations["dev.mimeo.interface"],
+            "mimeo:transform@0.1.0"
+        );
+    }
+    assert_eq!(first.requests() - before, 2, "one download for eight callers");
+
+    // A restart: a new client on the same directory, and no registry at all.
+    drop(registry);
+    let second = oci(cache.path());
+    let fetched = second.fetch(&pinned, &Credentials::Anonymous).await.unwrap();
+    assert!(fetched.from_cache);
+    assert_eq!(*fetched.bytes, wasm);
+    assert_eq!(fetched.layer_digest, mimeo::sync::hash::digest_bytes(&wasm));
+    assert_eq!(
+        fetched.annotations["dev.mimeo.interface"],
+        "mimeo:transform@0.1.0"
+    );
+    assert_eq!(second.requests(), 0);
+
+    // A tag still needs the registry, which is gone.
+    let err = second.fetch(&tagged, &Credentials::Anonymous).await.unwrap_err();
+    assert_eq!(err.reason(), "RegistryUnreachable", "{err}");
+}
+
+#[tokio::test]
+async fn wrong_digests_and_oversized_artifacts_are_refused() {
+    let registry = registry().await;
+    let wasm = std::fs::read(filter_keys()).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let oci = oci(cache.path());
+    let a = reference(&registry, "plugins/a:1");
+    let b = reference(&registry, "plugins/b:1");
+    let digest_a = registry.push_wasm("plugins/a:1", &wasm).unwrap();
+    let digest_b = oci
+        .push(&wasm, &b, &Credentials::Anonymous, BTreeMap::new())
+        .await
+        .unwrap();
+    assert_ne!(digest_a, digest_b);
+
+    // `a:1` pinned to b's digest: the digest wins, and repository a has no such manifest.
+    let crossed = a.pinned(&digest_b);
+    let err = oci.fetch(&crossed, &Credentials::Anonymous).await.unwrap_err();
+    assert!(
+        matches!(err, OciError::DigestMismatch { .. } | OciError::NotFound { .. }),
+        "{err:?}"
+    );
+    let err = oci
+        .fetch(
+            &a.pinned(&mimeo::sync::hash::digest_bytes(b"nothing")),
+            &Credentials::Anonymous,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ArtifactNotFound", "{err}");
+    let err = oci
+        .resolve(
+            &reference(&registry, "plugins/a:missing"),
+            &Credentials::Anonymous,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ArtifactNotFound", "{err}");
+
+    // Too large: refused from the manifest's size, before the layer is asked for.
+    let small = tempfile::tempdir().unwrap();
+    let strict = Oci::new(OciSettings {
+        cache_dir: small.path().to_owned(),
+        max_artifact_bytes: 4096,
+        ..OciSettings::default()
+    })
+    .unwrap();
+    let err = strict
+        .fetch(&a.pinned(&digest_a), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, OciError::TooLarge { size, limit: 4096 } if size == wasm.len() as u64),
+        "{err:?}"
+    );
+    assert_eq!(err.reason(), "ArtifactTooLarge");
+    assert_eq!(strict.requests(), 1, "only the manifest was read");
+    let err = strict
+        .push(
+            &wasm,
+            &reference(&registry, "plugins/big:1"),
+            &Credentials::Anonymous,
+            BTreeMap::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ArtifactTooLarge");
+    assert!(
+        std::fs::read_dir(small.path().join("blobs/sha256"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "nothing refused is cached"
+    );
+}
