@@ -12,7 +12,8 @@ pub use crds::{all_crds, crds_yaml};
 pub use remote_cluster::{KubeconfigSecretRef, RemoteCluster, RemoteClusterSpec, RemoteClusterStatus};
 pub use rule::{
     ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, KeyFilter,
-    MetadataPolicy, RuleSpec, RuleStatus, Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
+    MetadataPolicy, PluginPin, PullSecretRef, RuleSpec, RuleStatus, Source, SourceRef, SyncRule,
+    SyncRuleSpec, Target, Transform,
 };
 
 /// The API group of every mimeo resource.

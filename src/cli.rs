@@ -325,6 +325,77 @@ pub struct RunArgs {
     pub allow_kinds: Vec<AllowedKind>,
     #[command(flatten)]
     pub plugins: PluginArgs,
+    #[command(flatten)]
+    pub oci: OciRunArgs,
+}
+
+/// How the controller fetches `oci://` plugins, and what it allows of them.
+#[derive(Args, Debug, Clone)]
+pub struct OciRunArgs {
+    /// Refuse `oci://` plugins named by tag: every one must be pinned with @sha256:<digest>.
+    #[arg(long, env = "MIMEO_PLUGIN_REQUIRE_DIGEST")]
+    pub plugin_require_digest: bool,
+    /// A registry (host[:port]) plugins may come from; repeat it or separate with commas.
+    /// Unset: any registry.
+    #[arg(
+        long = "plugin-allowed-registry",
+        env = "MIMEO_PLUGIN_ALLOWED_REGISTRIES",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    pub plugin_allowed_registries: Vec<String>,
+    /// A Docker config file ({"auths": ...}) with the controller's own registry credentials,
+    /// used for a registry none of a rule's pluginPullSecrets covers.
+    #[arg(long, env = "MIMEO_PLUGIN_REGISTRY_CONFIG", value_name = "PATH")]
+    pub plugin_registry_config: Option<PathBuf>,
+    /// A registry (host[:port]) reached over plain HTTP (loopback registries always are); repeat
+    /// it or separate with commas.
+    #[arg(
+        long = "plugin-insecure-registry",
+        env = "MIMEO_PLUGIN_INSECURE_REGISTRIES",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    pub plugin_insecure_registries: Vec<String>,
+    /// Directory for fetched artifacts, content-addressed and shared by all rules.
+    #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = std::env::temp_dir().join("mimeo-oci-cache"))]
+    pub artifact_cache_dir: PathBuf,
+    /// Most disk the artifact cache may use, in MiB; the least recently used go first.
+    #[arg(
+        long,
+        env = "MIMEO_ARTIFACT_CACHE_MIB",
+        default_value_t = 1024,
+        value_name = "MIB"
+    )]
+    pub artifact_cache_mib: u64,
+    /// Largest plugin artifact fetched, in MiB.
+    #[arg(
+        long,
+        env = "MIMEO_MAX_ARTIFACT_MIB",
+        default_value_t = 100,
+        value_name = "MIB"
+    )]
+    pub max_artifact_mib: u64,
+    /// Longest one registry exchange may take, in seconds.
+    #[arg(
+        long,
+        env = "MIMEO_REGISTRY_TIMEOUT_SECS",
+        default_value_t = 30,
+        value_name = "SECONDS"
+    )]
+    pub registry_timeout_secs: u64,
+}
+
+impl OciRunArgs {
+    pub fn settings(&self) -> crate::plugin::oci::OciSettings {
+        crate::plugin::oci::OciSettings {
+            cache_dir: self.artifact_cache_dir.clone(),
+            cache_max_bytes: self.artifact_cache_mib << 20,
+            max_artifact_bytes: self.max_artifact_mib << 20,
+            insecure_registries: self.plugin_insecure_registries.clone(),
+            timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
+        }
+    }
 }
 
 /// Where plugins come from and the limits they run under.

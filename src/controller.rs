@@ -13,10 +13,12 @@ mod watches;
 mod write;
 
 pub use error::Error;
+pub use plugins::OciPolicy;
 pub use rule::RuleResource;
 
 use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::metrics::Metrics;
+use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
 use crate::sync::kinds::{AllowedKind, default_allowed_kinds};
@@ -43,6 +45,10 @@ pub struct ControllerConfig {
     pub plugin_host: HostSettings,
     /// The kinds rules may sync; rules for others are refused. Empty means the defaults.
     pub allowed_kinds: Vec<AllowedKind>,
+    /// How `oci://` plugins are fetched and where they are kept.
+    pub oci: OciSettings,
+    /// What the installation allows of `oci://` plugins, and its own registry credentials.
+    pub oci_policy: OciPolicy,
 }
 
 /// What every reconcile shares.
@@ -108,7 +114,13 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), reporter),
         fleet: fleet.clone(),
         allowed_kinds,
-        plugins: plugins::Plugins::new(host, client.clone(), config.plugin_dir.clone()),
+        plugins: plugins::Plugins::new(
+            host,
+            client.clone(),
+            config.plugin_dir.clone(),
+            Oci::new(config.oci.clone()).map_err(|e| Error::PluginHost(e.to_string()))?,
+            config.oci_policy.clone(),
+        ),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -73,6 +73,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         plugin_dir: args.plugins.plugin_dir.clone(),
         plugin_host: args.plugins.host_settings(),
         allowed_kinds: args.allow_kinds,
+        oci: args.oci.settings(),
+        oci_policy: controller::OciPolicy {
+            require_digest: args.oci.plugin_require_digest,
+            allowed_registries: args.oci.plugin_allowed_registries.clone(),
+            docker_config: match &args.oci.plugin_registry_config {
+                Some(path) => Some(
+                    std::fs::read(path)
+                        .with_context(|| format!("reading the registry config {}", path.display()))?,
+                ),
+                None => None,
+            },
+        },
     };
     controller::run(client, config, metrics, readiness, stopped()).await?;
     let _ = server.await;

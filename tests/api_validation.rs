@@ -105,6 +105,15 @@ async fn valid_rules_are_accepted() {
             })),
         ),
         (
+            "SyncRule with an OCI plugin, a refresh interval and a pull secret",
+            sync_rule(json!({
+                "source": {"kind": "Secret", "name": "a"},
+                "targets": [{"namespace": "b"}],
+                "transforms": [{"plugin": "oci://registry.example/p:1", "refreshInterval": "1h30m"}],
+                "pluginPullSecrets": [{"name": "registry-pull"}],
+            })),
+        ),
+        (
             "ClusterSyncRule creating its target namespace in another cluster",
             cluster_sync_rule(json!({
                 "source": {"kind": "Secret", "namespace": "platform", "name": "pull-secret", "cluster": ""},
@@ -221,6 +230,30 @@ async fn invalid_rules_are_rejected_with_our_messages() {
             cluster_sync_rule(json!({"source": {"kind": "ClusterPolicy", "name": "a"},
                                      "targets": [{"namespace": "b", "cluster": "c"}]})),
             "a ClusterPolicy is cluster-scoped: its targets name clusters, not namespaces",
+        ),
+        (
+            "a pull secret in another namespace from a SyncRule",
+            sync_rule(
+                json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
+                             "pluginPullSecrets": [{"name": "p", "namespace": "elsewhere"}]}),
+            ),
+            "a SyncRule reads plugin pull secrets from its own namespace: remove pluginPullSecrets[].namespace",
+        ),
+        (
+            "a pull secret without a namespace in a ClusterSyncRule",
+            cluster_sync_rule(
+                json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
+                                     "targets": [{"namespace": "b"}], "pluginPullSecrets": [{"name": "p"}]}),
+            ),
+            "pluginPullSecrets[].namespace is required in a ClusterSyncRule: name the Secret's namespace",
+        ),
+        (
+            "a refresh interval that is not a duration",
+            sync_rule(
+                json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
+                             "transforms": [{"plugin": "oci://r.example/p:1", "refreshInterval": "daily"}]}),
+            ),
+            "spec.transforms[0].refreshInterval",
         ),
         (
             "createNamespace in a SyncRule",

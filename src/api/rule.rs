@@ -54,6 +54,24 @@ fn sync_rule_source_has_no_namespace() -> Rule {
         .field_path(".spec.source.namespace")
 }
 
+fn sync_rule_pull_secrets_are_its_own() -> Rule {
+    Rule::new(
+        "!has(self.spec.pluginPullSecrets) || self.spec.pluginPullSecrets.all(s, !has(s.__namespace__))",
+    )
+    .message(
+        "a SyncRule reads plugin pull secrets from its own namespace: remove pluginPullSecrets[].namespace",
+    )
+    .field_path(".spec.pluginPullSecrets")
+}
+
+fn cluster_rule_pull_secrets_have_namespaces() -> Rule {
+    Rule::new("!has(self.spec.pluginPullSecrets) || self.spec.pluginPullSecrets.all(s, has(s.__namespace__))")
+        .message(
+            "pluginPullSecrets[].namespace is required in a ClusterSyncRule: name the Secret's namespace",
+        )
+        .field_path(".spec.pluginPullSecrets")
+}
+
 fn sync_rule_creates_no_namespace() -> Rule {
     Rule::new("self.spec.targets.all(t, !has(t.createNamespace) || !t.createNamespace)")
         .message(
@@ -89,6 +107,7 @@ fn sync_rule_source_is_namespaced() -> Rule {
     validation = sync_rule_source_has_no_namespace(),
     validation = sync_rule_source_is_namespaced(),
     validation = sync_rule_creates_no_namespace(),
+    validation = sync_rule_pull_secrets_are_its_own(),
     validation = targets_need_namespace(),
 )]
 pub struct SyncRuleSpec {
@@ -112,6 +131,7 @@ pub struct SyncRuleSpec {
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = cluster_rule_source_needs_namespace(),
+    validation = cluster_rule_pull_secrets_have_namespaces(),
     validation = targets_need_namespace(),
     validation = cluster_scoped_targets_have_no_namespace(),
 )]
@@ -159,6 +179,10 @@ pub struct RuleSpec {
     /// Which of the source's labels and annotations travel to the copies. By default none do.
     #[serde(default, skip_serializing_if = "MetadataPolicy::is_empty")]
     pub metadata: MetadataPolicy,
+    /// Registry credentials for the `oci://` plugins of `transforms`, tried in order for each
+    /// plugin's registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugin_pull_secrets: Vec<PullSecretRef>,
 }
 
 /// The object, or set of objects, a rule copies.
@@ -243,6 +267,26 @@ pub struct Transform {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub config: Option<serde_json::Value>,
+    /// For an `oci://` plugin named by tag: how often the tag is resolved to a digest again,
+    /// such as `30s`, `10m` or `1h30m`. Unset: the digest recorded in the status is kept until
+    /// the rule changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(s|m|h))+$"))]
+    pub refresh_interval: Option<String>,
+}
+
+/// A Secret of type `kubernetes.io/dockerconfigjson` holding registry credentials for `oci://`
+/// plugins.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullSecretRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Only in a `ClusterSyncRule` (where it is required): a `SyncRule` reads pull secrets from
+    /// its own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
 }
 
 fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -329,6 +373,22 @@ pub struct RuleStatus {
     /// longer matches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<CopyStatus>,
+    /// The digest each `oci://` plugin was resolved to, and when: the artifact that runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<PluginPin>,
+}
+
+/// An `oci://` plugin of the rule, pinned to the digest it was resolved to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginPin {
+    /// The reference as `transforms[].plugin` names it.
+    pub plugin: String,
+    /// The manifest digest it stands for (`sha256:...`), verified on every download.
+    pub digest: String,
+    /// When a tag was last resolved; unset for a reference pinned by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// One copy in a rule's inventory.

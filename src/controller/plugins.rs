@@ -1,17 +1,23 @@
 //! Plugins for the reconcile loop: resolving `transforms` to loaded plugins (reading files and
-//! ConfigMaps, compiling off the async runtime), checking their configs once, and running a
-//! chain on a copy behind a concurrency limit.
+//! ConfigMaps, fetching OCI artifacts, compiling off the async runtime), checking their configs
+//! once, and running a chain on a copy behind a concurrency limit.
+//!
+//! An `oci://` plugin named by tag is resolved to a digest once and pinned in the rule's status;
+//! the pin is kept until the rule changes or its `refreshInterval` passes, so a restart with a
+//! warm artifact cache asks no registry anything.
 
-use crate::api::Transform;
+use crate::api::{PluginPin, PullSecretRef, Transform};
+use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_from_docker_config};
 use crate::plugin::source::{PluginSource, parse};
 use crate::plugin::{ChainError, ChainOutcome, Plugin, PluginHost, TransformContext};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::Api;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tokio::sync::Semaphore;
 
 /// A transform chain ready to run: each plugin with its config as JSON.
@@ -19,10 +25,96 @@ pub type Chain = Vec<(Arc<Plugin>, String)>;
 
 /// Why a rule's chain cannot be set up.
 #[derive(Debug, thiserror::Error)]
-#[error("plugin {reference}: {reason}")]
+#[error("plugin {reference}: {message}")]
 pub struct ChainProblem {
     pub reference: String,
-    pub reason: String,
+    /// The `Ready` condition's reason: `PluginUnavailable`, or what went wrong with a registry.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// A chain with what it pinned, and when a pinned tag is due to be resolved again.
+pub struct ResolvedChain {
+    pub chain: Chain,
+    pub pins: Vec<PluginPin>,
+    pub refresh_in: Option<Duration>,
+}
+
+/// What an installation allows of `oci://` plugins, and its own registry credentials.
+#[derive(Clone, Debug, Default)]
+pub struct OciPolicy {
+    /// Refuse plugins named by tag: every `oci://` plugin must carry `@sha256:...`.
+    pub require_digest: bool,
+    /// Registries (`host[:port]`) plugins may come from; empty: any.
+    pub allowed_registries: Vec<String>,
+    /// A Docker config (`{"auths": ...}`) with the controller's own registry credentials, used
+    /// when a rule's pull secrets have none for a registry.
+    pub docker_config: Option<Vec<u8>>,
+}
+
+/// Whether the installation allows this reference.
+fn allowed(reference: &OciReference, policy: &OciPolicy) -> Result<(), (&'static str, String)> {
+    if !policy.allowed_registries.is_empty()
+        && !policy.allowed_registries.iter().any(|r| r == &reference.registry)
+    {
+        return Err((
+            "PluginRegistryNotAllowed",
+            format!(
+                "registry {} is not among the registries this installation allows plugins from ({})",
+                reference.registry,
+                policy.allowed_registries.join(", ")
+            ),
+        ));
+    }
+    if policy.require_digest && reference.digest.is_none() {
+        return Err((
+            "PluginDigestRequired",
+            "this installation requires plugins pinned by digest: write the reference as \
+             oci://registry/repository@sha256:<digest>"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a duration such as `30s`, `10m` or `1h30m`.
+pub fn parse_interval(text: &str) -> Option<Duration> {
+    let mut total = 0u64;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: u64 = number.parse().ok()?;
+        number.clear();
+        total += n * match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            _ => return None,
+        };
+    }
+    (number.is_empty() && total > 0).then(|| Duration::from_secs(total))
+}
+
+/// Whether a recorded pin still stands: the rule is unchanged since, and its refresh interval
+/// (if any) has not passed. Returns the time left until it is due, when there is an interval.
+fn pin_stands(
+    pin: &PluginPin,
+    spec_changed: bool,
+    refresh: Option<Duration>,
+    now: SystemTime,
+) -> Option<Option<Duration>> {
+    if spec_changed {
+        return None;
+    }
+    let Some(interval) = refresh else {
+        return Some(None);
+    };
+    let resolved: SystemTime = pin.resolved_at.as_ref()?.0.into();
+    let age = now.duration_since(resolved).unwrap_or_default();
+    interval.checked_sub(age).filter(|left| !left.is_zero()).map(Some)
 }
 
 /// A plugin file as loaded: its modification time and length, and the plugin.
@@ -32,6 +124,10 @@ pub struct Plugins {
     host: Arc<PluginHost>,
     client: Client,
     plugin_dir: Option<PathBuf>,
+    oci: Arc<Oci>,
+    policy: OciPolicy,
+    /// OCI plugins already compiled, by manifest digest.
+    artifacts: Mutex<HashMap<String, Arc<Plugin>>>,
     /// Files already loaded, by path, modification time and length: no re-hashing per reconcile.
     files: Mutex<HashMap<PathBuf, LoadedFile>>,
     /// (digest, config) pairs the plugin accepted.
@@ -44,32 +140,67 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Plugins {
-    pub fn new(host: PluginHost, client: Client, plugin_dir: Option<PathBuf>) -> Self {
+    pub fn new(
+        host: PluginHost,
+        client: Client,
+        plugin_dir: Option<PathBuf>,
+        oci: Oci,
+        policy: OciPolicy,
+    ) -> Self {
         let permits = host.settings().concurrency.max(1) as usize;
         Plugins {
             host: Arc::new(host),
             client,
             plugin_dir,
+            oci: Arc::new(oci),
+            policy,
+            artifacts: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             accepted_configs: Mutex::new(HashSet::new()),
             calls: Arc::new(Semaphore::new(permits)),
         }
     }
 
-    /// Loads every plugin of a rule's `transforms` and checks its config.
+    /// Loads every plugin of a rule's `transforms` and checks its config. `pins` are the digests
+    /// the rule's status recorded; `spec_changed` says the rule changed since they were.
     pub async fn chain(
         &self,
         transforms: &[Transform],
         rule_namespace: Option<&str>,
-    ) -> Result<Chain, ChainProblem> {
+        pull_secrets: &[PullSecretRef],
+        pins: &[PluginPin],
+        spec_changed: bool,
+    ) -> Result<ResolvedChain, ChainProblem> {
         let mut chain = Vec::with_capacity(transforms.len());
+        let mut new_pins = Vec::new();
+        let mut refresh_in: Option<Duration> = None;
         for transform in transforms {
-            let problem = |reason: String| ChainProblem {
+            let problem = |message: String| ChainProblem {
                 reference: transform.plugin.clone(),
-                reason,
+                reason: "PluginUnavailable",
+                message,
             };
             let source = parse(&transform.plugin, rule_namespace).map_err(&problem)?;
-            let plugin = self.load(&transform.plugin, &source).await.map_err(&problem)?;
+            let plugin = match &source {
+                PluginSource::Oci(reference) => {
+                    let (plugin, pin, due) = self
+                        .load_oci(
+                            transform,
+                            reference,
+                            rule_namespace,
+                            pull_secrets,
+                            pins,
+                            spec_changed,
+                        )
+                        .await?;
+                    new_pins.push(pin);
+                    if let Some(due) = due {
+                        refresh_in = Some(refresh_in.map_or(due, |r| r.min(due)));
+                    }
+                    plugin
+                }
+                _ => self.load(&transform.plugin, &source).await.map_err(&problem)?,
+            };
             let config = match &transform.config {
                 Some(value) => value.to_string(),
                 None => "{}".to_owned(),
@@ -85,7 +216,137 @@ impl Plugins {
             }
             chain.push((plugin, config));
         }
-        Ok(chain)
+        Ok(ResolvedChain {
+            chain,
+            pins: new_pins,
+            refresh_in,
+        })
+    }
+
+    /// An `oci://` plugin: allowed by the installation, pinned to a digest (the recorded one if
+    /// it still stands), fetched (from the cache when there) and compiled once per digest.
+    async fn load_oci(
+        &self,
+        transform: &Transform,
+        reference: &OciReference,
+        rule_namespace: Option<&str>,
+        pull_secrets: &[PullSecretRef],
+        pins: &[PluginPin],
+        spec_changed: bool,
+    ) -> Result<(Arc<Plugin>, PluginPin, Option<Duration>), ChainProblem> {
+        let name = transform.plugin.clone();
+        let problem = |reason: &'static str, message: String| ChainProblem {
+            reference: name.clone(),
+            reason,
+            message,
+        };
+        let registry_problem = |e: OciError| problem(e.reason(), e.to_string());
+        allowed(reference, &self.policy).map_err(|(reason, message)| problem(reason, message))?;
+        let credentials = self
+            .credentials(reference, rule_namespace, pull_secrets)
+            .await
+            .map_err(|(reason, message)| problem(reason, message))?;
+        let refresh = transform.refresh_interval.as_deref().and_then(parse_interval);
+        let now = SystemTime::now();
+        let (pin, due) = match &reference.digest {
+            Some(digest) => (
+                PluginPin {
+                    plugin: name.clone(),
+                    digest: digest.clone(),
+                    resolved_at: None,
+                },
+                None,
+            ),
+            None => {
+                let recorded = pins.iter().find(|p| p.plugin == name);
+                match recorded.and_then(|p| pin_stands(p, spec_changed, refresh, now).map(|d| (p, d))) {
+                    Some((pin, due)) => (pin.clone(), due),
+                    None => {
+                        let digest = self
+                            .oci
+                            .resolve(reference, &credentials)
+                            .await
+                            .map_err(registry_problem)?;
+                        let pin = PluginPin {
+                            plugin: name.clone(),
+                            digest,
+                            resolved_at: k8s_openapi::jiff::Timestamp::try_from(now).ok().map(Time),
+                        };
+                        (pin, refresh)
+                    }
+                }
+            }
+        };
+        if let Some(plugin) = lock(&self.artifacts).get(&pin.digest) {
+            return Ok((plugin.clone(), pin, due));
+        }
+        let fetched = self
+            .oci
+            .fetch(&reference.pinned(&pin.digest), &credentials)
+            .await
+            .map_err(registry_problem)?;
+        let plugin = self
+            .compile(&name, fetched.bytes.to_vec())
+            .await
+            .map_err(|e| problem("PluginUnavailable", e))?;
+        lock(&self.artifacts).insert(pin.digest.clone(), plugin.clone());
+        Ok((plugin, pin, due))
+    }
+
+    /// Credentials for a registry: the first of the rule's pull secrets with an entry for it, else
+    /// the controller's own, else none.
+    async fn credentials(
+        &self,
+        reference: &OciReference,
+        rule_namespace: Option<&str>,
+        pull_secrets: &[PullSecretRef],
+    ) -> Result<Credentials, (&'static str, String)> {
+        for secret in pull_secrets {
+            let Some(namespace) = secret.namespace.as_deref().or(rule_namespace) else {
+                continue;
+            };
+            let found = Api::<Secret>::namespaced(self.client.clone(), namespace)
+                .get_opt(&secret.name)
+                .await
+                .map_err(|e| {
+                    (
+                        "PluginPullSecretUnreadable",
+                        format!("reading pull secret {namespace}/{}: {e}", secret.name),
+                    )
+                })?
+                .ok_or_else(|| {
+                    (
+                        "PluginPullSecretNotFound",
+                        format!("pull secret {namespace}/{} does not exist", secret.name),
+                    )
+                })?;
+            let Some(config) = found.data.and_then(|mut d| d.remove(".dockerconfigjson")) else {
+                return Err((
+                    "PluginPullSecretInvalid",
+                    format!(
+                        "pull secret {namespace}/{} has no .dockerconfigjson key (a Secret of type \
+                         kubernetes.io/dockerconfigjson)",
+                        secret.name
+                    ),
+                ));
+            };
+            match credentials_from_docker_config(&config.0, &reference.registry) {
+                Ok(Some(credentials)) => return Ok(credentials),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err((
+                        "PluginPullSecretInvalid",
+                        format!("pull secret {namespace}/{}: {e}", secret.name),
+                    ));
+                }
+            }
+        }
+        if let Some(config) = &self.policy.docker_config
+            && let Ok(Some(credentials)) = credentials_from_docker_config(config, &reference.registry)
+        {
+            return Ok(credentials);
+        }
+        Ok(Credentials::Anonymous)
     }
 
     async fn load(&self, reference: &str, source: &PluginSource) -> Result<Arc<Plugin>, String> {
@@ -112,6 +373,7 @@ impl Plugins {
                 lock(&self.files).insert(path, (stamp.0, stamp.1, plugin.clone()));
                 Ok(plugin)
             }
+            PluginSource::Oci(reference) => Err(format!("{reference}: loaded through the registry")),
             PluginSource::ConfigMap { namespace, name, key } => {
                 let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
                 let cm = api
@@ -152,5 +414,63 @@ impl Plugins {
                 error: crate::plugin::PluginError::Host(e.to_string()),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_interval("1h30m"), Some(Duration::from_secs(5400)));
+        for bad in ["", "10", "m", "5d", "0s", "1.5h"] {
+            assert_eq!(parse_interval(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pins_stand_until_the_rule_changes_or_the_interval_passes() {
+        let now = SystemTime::now();
+        let pin = |age: u64| PluginPin {
+            plugin: "oci://r/p:1".into(),
+            digest: "sha256:aa".into(),
+            resolved_at: k8s_openapi::jiff::Timestamp::try_from(now - Duration::from_secs(age))
+                .ok()
+                .map(Time),
+        };
+        assert_eq!(pin_stands(&pin(10), false, None, now), Some(None));
+        assert_eq!(pin_stands(&pin(10), true, None, now), None, "the rule changed");
+        let left = pin_stands(&pin(10), false, Some(Duration::from_secs(60)), now).unwrap();
+        assert!(left.unwrap() <= Duration::from_secs(50));
+        assert_eq!(
+            pin_stands(&pin(90), false, Some(Duration::from_secs(60)), now),
+            None,
+            "due again"
+        );
+    }
+
+    #[test]
+    fn the_installation_decides_registries_and_digests() {
+        let tagged: OciReference = "oci://registry.example/p:1".parse().unwrap();
+        let pinned = tagged.pinned(&format!("sha256:{}", "a".repeat(64)));
+        let open = OciPolicy::default();
+        assert!(allowed(&tagged, &open).is_ok());
+        let strict = OciPolicy {
+            require_digest: true,
+            allowed_registries: vec!["registry.example".into()],
+            docker_config: None,
+        };
+        assert_eq!(allowed(&tagged, &strict).unwrap_err().0, "PluginDigestRequired");
+        assert!(allowed(&pinned, &strict).is_ok());
+        let other: OciReference = "oci://elsewhere.example/p@sha256:bb"
+            .replace("bb", &"b".repeat(64))
+            .parse()
+            .unwrap();
+        assert_eq!(
+            allowed(&other, &strict).unwrap_err().0,
+            "PluginRegistryNotAllowed"
+        );
     }
 }

@@ -202,23 +202,32 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     };
 
     // The transform chain: every plugin loaded and its config accepted, or nothing changes.
-    let chain = match ctx
+    // Recorded pins stand while the rule is unchanged since they were recorded.
+    let spec_changed = previous.and_then(|p| p.observed_generation) != rule.meta().generation;
+    let resolved = match ctx
         .plugins
-        .chain(&spec.transforms, key.namespace.as_deref())
+        .chain(
+            &spec.transforms,
+            key.namespace.as_deref(),
+            &spec.plugin_pull_secrets,
+            previous.map(|p| p.plugins.as_slice()).unwrap_or_default(),
+            spec_changed,
+        )
         .await
     {
-        Ok(chain) => chain,
+        Ok(resolved) => resolved,
         Err(problem) => {
             let ready = Readiness {
                 ready: false,
-                reason: "PluginUnavailable".into(),
+                reason: problem.reason.into(),
                 message: problem.to_string(),
             };
             refuse(&*rule, ctx, previous, ready).await?;
-            // A plugin file or ConfigMap that appears later is noticed on the next look.
+            // A plugin file, ConfigMap or artifact that appears later is noticed on the next look.
             return Ok(Action::requeue(RETRY_FAILED));
         }
     };
+    let chain = resolved.chain;
 
     // Which clusters: the source's, every target's, and every one that still holds copies.
     let mut by_cluster =
@@ -928,8 +937,11 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         source_hash,
         copies: Some(format!("{synced}/{}", inventory.len())),
         targets: inventory,
+        plugins: resolved.pins,
         ..Default::default()
     };
+    // A pinned tag due to be resolved again brings the next look forward.
+    let next_look = resolved.refresh_in.map_or(next_look, |due| next_look.min(due));
     write_status(
         &*rule,
         ctx,

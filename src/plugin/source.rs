@@ -1,5 +1,6 @@
 //! Where a plugin comes from, as a rule's `transforms[].plugin` names it.
 
+use super::oci::OciReference;
 use std::path::{Component, Path, PathBuf};
 
 /// A parsed plugin reference.
@@ -13,6 +14,9 @@ pub enum PluginSource {
         name: String,
         key: String,
     },
+    /// `oci://<registry>/<repository>:<tag>` or `...@sha256:<digest>`: a Wasm artifact in an
+    /// OCI registry.
+    Oci(OciReference),
 }
 
 /// Parses a reference. `rule_namespace` is the namespace of a `SyncRule` (which may read plugins
@@ -51,13 +55,13 @@ pub fn parse(reference: &str, rule_namespace: Option<&str>) -> Result<PluginSour
         });
     }
     if reference.starts_with("oci://") {
-        return Err(format!(
-            "{reference}: plugins from OCI registries are not supported by this version of mimeo yet; \
-             use file:// or configmap://"
-        ));
+        return reference
+            .parse::<OciReference>()
+            .map(PluginSource::Oci)
+            .map_err(|e| e.to_string());
     }
     Err(format!(
-        "{reference}: a plugin reference starts with file:// or configmap://"
+        "{reference}: a plugin reference starts with file://, configmap:// or oci://"
     ))
 }
 
@@ -87,6 +91,13 @@ mod tests {
             parse("configmap://other/plugins/f.wasm", None).is_ok(),
             "cluster rules may read any namespace"
         );
+        let Ok(PluginSource::Oci(oci)) = parse("oci://registry.example/team/p:1.0", Some("a")) else {
+            panic!("an OCI reference")
+        };
+        assert_eq!(
+            (oci.registry.as_str(), oci.repository.as_str(), oci.tag.as_deref()),
+            ("registry.example", "team/p", Some("1.0"))
+        );
         let refused = [
             ("file:///etc/passwd", "relative path"),
             ("file://../x.wasm", "relative path"),
@@ -97,7 +108,7 @@ mod tests {
                 "configmap://platform/plugins",
                 "configmap://<namespace>/<name>/<key>",
             ),
-            ("oci://registry.example/p:1", "not supported by this version"),
+            ("oci://registry.example/p", "invalid OCI reference"),
             ("https://example/p.wasm", "starts with file://"),
         ];
         for (reference, why) in refused {

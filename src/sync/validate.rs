@@ -167,6 +167,7 @@ mod tests {
         transformed.transforms.push(Transform {
             plugin: "file://x.wasm".into(),
             config: None,
+            refresh_interval: None,
         });
         assert!(
             check(&transformed, &defaults).is_ok(),

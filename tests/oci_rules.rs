@@ -1,0 +1,338 @@
+//! Rules running `oci://` plugins, against a real apiserver and a real registry (Debian's
+//! docker-registry), with artifacts pushed by oras: by tag and by digest, pinned in status,
+//! served from the cache after a restart with the registry gone, every failure as a condition
+//! that writes nothing, and recovery without a restart.
+
+mod common;
+
+use common::{Harness, eventually, secret_value};
+use kube::api::{Api, Patch, PatchParams};
+use mimeo::api::SyncRule;
+use mimeo::controller::{ControllerConfig, OciPolicy};
+use mimeo::plugin::oci::OciSettings;
+use mimeo_envtest::Registry;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn plugin_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(common::plugin_dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A controller whose compiled-plugin and artifact caches live in `dir`.
+fn config(dir: &Path, policy: OciPolicy) -> ControllerConfig {
+    let mut config = ControllerConfig {
+        oci: OciSettings {
+            cache_dir: dir.join("artifacts"),
+            ..Default::default()
+        },
+        oci_policy: policy,
+        ..Default::default()
+    };
+    config.plugin_host.cache_dir = dir.join("compiled");
+    config
+}
+
+fn filter_rule(name: &str, plugin: &str) -> Value {
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+           "metadata": {"name": name, "namespace": "platform"},
+           "spec": {"source": {"kind": "Secret", "name": "creds"},
+                    "targets": [{"namespace": "tenant", "name": name}],
+                    "transforms": [{"plugin": plugin, "config": {"include": ["keep"]}}]}})
+}
+
+async fn setup(h: &Harness) {
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("tenant", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    h.put_secret("platform", "creds", &[("keep", "k1"), ("drop", "d1")])
+        .await;
+}
+
+/// Waits for the filtered copy `tenant/<name>` holding `keep`; returns when it appeared.
+async fn wait_filtered(h: &Harness, name: &str, keep: &str) -> Instant {
+    eventually(&format!("filtered copy {name}"), || async {
+        let copy = h.secrets("tenant").get_opt(name).await.ok()??;
+        (secret_value(&copy, "keep").as_deref() == Some(keep) && secret_value(&copy, "drop").is_none())
+            .then(Instant::now)
+    })
+    .await
+}
+
+/// When the copy `tenant/<name>` carries the Python plugin's annotation, if it does.
+async fn annotated(h: &Harness, name: &str) -> Option<Instant> {
+    let copy = h.secrets("tenant").get_opt(name).await.ok()??;
+    (copy.metadata.annotations?.get("example.com/by")? == "python").then(Instant::now)
+}
+
+async fn pins(h: &Harness, name: &str) -> Vec<(String, String)> {
+    let rule = h.rule("platform", name).await.unwrap();
+    rule.status
+        .map(|s| s.plugins.into_iter().map(|p| (p.plugin, p.digest)).collect())
+        .unwrap_or_default()
+}
+
+/// By tag and by digest; the tag pinned in status; after a restart with the registry gone the
+/// rules still run from the cache; and the time to a first copy, cold and warm.
+#[tokio::test]
+async fn rules_run_plugins_from_a_registry_and_then_from_the_cache() {
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
+    setup(&h).await;
+    let host = registry.host();
+    let rust = registry
+        .push_wasm("plugins/filter-keys:1.0", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let python = registry
+        .push_wasm(
+            "plugins/add-annotation-python:0.1",
+            &plugin_bytes("add-annotation-python.wasm"),
+        )
+        .unwrap();
+
+    // Cold: nothing cached, nothing compiled.
+    let by_tag = format!("oci://{host}/plugins/filter-keys:1.0");
+    let started = Instant::now();
+    h.apply(filter_rule("by-tag", &by_tag)).await;
+    let cold_rust = wait_filtered(&h, "by-tag", "k1").await - started;
+    let python_rule = |name: &str| {
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+               "metadata": {"name": name, "namespace": "platform"},
+               "spec": {"source": {"kind": "Secret", "name": "creds"},
+                        "targets": [{"namespace": "tenant", "name": name}],
+                        "transforms": [{"plugin": format!("oci://{host}/plugins/add-annotation-python:0.1"),
+                                        "config": {"key": "example.com/by", "value": "python"}}]}})
+    };
+    let started = Instant::now();
+    h.apply(python_rule("python-cold")).await;
+    let cold_python = eventually("python copy", || annotated(&h, "python-cold")).await - started;
+    assert_eq!(pins(&h, "by-tag").await, [(by_tag.clone(), rust.clone())]);
+
+    let by_digest = format!("oci://{host}/plugins/filter-keys@{rust}");
+    h.apply(filter_rule("by-digest", &by_digest)).await;
+    wait_filtered(&h, "by-digest", "k1").await;
+    assert_eq!(pins(&h, "by-digest").await, [(by_digest.clone(), rust.clone())]);
+
+    // Warm: a restarted controller (caches on disk, nothing in memory), a new rule per plugin.
+    h.stop_controller().await;
+    h.start_controller().await;
+    let started = Instant::now();
+    h.apply(filter_rule("warm", &by_tag)).await;
+    let warm_rust = wait_filtered(&h, "warm", "k1").await - started;
+    let started = Instant::now();
+    h.apply(python_rule("python-warm")).await;
+    let warm_python = eventually("warm python copy", || annotated(&h, "python-warm")).await - started;
+
+    // A restart with the registry gone: pinned tags and digests all come from the cache.
+    h.stop_controller().await;
+    drop(registry);
+    h.start_controller().await;
+    h.put_secret("platform", "creds", &[("keep", "k2"), ("drop", "d2")])
+        .await;
+    for name in ["by-tag", "by-digest", "warm"] {
+        wait_filtered(&h, name, "k2").await;
+    }
+    let ready = h.wait_ready("platform", "by-tag", "True", "Synced").await;
+    assert_eq!(ready.status.unwrap().plugins[0].digest, rust);
+    eprintln!(
+        "rule creation to first copy: Rust filter-keys cold {cold_rust:.2?} warm {warm_rust:.2?}; \
+         Python add-annotation cold {cold_python:.2?} warm {warm_python:.2?} (python digest {python})"
+    );
+}
+
+/// Every failure gives the rule a condition naming the plugin and the cause, writes nothing new,
+/// leaves existing copies as they are, and clears up without a restart once fixed.
+#[tokio::test]
+async fn registry_failures_are_conditions_and_clear_up() {
+    let registry = Registry::start_with_auth("puller", "pull-secret-distinctive")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let open = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = config(dir.path(), OciPolicy::default());
+    settings.oci.max_artifact_bytes = 2 << 20;
+    let h = Harness::start_with(settings).await;
+    setup(&h).await;
+    let (host, open_host) = (registry.host(), open.host());
+    let filter = plugin_bytes("filter-keys.wasm");
+    open.push_wasm("plugins/filter-keys:1.0", &filter).unwrap();
+
+    let refused = |name: &'static str, reason: &'static str| {
+        let h = &h;
+        async move {
+            let rule = h.wait_ready("platform", name, "False", reason).await;
+            let message = rule.status.unwrap().conditions[0].message.clone();
+            assert!(message.contains("plugin oci://"), "{name}: {message}");
+            assert!(
+                h.secrets("tenant").get_opt(name).await.unwrap().is_none(),
+                "{name}: a copy was written"
+            );
+            assert!(!message.contains("pull-secret-distinctive"), "a password leaked");
+            eprintln!("{name}: {reason}: {message}");
+        }
+    };
+
+    h.apply(filter_rule(
+        "unreachable",
+        "oci://127.0.0.1:1/plugins/filter-keys:1.0",
+    ))
+    .await;
+    refused("unreachable", "RegistryUnreachable").await;
+
+    h.apply(filter_rule(
+        "missing",
+        &format!("oci://{open_host}/plugins/filter-keys:2.0"),
+    ))
+    .await;
+    refused("missing", "ArtifactNotFound").await;
+
+    h.apply(filter_rule(
+        "locked",
+        &format!("oci://{host}/plugins/filter-keys:1.0"),
+    ))
+    .await;
+    refused("locked", "RegistryUnauthorized").await;
+
+    let tarball = tempfile::tempdir().unwrap();
+    std::fs::write(tarball.path().join("notes.txt"), "not a plugin").unwrap();
+    let status = open
+        .oras_command(&[
+            "push",
+            &format!("{open_host}/plugins/notes:1"),
+            "notes.txt:text/plain",
+        ])
+        .unwrap()
+        .current_dir(tarball.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    h.apply(filter_rule(
+        "notes",
+        &format!("oci://{open_host}/plugins/notes:1"),
+    ))
+    .await;
+    refused("notes", "WrongMediaType").await;
+
+    // A core module, not a component, in the right layout.
+    open.push_wasm("plugins/core:1", b"\0asm\x01\0\0\0").unwrap();
+    h.apply(filter_rule("core", &format!("oci://{open_host}/plugins/core:1")))
+        .await;
+    refused("core", "PluginUnavailable").await;
+
+    // A component (an empty one) that implements no mimeo interface version.
+    open.push_wasm("plugins/empty:1", b"\0asm\x0d\0\x01\0").unwrap();
+    h.apply(filter_rule(
+        "empty",
+        &format!("oci://{open_host}/plugins/empty:1"),
+    ))
+    .await;
+    refused("empty", "PluginUnavailable").await;
+    let empty = h.rule("platform", "empty").await.unwrap();
+    assert!(
+        empty.status.unwrap().conditions[0]
+            .message
+            .contains("does not export mimeo:transform/transformer")
+    );
+
+    open.push_wasm("plugins/huge:1", &vec![0u8; 3 << 20]).unwrap();
+    h.apply(filter_rule("huge", &format!("oci://{open_host}/plugins/huge:1")))
+        .await;
+    refused("huge", "ArtifactTooLarge").await;
+
+    // A working rule whose plugin is changed to a missing one keeps its copy as it was.
+    h.apply(filter_rule(
+        "kept",
+        &format!("oci://{open_host}/plugins/filter-keys:1.0"),
+    ))
+    .await;
+    wait_filtered(&h, "kept", "k1").await;
+    h.apply(filter_rule(
+        "kept",
+        &format!("oci://{open_host}/plugins/filter-keys:9.9"),
+    ))
+    .await;
+    h.wait_ready("platform", "kept", "False", "ArtifactNotFound")
+        .await;
+    h.put_secret("platform", "creds", &[("keep", "k2"), ("drop", "d2")])
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept = h.secrets("tenant").get("kept").await.unwrap();
+    assert_eq!(
+        secret_value(&kept, "keep").as_deref(),
+        Some("k1"),
+        "nothing new is written"
+    );
+
+    // Recovery: the missing tag is pushed; the locked registry gets a pull secret.
+    open.push_wasm("plugins/filter-keys:2.0", &filter).unwrap();
+    wait_filtered(&h, "missing", "k2").await;
+    registry.push_wasm("plugins/filter-keys:1.0", &filter).unwrap();
+    let auth = format!(
+        "{{\"auths\": {{\"{host}\": {{\"username\": \"puller\", \"password\": \"pull-secret-distinctive\"}}}}}}"
+    );
+    let pull_secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry-pull", "namespace": "platform"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": auth},
+    }))
+    .unwrap();
+    h.secrets("platform")
+        .patch(
+            "registry-pull",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&pull_secret),
+        )
+        .await
+        .unwrap();
+    let mut locked = filter_rule("locked", &format!("oci://{host}/plugins/filter-keys:1.0"));
+    locked["spec"]["pluginPullSecrets"] = json!([{"name": "registry-pull"}]);
+    h.apply(locked).await;
+    wait_filtered(&h, "locked", "k2").await;
+    let status = serde_json::to_string(
+        &Api::<SyncRule>::namespaced(h.client.clone(), "platform")
+            .get("locked")
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(!status.contains("pull-secret-distinctive"));
+}
+
+/// The installation may require digests and limit registries.
+#[tokio::test]
+async fn the_installation_requires_digests_and_limits_registries() {
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let policy = OciPolicy {
+        require_digest: true,
+        allowed_registries: vec![registry.host()],
+        docker_config: None,
+    };
+    let h = Harness::start_with(config(dir.path(), policy)).await;
+    setup(&h).await;
+    let host = registry.host();
+    let digest = registry
+        .push_wasm("plugins/filter-keys:1.0", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    h.apply(filter_rule(
+        "tagged",
+        &format!("oci://{host}/plugins/filter-keys:1.0"),
+    ))
+    .await;
+    h.wait_ready("platform", "tagged", "False", "PluginDigestRequired")
+        .await;
+    h.apply(filter_rule(
+        "elsewhere",
+        &format!("oci://registry.example/plugins/filter-keys@{digest}"),
+    ))
+    .await;
+    h.wait_ready("platform", "elsewhere", "False", "PluginRegistryNotAllowed")
+        .await;
+    h.apply(filter_rule(
+        "pinned",
+        &format!("oci://{host}/plugins/filter-keys@{digest}"),
+    ))
+    .await;
+    wait_filtered(&h, "pinned", "k1").await;
+}
