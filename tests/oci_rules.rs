@@ -336,3 +336,52 @@ async fn the_installation_requires_digests_and_limits_registries() {
     .await;
     wait_filtered(&h, "pinned", "k1").await;
 }
+
+/// A tag moved to another artifact is picked up when the rule's `refreshInterval` passes; a
+/// rule without one stays on the digest it pinned.
+#[tokio::test]
+async fn a_moved_tag_is_followed_only_when_the_rule_asks() {
+    use mimeo::plugin::oci::{Credentials, Oci, OciReference};
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
+    setup(&h).await;
+    let host = registry.host();
+    let filter = plugin_bytes("filter-keys.wasm");
+    let first = registry.push_wasm("plugins/filter-keys:stable", &filter).unwrap();
+    let tag = format!("oci://{host}/plugins/filter-keys:stable");
+    let mut refreshed = filter_rule("refreshed", &tag);
+    refreshed["spec"]["transforms"][0]["refreshInterval"] = json!("2s");
+    h.apply(refreshed).await;
+    h.apply(filter_rule("pinned", &tag)).await;
+    wait_filtered(&h, "refreshed", "k1").await;
+    wait_filtered(&h, "pinned", "k1").await;
+    assert_eq!(pins(&h, "refreshed").await[0].1, first);
+
+    // The same component pushed again with a description: another manifest under the same tag.
+    let pusher = Oci::new(OciSettings {
+        cache_dir: dir.path().join("pusher"),
+        ..Default::default()
+    })
+    .unwrap();
+    let reference: OciReference = tag.parse().unwrap();
+    let annotations = [(
+        "org.opencontainers.image.description".to_owned(),
+        "filter-keys, pushed again".to_owned(),
+    )]
+    .into();
+    let second = pusher
+        .push(&filter, &reference, &Credentials::Anonymous, annotations)
+        .await
+        .unwrap();
+    assert_ne!(first, second);
+    eventually("the refreshed rule pins the moved tag", || async {
+        (pins(&h, "refreshed").await[0].1 == second).then_some(())
+    })
+    .await;
+    assert_eq!(
+        pins(&h, "pinned").await[0].1,
+        first,
+        "no refreshInterval: the pin stays"
+    );
+}
