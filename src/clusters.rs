@@ -87,8 +87,27 @@ pub fn classify(error: &kube::Error) -> KubeconfigProblem {
             "Unauthorized",
             format!("the credentials lack permission (403): {}", e.message),
         ),
-        other => problem("Unreachable", format!("the cluster cannot be reached: {other}")),
+        other => problem(
+            "Unreachable",
+            format!("the cluster cannot be reached: {}", with_causes(other)),
+        ),
     }
+}
+
+/// An error with the chain of its causes, which name what failed (a refused connection, an
+/// untrusted certificate) where the error itself says only "client error".
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let more = next.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = next.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -514,7 +514,11 @@ async fn clusters_refuse_what_they_must_and_credentials_rotate() {
         CopyState::Unreachable,
     )
     .await;
-    eprintln!("wrong CA: {:?}", wrong_ca.message);
+    let wrong_ca = wrong_ca.message.unwrap();
+    assert!(
+        wrong_ca.to_lowercase().contains("certificate"),
+        "the message names the certificate: {wrong_ca}"
+    );
     let unknown_token = wait_copy_state(
         &h,
         rule,

@@ -1006,7 +1006,8 @@ fn failure(ctx: &Context, cluster: &Option<String>, doing: &str, error: &kube::E
             short_message(&format!("RemoteCluster {name}: {doing}: {error}")),
         ),
         _ => {
-            ctx.fleet.report_unreachable(name, &error.to_string());
+            let error = clusters::with_causes(error);
+            ctx.fleet.report_unreachable(name, &error);
             (
                 CopyState::Unreachable,
                 short_message(&format!("RemoteCluster {name} does not answer: {doing}: {error}")),
