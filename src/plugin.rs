@@ -41,6 +41,9 @@ const TRANSFORMER_EXPORT: &str = "mimeo:transform/transformer";
 pub struct HostSettings {
     /// Where compiled artifacts are kept between runs.
     pub cache_dir: PathBuf,
+    /// Most disk the compiled artifacts may use; the least recently used go first. One artifact
+    /// larger than this is still kept while it is the newest.
+    pub cache_max_bytes: u64,
     /// How long one call may run.
     pub deadline: Duration,
     /// How much linear memory one call may use, over all its memories.
@@ -55,6 +58,7 @@ impl Default for HostSettings {
     fn default() -> Self {
         HostSettings {
             cache_dir: std::env::temp_dir().join("mimeo-plugin-cache"),
+            cache_max_bytes: 512 << 20,
             deadline: Duration::from_millis(100),
             max_memory_bytes: 64 << 20,
             max_output_bytes: 4 << 20,

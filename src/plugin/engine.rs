@@ -1,19 +1,31 @@
 //! The wasmtime engine: configuration, the epoch ticker, compiling with an on-disk cache, and
 //! fresh stores.
+//!
+//! The cache holds `<digest hex>-<compatibility>.cwasm` files, each written to a temp name
+//! (`.partial-…`) and renamed into place, so a reader or an eviction in this or another process
+//! sees a whole file or none. A file's mtime is its last use; after a new artifact is stored, the
+//! least recently used go until the rest fit in `cache_max_bytes`, never the one just stored.
 
 use super::bindings::PluginPre;
 use super::state::{HostState, Limiter};
 use super::{HostSettings, PluginError, SUPPORTED_INTERFACES, TRANSFORMER_EXPORT};
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances: the granularity of deadlines.
 const TICK: Duration = Duration::from_millis(5);
+
+/// The extension of a compiled artifact in the cache directory.
+const ARTIFACT_EXTENSION: &str = "cwasm";
+/// What a file being written carries in its name until it is renamed into place.
+const PARTIAL_MARKER: &str = ".partial-";
+/// A partial file older than this was left by a writer that died; eviction removes it.
+const STALE_PARTIAL: Duration = Duration::from_secs(3600);
 
 /// A component compiled for this engine, linked and ready to instantiate.
 pub(super) struct Compiled {
@@ -30,6 +42,7 @@ pub(super) struct Engine {
     /// are never loaded.
     compatibility: String,
     cache_dir: PathBuf,
+    cache_max_bytes: u64,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -97,6 +110,7 @@ impl Engine {
             linker,
             compatibility,
             cache_dir: settings.cache_dir.clone(),
+            cache_max_bytes: settings.cache_max_bytes,
             stop_ticker,
         })
     }
@@ -131,18 +145,24 @@ impl Engine {
 
     fn cached_or_compiled(&self, bytes: &[u8], digest: &str) -> Result<Component, PluginError> {
         let file = self.cache_dir.join(format!(
-            "{}-{}.cwasm",
+            "{}-{}.{ARTIFACT_EXTENSION}",
             digest.trim_start_matches("sha256:"),
             self.compatibility
         ));
         if file.exists() {
             #[allow(unsafe_code)]
             // SAFETY: the file was written by `Component::serialize` of an engine with this very
-            // compatibility hash (it is in the name), into a directory only mimeo writes, and
-            // wasmtime checks the artifact's header and engine settings again before using it.
+            // compatibility hash (it is in the name), into a directory only mimeo writes, renamed
+            // into place only when whole, and wasmtime checks the artifact's header and engine
+            // settings again before using it.
             let loaded = unsafe { Component::deserialize_file(&self.engine, &file) };
             match loaded {
-                Ok(component) => return Ok(component),
+                Ok(component) => {
+                    touch(&file);
+                    return Ok(component);
+                }
+                // Evicted between the check and the read: an ordinary miss.
+                Err(_) if !file.exists() => {}
                 Err(e) => {
                     tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable compiled plugin")
                 }
@@ -150,21 +170,71 @@ impl Engine {
         }
         let component =
             Component::new(&self.engine, bytes).map_err(|e| PluginError::Compile(format!("{e:#}")))?;
-        if let Err(e) = self.store_artifact(&component, &file) {
-            tracing::warn!(file = %file.display(), error = %e, "could not cache a compiled plugin");
+        match self.store_artifact(&component, &file) {
+            Ok(()) => self.evict(&file),
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "could not cache a compiled plugin")
+            }
         }
         Ok(component)
     }
 
-    fn store_artifact(&self, component: &Component, file: &std::path::Path) -> std::io::Result<()> {
+    fn store_artifact(&self, component: &Component, file: &Path) -> std::io::Result<()> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let bytes = component
             .serialize()
             .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
         std::fs::create_dir_all(&self.cache_dir)?;
-        // Write then rename, so a concurrent reader never sees half a file.
-        let partial = file.with_extension(format!("partial-{}", std::process::id()));
-        std::fs::write(&partial, bytes)?;
-        std::fs::rename(&partial, file)
+        // Write then rename, so a concurrent reader or eviction never sees half a file. The name
+        // is unique to this process and call: two threads compiling the same plugin at once each
+        // write their own, and the second rename replaces the first with identical bytes.
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("artifact");
+        let partial = self.cache_dir.join(format!(
+            "{name}{PARTIAL_MARKER}{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, file));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        written
+    }
+
+    /// Deletes the least recently used artifacts until the rest fit, keeping `keep`; and partial
+    /// files that a dead writer left behind. Failures only leave the cache larger.
+    fn evict(&self, keep: &Path) {
+        let Ok(listing) = std::fs::read_dir(&self.cache_dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut artifacts = Vec::new();
+        for item in listing.flatten() {
+            let path = item.path();
+            let Ok(meta) = item.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let name = item.file_name();
+            let name = name.to_string_lossy();
+            if name.contains(PARTIAL_MARKER) {
+                if now.duration_since(modified).is_ok_and(|age| age > STALE_PARTIAL) {
+                    let _ = std::fs::remove_file(&path);
+                }
+            } else if path.extension().is_some_and(|e| e == ARTIFACT_EXTENSION) {
+                artifacts.push(CachedArtifact {
+                    path,
+                    size: meta.len(),
+                    last_used: modified,
+                });
+            }
+        }
+        for path in plan_eviction(artifacts, self.cache_max_bytes, keep) {
+            tracing::debug!(file = %path.display(), "evicting a compiled plugin");
+            // Already gone (another process evicted it) is as good as removed.
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     /// A fresh store with the call's limits and deadline.
@@ -176,6 +246,41 @@ impl Engine {
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
         store
+    }
+}
+
+/// One compiled artifact as eviction sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct CachedArtifact {
+    path: PathBuf,
+    size: u64,
+    last_used: SystemTime,
+}
+
+/// Which artifacts to delete so the rest fit in `max_bytes`: least recently used first, never
+/// `keep` (which may be larger than the bound on its own). Pure, so the policy is tested without
+/// a file system.
+fn plan_eviction(mut artifacts: Vec<CachedArtifact>, max_bytes: u64, keep: &Path) -> Vec<PathBuf> {
+    let mut total: u64 = artifacts.iter().map(|a| a.size).sum();
+    artifacts.sort_by(|a, b| a.last_used.cmp(&b.last_used).then_with(|| a.path.cmp(&b.path)));
+    let mut evict = Vec::new();
+    for artifact in artifacts {
+        if total <= max_bytes {
+            break;
+        }
+        if artifact.path == keep {
+            continue;
+        }
+        total -= artifact.size;
+        evict.push(artifact.path);
+    }
+    evict
+}
+
+/// Marks a file used now; a failure only makes its eviction come sooner.
+fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().write(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
     }
 }
 
@@ -236,6 +341,97 @@ mod tests {
                 .contains("is not a mimeo plugin (exports: wasi:cli/run@0.2.0)"),
             "{other}"
         );
+    }
+
+    fn artifact(name: &str, size: u64, age_s: u64) -> CachedArtifact {
+        CachedArtifact {
+            path: PathBuf::from(format!("/cache/{name}.cwasm")),
+            size,
+            last_used: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 - age_s),
+        }
+    }
+
+    fn names(paths: Vec<PathBuf>) -> Vec<String> {
+        paths
+            .iter()
+            .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_first() {
+        let all = vec![
+            artifact("new", 40, 1),
+            artifact("old", 40, 100),
+            artifact("mid", 40, 50),
+        ];
+        let keep = Path::new("/cache/new.cwasm");
+        let plan = |bound| names(plan_eviction(all.clone(), bound, keep));
+        assert_eq!(plan(120), Vec::<String>::new(), "all fit");
+        assert_eq!(plan(u64::MAX), Vec::<String>::new());
+        assert_eq!(plan(119), vec!["old"]);
+        assert_eq!(plan(80), vec!["old"]);
+        assert_eq!(plan(79), vec!["old", "mid"]);
+        assert_eq!(plan(0), vec!["old", "mid"], "never the one just stored");
+        assert_eq!(
+            names(plan_eviction(all, 40, Path::new("/cache/old.cwasm"))),
+            vec!["mid", "new"],
+            "even when it is the oldest"
+        );
+        let big = vec![artifact("big", 500, 0)];
+        assert!(plan_eviction(big, 100, Path::new("/cache/big.cwasm")).is_empty());
+        assert!(plan_eviction(vec![], 0, keep).is_empty());
+        // Equal mtimes (a coarse clock) are ordered by name, so the plan is deterministic.
+        let tied = vec![artifact("b", 10, 5), artifact("a", 10, 5), artifact("c", 10, 5)];
+        assert_eq!(
+            names(plan_eviction(tied, 10, Path::new("/cache/c.cwasm"))),
+            vec!["a", "b"]
+        );
+    }
+
+    #[test]
+    fn eviction_on_disk_spares_partial_and_foreign_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = HostSettings {
+            cache_dir: dir.path().to_owned(),
+            cache_max_bytes: 25,
+            concurrency: 1,
+            ..Default::default()
+        };
+        let engine = Engine::new(&settings).unwrap();
+        let write = |name: &str, size: usize| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![0u8; size]).unwrap();
+            path
+        };
+        let old = write("old-x.cwasm", 10);
+        std::thread::sleep(Duration::from_millis(20));
+        let mid = write("mid-x.cwasm", 10);
+        std::thread::sleep(Duration::from_millis(20));
+        let new = write("new-x.cwasm", 10);
+        let partial = write("other-x.cwasm.partial-1-0", 100);
+        let foreign = write("README", 100);
+        let abandoned = write("gone-x.cwasm.partial-2-0", 100);
+        std::fs::File::options()
+            .write(true)
+            .open(&abandoned)
+            .unwrap()
+            .set_modified(SystemTime::now() - 2 * STALE_PARTIAL)
+            .unwrap();
+        // Reading `old` makes `mid` the least recently used.
+        std::thread::sleep(Duration::from_millis(20));
+        touch(&old);
+        engine.evict(&new);
+        assert!(!mid.exists(), "the least recently used went");
+        assert!(old.exists() && new.exists());
+        assert!(partial.exists(), "a file being written is not an artifact");
+        assert!(foreign.exists(), "nor is anything else");
+        assert!(!abandoned.exists(), "a dead writer's leftover is cleared");
+        // Vanished files and a missing directory are no error.
+        std::fs::remove_file(&old).unwrap();
+        engine.evict(&new);
+        drop(dir);
+        engine.evict(&new);
     }
 
     #[test]
