@@ -98,12 +98,14 @@ pub struct Fleet {
     usage: Mutex<HashMap<RuleKey, Usage>>,
     /// Clusters that did not answer, with the last error; each has a prober running.
     down: Mutex<HashMap<String, String>>,
-    task: AbortHandle,
+    task: Mutex<Option<AbortHandle>>,
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = self.task.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
     }
 }
 
@@ -126,41 +128,43 @@ impl Fleet {
             .default_backoff()
             .modify(|rc| rc.managed_fields_mut().clear())
             .reflect(writer);
-        Arc::new_cyclic(|me: &Weak<Fleet>| {
-            let weak = me.clone();
-            let task = tokio::spawn(async move {
-                futures::pin_mut!(stream);
-                while let Some(event) = stream.next().await {
-                    let Some(fleet) = weak.upgrade() else { break };
-                    match event {
-                        Ok(watcher::Event::Apply(rc) | watcher::Event::Delete(rc)) => {
-                            fleet.on_remote_cluster(&rc.name_any())
-                        }
-                        Ok(watcher::Event::InitDone) => {
-                            listed_tx.send_replace(true);
-                            fleet.on_remote_clusters_relisted();
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, "RemoteCluster watch failed; retrying with backoff")
-                        }
+        let fleet = Arc::new_cyclic(|me: &Weak<Fleet>| Fleet {
+            me: me.clone(),
+            local,
+            metrics,
+            triggers,
+            remote_clusters,
+            remote_clusters_listed,
+            connections: Mutex::new(HashMap::new()),
+            kubeconfig_watches: Mutex::new(HashMap::new()),
+            usage: Mutex::new(HashMap::new()),
+            down: Mutex::new(HashMap::new()),
+            task: Mutex::new(None),
+        });
+        // Spawned once the Fleet exists: a task started inside `new_cyclic` could see its first
+        // event before the Fleet is there to upgrade to, and stop.
+        let weak = Arc::downgrade(&fleet);
+        let task = tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                let Some(fleet) = weak.upgrade() else { break };
+                match event {
+                    Ok(watcher::Event::Apply(rc) | watcher::Event::Delete(rc)) => {
+                        fleet.on_remote_cluster(&rc.name_any())
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        listed_tx.send_replace(true);
+                        fleet.on_remote_clusters_relisted();
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "RemoteCluster watch failed; retrying with backoff")
                     }
                 }
-            });
-            Fleet {
-                me: me.clone(),
-                local,
-                metrics,
-                triggers,
-                remote_clusters,
-                remote_clusters_listed,
-                connections: Mutex::new(HashMap::new()),
-                kubeconfig_watches: Mutex::new(HashMap::new()),
-                usage: Mutex::new(HashMap::new()),
-                down: Mutex::new(HashMap::new()),
-                task: task.abort_handle(),
             }
-        })
+        });
+        *lock(&fleet.task) = Some(task.abort_handle());
+        fleet
     }
 
     /// The cluster mimeo runs in.
