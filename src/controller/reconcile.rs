@@ -222,7 +222,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 reason: problem.reason.into(),
                 message: problem.to_string(),
             };
-            refuse(&*rule, ctx, previous, ready).await?;
+            // The status is about to record this generation: pins of tags made for an earlier
+            // one must not pass for this one's, or the next look would keep them.
+            let mut kept = previous.cloned();
+            if spec_changed && let Some(status) = kept.as_mut() {
+                status.plugins.retain(|pin| pin.resolved_at.is_none());
+            }
+            refuse(&*rule, ctx, kept.as_ref(), ready).await?;
             // A plugin file, ConfigMap or artifact that appears later is noticed on the next look.
             return Ok(Action::requeue(RETRY_FAILED));
         }
