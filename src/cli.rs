@@ -285,12 +285,21 @@ pub struct PluginLimitArgs {
     /// Directory for compiled plugins.
     #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("mimeo-plugin-cache"))]
     pub cache_dir: PathBuf,
+    /// Most disk the compiled plugins may use, in MiB; the least recently used go first.
+    #[arg(
+        long,
+        env = "MIMEO_PLUGIN_CACHE_MIB",
+        default_value_t = 512,
+        value_name = "MIB"
+    )]
+    pub cache_mib: u64,
 }
 
 impl PluginLimitArgs {
     pub fn host_settings(&self) -> crate::plugin::HostSettings {
         crate::plugin::HostSettings {
             cache_dir: self.cache_dir.clone(),
+            cache_max_bytes: self.cache_mib.saturating_mul(1 << 20),
             deadline: std::time::Duration::from_millis(self.deadline_ms),
             max_memory_bytes: self.memory_mib << 20,
             max_output_bytes: self.output_kib << 10,
@@ -313,6 +322,8 @@ pub struct RunArgs {
     /// Reconcile only the SyncRules of this namespace (and no ClusterSyncRules).
     #[arg(long, env = "MIMEO_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
     /// A kind rules may sync, as Kind for the core group or Kind.group (Secret,
     /// Policy.kyverno.io); repeat it, or separate kinds with commas. Rules for any other kind are
     /// refused. Default: Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io.
@@ -327,6 +338,34 @@ pub struct RunArgs {
     pub plugins: PluginArgs,
     #[command(flatten)]
     pub oci: OciRunArgs,
+}
+
+/// Leader election, so that of several replicas only one writes.
+#[derive(Args, Debug, Clone)]
+pub struct LeaderArgs {
+    /// Hold a coordination.k8s.io Lease before reconciling; replicas without it stand by.
+    #[arg(long, env = "MIMEO_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// The namespace of the Lease [default: env POD_NAMESPACE, else default].
+    #[arg(long, env = "MIMEO_LEADER_ELECT_NAMESPACE", value_name = "NS")]
+    pub leader_elect_namespace: Option<String>,
+    /// The name of the Lease.
+    #[arg(
+        long,
+        env = "MIMEO_LEADER_ELECT_LEASE_NAME",
+        default_value = "mimeo",
+        value_name = "NAME"
+    )]
+    pub leader_elect_lease_name: String,
+    /// How long a Lease lasts without renewal: a standby takes over this long after the leader
+    /// stops renewing; the leader renews every third of it and gives up after two thirds.
+    #[arg(
+        long,
+        env = "MIMEO_LEADER_ELECT_LEASE_SECONDS",
+        default_value_t = 15,
+        value_name = "SECONDS"
+    )]
+    pub leader_elect_lease_seconds: u64,
 }
 
 /// How the controller fetches `oci://` plugins, and what it allows of them.
@@ -407,6 +446,14 @@ pub struct PluginArgs {
     /// Directory for compiled plugins, kept across restarts.
     #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("mimeo-plugin-cache"))]
     pub plugin_cache_dir: PathBuf,
+    /// Most disk the compiled plugins may use, in MiB; the least recently used go first.
+    #[arg(
+        long,
+        env = "MIMEO_PLUGIN_CACHE_MIB",
+        default_value_t = 512,
+        value_name = "MIB"
+    )]
+    pub plugin_cache_mib: u64,
     /// Longest a plugin may run on one copy, in milliseconds.
     #[arg(long, env = "MIMEO_PLUGIN_DEADLINE_MS", default_value_t = 100)]
     pub plugin_deadline_ms: u64,
@@ -422,6 +469,7 @@ impl PluginArgs {
     pub fn host_settings(&self) -> crate::plugin::HostSettings {
         crate::plugin::HostSettings {
             cache_dir: self.plugin_cache_dir.clone(),
+            cache_max_bytes: self.plugin_cache_mib.saturating_mul(1 << 20),
             deadline: std::time::Duration::from_millis(self.plugin_deadline_ms),
             max_memory_bytes: self.plugin_memory_mib << 20,
             max_output_bytes: self.plugin_output_kib << 10,

@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod clusters;
 pub mod controller;
+pub mod leader;
 pub mod metrics;
 pub mod plugin;
 pub mod remote_rbac;

@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use mimeo::cli::{Cli, Command, PluginCommand, RemoteCommand, RunArgs};
 use mimeo::controller::{self, ControllerConfig};
+use mimeo::leader::Elector;
 use mimeo::metrics::Metrics;
 use mimeo::server::{self, Readiness};
 use std::process::ExitCode;
@@ -78,17 +79,80 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             require_digest: args.oci.plugin_require_digest,
             allowed_registries: args.oci.plugin_allowed_registries.clone(),
             docker_config: match &args.oci.plugin_registry_config {
-                Some(path) => Some(
-                    std::fs::read(path)
-                        .with_context(|| format!("reading the registry config {}", path.display()))?,
-                ),
+                Some(path) => Some(read_registry_config(path)?),
                 None => None,
             },
         },
     };
+    if !args.leader.leader_elect {
+        controller::run(client, config, metrics, readiness, stopped()).await?;
+        let _ = server.await;
+        return Ok(());
+    }
+
+    let leader = &args.leader;
+    let namespace = leader
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".to_owned());
+    let identity = identity();
+    let elector = Arc::new(Elector::new(
+        client.clone(),
+        &namespace,
+        &leader.leader_elect_lease_name,
+        &identity,
+        std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1)),
+    ));
+    tracing::info!(lease = %format!("{namespace}/{}", leader.leader_elect_lease_name), identity = %identity, "standing by for leadership");
+    // A standby is healthy and ready: it takes over when the leader goes.
+    readiness.set_ready();
+    tokio::select! {
+        acquired = elector.acquire() => acquired?,
+        () = stopped() => {
+            let _ = server.await;
+            return Ok(());
+        }
+    }
+    let holder = elector.clone();
+    tokio::spawn(async move {
+        let lost = holder.hold().await;
+        // Nothing may be written past this point: another replica may take over soon.
+        tracing::error!(error = %lost, "lost leadership; exiting so that no two replicas write");
+        std::process::exit(1);
+    });
     controller::run(client, config, metrics, readiness, stopped()).await?;
+    if let Err(e) = elector.release().await {
+        tracing::warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
+    }
     let _ = server.await;
     Ok(())
+}
+
+/// The controller's registry credentials, refused at start-up unless they read as a Docker config.
+fn read_registry_config(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("reading the registry config {}", path.display()))?;
+    let parsed: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|_| anyhow::anyhow!("the registry config {} is not JSON", path.display()))?;
+    if !parsed.get("auths").is_some_and(|a| a.is_object()) {
+        anyhow::bail!(
+            "the registry config {} has no \"auths\" object: write it as a Docker config",
+            path.display()
+        );
+    }
+    Ok(bytes)
+}
+
+/// This replica's name in the Lease: the pod's name in a cluster, else host and process.
+fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME") {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "mimeo".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// How long a graceful shutdown may take.
