@@ -1,5 +1,5 @@
-//! Finds the control-plane binaries and the ORAS CLI, building them with `build-control-plane.sh`
-//! and `build-oras.sh` on first use.
+//! Finds the control-plane binaries and the ORAS and Helm CLIs, building them with
+//! `build-control-plane.sh`, `build-oras.sh` and `build-helm.sh` on first use.
 
 use crate::Error;
 use std::path::PathBuf;
@@ -54,6 +54,22 @@ pub fn oras() -> Result<PathBuf, Error> {
         )
         .clone()
         .map_err(Error::Oras)
+}
+
+/// The Helm CLI (v3), from `MIMEO_HELM_BIN` when set and not empty, else from `build-helm.sh`'s
+/// cache (which builds it from its Go module the first time: about a minute and a half cold,
+/// instant warm). The script runs once per test process, however many tests ask.
+pub fn helm() -> Result<PathBuf, Error> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(
+            || match std::env::var_os("MIMEO_HELM_BIN").filter(|bin| !bin.is_empty()) {
+                Some(bin) => Ok(bin.into()),
+                None => run_script("build-helm.sh", "path"),
+            },
+        )
+        .clone()
+        .map_err(Error::Helm)
 }
 
 /// Runs one of this crate's build scripts and returns the last line it printed: the scripts log to

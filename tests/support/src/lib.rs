@@ -12,7 +12,8 @@
 //!
 //! [`Registry`] is the same for OCI registries: a real CNCF distribution registry on a free loopback
 //! port with storage in a temporary directory, optionally behind basic auth, from which mimeo fetches
-//! Wasm plugins; [`oras()`] is the ORAS CLI that tests push artifacts with.
+//! Wasm plugins; [`oras()`] is the ORAS CLI that tests push artifacts with, and [`helm()`] the Helm
+//! CLI that tests install the chart with.
 
 mod binaries;
 mod pki;
@@ -20,7 +21,7 @@ mod ports;
 mod process;
 mod registry;
 
-pub use binaries::{Binaries, binaries, oras};
+pub use binaries::{Binaries, binaries, helm, oras};
 pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, registry_binary};
 
 use base64::Engine as _;
@@ -93,6 +94,8 @@ pub enum Error {
     RegistryRequest(String),
     #[error("oras unavailable: {0}")]
     Oras(String),
+    #[error("helm unavailable: {0}")]
+    Helm(String),
     #[error("{command} failed ({status}):\n{stderr}")]
     OrasFailed {
         command: String,
