@@ -72,7 +72,7 @@ impl Harness {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         self.metrics = Arc::new(Metrics::new());
-        let (client, metrics) = (self.plane.client().await.unwrap(), self.metrics.clone());
+        let (client, metrics) = (controller_client(&self.plane).await, self.metrics.clone());
         let config = self.config.clone();
         let task = tokio::spawn(async move {
             controller::run(client, config, metrics, Readiness::default(), shutdown)
@@ -225,6 +225,97 @@ pub async fn apiserver_writes(client: &Client, resources: &[&str]) -> u64 {
         .filter(|l| resources.iter().any(|r| l.contains(&format!("resource=\"{r}\""))))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// The client the controller runs with: cluster-admin, or with `MIMEO_TEST_CONTROLLER_RBAC=chart`
+/// the Helm chart's ServiceAccount (its RBAC rendered by `helm template` with default values and
+/// applied here), so that a test run proves the chart's RBAC enough for what the test does.
+pub async fn controller_client(plane: &ControlPlane) -> Client {
+    match std::env::var("MIMEO_TEST_CONTROLLER_RBAC").as_deref() {
+        Ok("chart") => chart_client(plane).await,
+        Ok(other) if !other.is_empty() => panic!("MIMEO_TEST_CONTROLLER_RBAC={other}: only `chart` is known"),
+        _ => plane.client().await.unwrap(),
+    }
+}
+
+async fn chart_client(plane: &ControlPlane) -> Client {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    const NAMESPACE: &str = "mimeo-system";
+    let admin = plane.client().await.unwrap();
+    let helm = mimeo_envtest::helm().unwrap_or_else(|e| panic!("{e}"));
+    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/mimeo");
+    let output = std::process::Command::new(helm)
+        .args(["template", "mimeo"])
+        .arg(&chart)
+        .args(["--namespace", NAMESPACE])
+        .output()
+        .expect("running helm template");
+    assert!(
+        output.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let _ = Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap(),
+        )
+        .await;
+    let mut account = None;
+    let text = String::from_utf8(output.stdout).unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object: Value = serde::Deserialize::deserialize(document).unwrap();
+        let kind = object["kind"].as_str().unwrap_or_default();
+        if ![
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ]
+        .contains(&kind)
+        {
+            continue;
+        }
+        if kind == "ServiceAccount" {
+            account = object["metadata"]["name"].as_str().map(str::to_owned);
+        }
+        let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: object["apiVersion"].as_str().unwrap().into(),
+            kind: kind.into(),
+        })
+        .unwrap();
+        let (resource, _) = kube::discovery::pinned_kind(&admin, &gvk).await.unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
+            None => Api::all_with(admin.clone(), &resource),
+        };
+        api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("applying the chart's {kind} {name}: {e}"));
+    }
+    let account = account.expect("the chart renders a ServiceAccount");
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin, NAMESPACE)
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .expect("a TokenRequest answer has a status")
+        .token;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&plane.token_kubeconfig_yaml(&token)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
 }
 
 pub fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
