@@ -1,6 +1,7 @@
 //! Other clusters: turning a `RemoteCluster`'s kubeconfig into a client, and saying clearly why
 //! when that cannot be done. Nothing here reads the Secret or talks to a cluster on its own.
 
+use crate::error_text::with_causes;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// Why a kubeconfig cannot be used, as a condition reason and a message.
@@ -92,22 +93,6 @@ pub fn classify(error: &kube::Error) -> KubeconfigProblem {
             format!("the cluster cannot be reached: {}", with_causes(other)),
         ),
     }
-}
-
-/// An error with the chain of its causes, which name what failed (a refused connection, an
-/// untrusted certificate) where the error itself says only "client error".
-pub fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        let more = next.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = next.source();
-    }
-    text
 }
 
 #[cfg(test)]

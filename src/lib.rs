@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod clusters;
 pub mod controller;
+pub mod error_text;
 pub mod leader;
 pub mod metrics;
 pub mod plugin;

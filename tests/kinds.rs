@@ -158,25 +158,7 @@ async fn cluster_policies_go_to_other_clusters_once_they_serve_the_kind() {
     let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     let b_client = b.client().await.unwrap();
     h.namespace("mimeo-system", &[], &[]).await;
-    let kubeconfig = common::secret(
-        "mimeo-system",
-        "b-kubeconfig",
-        "Opaque",
-        &[("value", b.kubeconfig_yaml())],
-    );
-    h.secrets("mimeo-system")
-        .patch(
-            "b-kubeconfig",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&kubeconfig),
-        )
-        .await
-        .unwrap();
-    h.apply(
-        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "metadata": {"name": "b"},
-        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "b-kubeconfig"}}}),
-    )
-    .await;
+    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
 
     let sources = prepared("ClusterPolicy", None);
     for source in &sources {
@@ -413,25 +395,7 @@ async fn a_copy_the_target_rejects_says_why_and_writes_nothing() {
     b.install_crds(&[strict_crd]).await.unwrap();
 
     h.namespace("mimeo-system", &[], &[]).await;
-    let kubeconfig = common::secret(
-        "mimeo-system",
-        "b-kubeconfig",
-        "Opaque",
-        &[("value", b.kubeconfig_yaml())],
-    );
-    h.secrets("mimeo-system")
-        .patch(
-            "b-kubeconfig",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&kubeconfig),
-        )
-        .await
-        .unwrap();
-    h.apply(
-        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "metadata": {"name": "b"},
-        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "b-kubeconfig"}}}),
-    )
-    .await;
+    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
     let (_, mut audit) = sample_policies("ClusterPolicy")
         .into_iter()
         .find(|(_, p)| p["spec"]["validationFailureAction"] == "Audit")
@@ -505,26 +469,8 @@ async fn the_kyverno_examples_work() {
     }
 
     h.namespace("mimeo-system", &[], &[]).await;
-    let kubeconfig = common::secret(
-        "mimeo-system",
-        "prod-eu1-kubeconfig",
-        "Opaque",
-        &[("value", b.kubeconfig_yaml())],
-    );
-    h.secrets("mimeo-system")
-        .patch(
-            "prod-eu1-kubeconfig",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&kubeconfig),
-        )
-        .await
-        .unwrap();
-    h.apply(
-        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
-        "metadata": {"name": "prod-eu1", "labels": {"env": "prod"}},
-        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "prod-eu1-kubeconfig"}}}),
-    )
-    .await;
+    h.register_cluster("prod-eu1", b.kubeconfig_yaml(), json!({"env": "prod"}))
+        .await;
     apply_file(&h.client, "examples/cluster-policy-fan-out.yaml").await;
     let copy = eventually("the ClusterPolicy in prod-eu1", || async {
         get_object(&b_client, &cluster_policies(), None, "require-team-label").await

@@ -9,6 +9,7 @@ use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey
 use super::write;
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
 use crate::clusters;
+use crate::error_text::with_causes;
 use crate::plugin::{ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message};
 use crate::sync::desired::{CopyTarget, DesiredCopy, desired_copy};
@@ -191,11 +192,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         Ok(kind) => kind,
         Err(problem) => {
             ctx.fleet.forget(&key);
-            let ready = Readiness {
-                ready: false,
-                reason: problem.reason.into(),
-                message: problem.message,
-            };
+            let ready = Readiness::not_ready(problem.reason, problem.message);
             refuse(&*rule, ctx, previous, ready).await?;
             return Ok(Action::await_change());
         }
@@ -217,11 +214,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     {
         Ok(resolved) => resolved,
         Err(problem) => {
-            let ready = Readiness {
-                ready: false,
-                reason: problem.reason.into(),
-                message: problem.to_string(),
-            };
+            let ready = Readiness::not_ready(problem.reason, problem.to_string());
             // The status is about to record this generation: pins of tags made for an earlier
             // one must not pass for this one's, or the next look would keep them.
             let mut kept = previous.cloned();
@@ -259,14 +252,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     CopyState::NotAccepted => "SourceClusterNotAllowed".to_owned(),
                     other => format!("SourceCluster{other:?}"),
                 };
-                let ready = Readiness {
-                    ready: false,
+                let ready = Readiness::not_ready(
                     reason,
-                    message: format!(
+                    format!(
                         "the source cannot be read: {}; copies are left as they are",
                         problem.message
                     ),
-                };
+                );
                 refuse(&*rule, ctx, previous, ready).await?;
                 return Ok(Action::requeue(RETRY_UNREACHABLE));
             }
@@ -282,14 +274,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         Ok(None) => {
             // Registered here, so that the CRD appearing wakes the rule.
             source_side.watches.declare(&key, Interest::default()).await?;
-            let ready = Readiness {
-                ready: false,
-                reason: "KindNotServed".into(),
-                message: format!(
+            let ready = Readiness::not_ready(
+                "KindNotServed",
+                format!(
                     "the cluster{in_source_cluster} does not serve {kind}: no such kind, or its \
                      CustomResourceDefinition is not installed; copies follow once it is served"
                 ),
-            };
+            );
             refuse(&*rule, ctx, previous, ready).await?;
             return Ok(Action::requeue(RETRY_FAILED));
         }
@@ -298,22 +289,17 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 return Err(e.into());
             }
             let (_, why) = failure(ctx, &source_cluster, "looking up the source kind", &e);
-            let ready = Readiness {
-                ready: false,
-                reason: "SourceClusterUnreachable".into(),
-                message: format!("the source cannot be read: {why}; copies are left as they are"),
-            };
+            let ready = Readiness::not_ready(
+                "SourceClusterUnreachable",
+                format!("the source cannot be read: {why}; copies are left as they are"),
+            );
             refuse(&*rule, ctx, previous, ready).await?;
             return Ok(Action::requeue(RETRY_UNREACHABLE));
         }
     };
     if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
         ctx.fleet.forget(&key);
-        let ready = Readiness {
-            ready: false,
-            reason: problem.reason.into(),
-            message: problem.message,
-        };
+        let ready = Readiness::not_ready(problem.reason, problem.message);
         refuse(&*rule, ctx, previous, ready).await?;
         return Ok(Action::await_change());
     }
@@ -878,14 +864,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         None => String::new(),
     };
     let ready = match (&spec.source.name, sources.is_empty()) {
-        (Some(name), true) => Readiness {
-            ready: false,
-            reason: "SourceNotFound".into(),
-            message: format!(
+        (Some(name), true) => Readiness::not_ready(
+            "SourceNotFound",
+            format!(
                 "{} {source_ns}/{name}{in_cluster} does not exist; copies follow as soon as it does",
                 spec.source.kind
             ),
-        },
+        ),
         (None, true) => Readiness {
             ready: true,
             reason: "NothingToCopy".into(),
@@ -965,14 +950,13 @@ fn source_unreadable(cluster: &ClusterHandle, error: Error) -> Readiness {
         _ => "SourceClusterUnreachable",
     };
     let why = failure.map(|f| f.message).unwrap_or_else(|| error.to_string());
-    Readiness {
-        ready: false,
-        reason: reason.into(),
-        message: format!(
+    Readiness::not_ready(
+        reason,
+        format!(
             "the source cannot be read in RemoteCluster {}: {why}; copies are left as they are",
             cluster.name.as_deref().unwrap_or_default()
         ),
-    }
+    )
 }
 
 /// Runs a request against a cluster; one to another cluster gets a deadline, so a cluster that
@@ -1012,7 +996,7 @@ fn failure(ctx: &Context, cluster: &Option<String>, doing: &str, error: &kube::E
             short_message(&format!("RemoteCluster {name}: {doing}: {error}")),
         ),
         _ => {
-            let error = clusters::with_causes(error);
+            let error = with_causes(error);
             ctx.fleet.report_unreachable(name, &error);
             (
                 CopyState::Unreachable,

@@ -30,11 +30,7 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             Some(version),
         ),
         Err(problem) => (
-            Readiness {
-                ready: false,
-                reason: problem.reason.into(),
-                message: short_message(&problem.message),
-            },
+            Readiness::not_ready(problem.reason, short_message(&problem.message)),
             None,
         ),
     };

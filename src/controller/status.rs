@@ -12,6 +12,17 @@ pub struct Readiness {
     pub message: String,
 }
 
+impl Readiness {
+    /// `Ready=False` for this reason, with this message.
+    pub fn not_ready(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Readiness {
+            ready: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Summarises an inventory: every copy in sync, or which are not and why.
 pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
     let total = inventory.len();

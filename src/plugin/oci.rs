@@ -22,6 +22,7 @@ pub use manifest::{
 };
 pub use reference::{OciReference, is_loopback};
 
+use crate::error_text::with_causes;
 use crate::sync::hash::digest_bytes;
 use cache::{Cache, Entry};
 use futures::StreamExt;
@@ -583,22 +584,6 @@ impl std::fmt::Display for TooLargeMarker {
 
 impl std::error::Error for TooLargeMarker {}
 
-/// An error and its causes on one line: reqwest puts the useful part (connection refused, a
-/// certificate problem) in the causes.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// oci-client's error, as what it means for a plugin reference.
 fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError {
     let registry = reference.registry.clone();
@@ -616,9 +601,9 @@ fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError 
     match error {
         OciDistributionError::RequestError(e) => {
             if let Some(status) = e.status() {
-                by_status(status.as_u16(), chain(&e))
+                by_status(status.as_u16(), with_causes(&e))
             } else if e.is_connect() || e.is_timeout() || e.is_request() {
-                let mut message = chain(&e);
+                let mut message = with_causes(&e);
                 let lower = message.to_ascii_lowercase();
                 let tls_failed = ["corrupt message", "tls", "ssl", "certificate"]
                     .iter()
@@ -628,7 +613,7 @@ fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError 
                 }
                 OciError::Unreachable { registry, message }
             } else {
-                OciError::Registry(format!("{shown}: {}", chain(&e)))
+                OciError::Registry(format!("{shown}: {}", with_causes(&e)))
             }
         }
         OciDistributionError::IoError(e) => {
@@ -650,7 +635,7 @@ fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError 
             // A stream's error (a dropped connection) comes through here too.
             OciError::Unreachable {
                 registry,
-                message: chain(&e),
+                message: with_causes(&e),
             }
         }
         OciDistributionError::AuthenticationFailure(message) => OciError::Unauthorized { registry, message },
@@ -689,7 +674,7 @@ fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError 
                 OciError::Registry(format!("{shown}: {message}"))
             }
         }
-        other => OciError::Registry(format!("{shown}: {}", chain(&other))),
+        other => OciError::Registry(format!("{shown}: {}", with_causes(&other))),
     }
 }
 

@@ -155,6 +155,27 @@ impl Harness {
             .unwrap();
     }
 
+    /// Registers another cluster: its kubeconfig in the Secret `mimeo-system/<name>-kubeconfig`
+    /// (the namespace must exist) and a `RemoteCluster` `name` with these labels.
+    pub async fn register_cluster(&self, name: &str, kubeconfig: &str, labels: Value) {
+        let secret_name = format!("{name}-kubeconfig");
+        let secret = secret("mimeo-system", &secret_name, "Opaque", &[("value", kubeconfig)]);
+        self.secrets("mimeo-system")
+            .patch(
+                &secret_name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .unwrap();
+        self.apply(json!({
+            "apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": secret_name}},
+        }))
+        .await;
+    }
+
     pub async fn delete_rule(&self, ns: &str, name: &str) {
         Api::<mimeo::api::SyncRule>::namespaced(self.client.clone(), ns)
             .delete(name, &DeleteParams::default())
