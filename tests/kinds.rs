@@ -14,10 +14,18 @@ use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
+/// Kyverno's fixtures: `MIMEO_KYVERNO_FIXTURES`, else `../shared/fixtures/kyverno` beside the
+/// repository, else the workplace's shared folder. Missing fixtures fail the tests that need them.
 fn fixtures() -> PathBuf {
-    std::env::var_os("MIMEO_KYVERNO_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kyverno"))
+    if let Some(dir) = std::env::var_os("MIMEO_KYVERNO_FIXTURES") {
+        return PathBuf::from(dir);
+    }
+    let beside = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kyverno");
+    let workplace = PathBuf::from("/work/shared/fixtures/kyverno");
+    if !beside.exists() && workplace.exists() {
+        return workplace;
+    }
+    beside
 }
 
 fn kyverno_crds() -> Vec<PathBuf> {
