@@ -65,11 +65,19 @@ async fn annotated(h: &Harness, name: &str) -> Option<Instant> {
     (copy.metadata.annotations?.get("example.com/by")? == "python").then(Instant::now)
 }
 
+/// The plugins the rule's status pins, once it pins any (the status is written after the copies).
 async fn pins(h: &Harness, name: &str) -> Vec<(String, String)> {
-    let rule = h.rule("platform", name).await.unwrap();
-    rule.status
-        .map(|s| s.plugins.into_iter().map(|p| (p.plugin, p.digest)).collect())
-        .unwrap_or_default()
+    eventually(&format!("plugin pins in the status of {name}"), || async {
+        let rule = h.rule("platform", name).await?;
+        let pins: Vec<(String, String)> = rule
+            .status?
+            .plugins
+            .into_iter()
+            .map(|p| (p.plugin, p.digest))
+            .collect();
+        (!pins.is_empty()).then_some(pins)
+    })
+    .await
 }
 
 /// By tag and by digest; the tag pinned in status; after a restart with the registry gone the
