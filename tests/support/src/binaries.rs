@@ -74,7 +74,7 @@ pub fn helm() -> Result<PathBuf, Error> {
 
 /// Runs one of this crate's build scripts and returns the last line it printed: the scripts log to
 /// stderr and end with the path they built or found.
-fn run_script(name: &str, what: &str) -> Result<PathBuf, String> {
+pub(crate) fn run_script(name: &str, what: &str) -> Result<PathBuf, String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
     let output = Command::new("bash")
         .arg(&script)

@@ -45,8 +45,10 @@ pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of the one layer of a Wasm artifact: the module or component itself.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 
-/// Where the registry binary is: `MIMEO_REGISTRY_BIN` when set and not empty, else `docker-registry` on `PATH`,
-/// else `/usr/bin/docker-registry`. The error says how to install it.
+/// Where the registry binary is: `MIMEO_REGISTRY_BIN` when set and not empty, else
+/// `docker-registry` on `PATH`, else `/usr/bin/docker-registry`, else what
+/// `install-registry.sh` installs (Debian's package; once per test process, as root). The error
+/// says how to install it by hand.
 pub fn registry_binary() -> Result<PathBuf, Error> {
     if let Some(bin) = std::env::var_os("MIMEO_REGISTRY_BIN").filter(|bin| !bin.is_empty()) {
         let bin = PathBuf::from(bin);
@@ -63,13 +65,21 @@ pub fn registry_binary() -> Result<PathBuf, Error> {
         .into_iter()
         .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
         .map(|dir| dir.join("docker-registry"));
-    on_path
+    if let Some(found) = on_path
         .chain([PathBuf::from("/usr/bin/docker-registry")])
         .find(|candidate| candidate.is_file())
-        .ok_or_else(|| {
+    {
+        return Ok(found);
+    }
+    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| crate::binaries::run_script("install-registry.sh", "path"))
+        .clone()
+        .map_err(|why| {
             Error::RegistryBinary(format!(
-                "docker-registry is neither on PATH nor at /usr/bin/docker-registry: run `bash {}` \
-                 (installs Debian's docker-registry package) or set MIMEO_REGISTRY_BIN",
+                "docker-registry is neither on PATH nor at /usr/bin/docker-registry, and installing \
+                 it failed ({why}): run `sudo bash {}` (Debian's docker-registry package) or set \
+                 MIMEO_REGISTRY_BIN",
                 Path::new(env!("CARGO_MANIFEST_DIR"))
                     .join("install-registry.sh")
                     .display()
