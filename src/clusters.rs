@@ -68,6 +68,13 @@ pub fn parse(text: &str) -> Result<Kubeconfig, KubeconfigProblem> {
     Ok(kubeconfig)
 }
 
+/// A client from a kubeconfig as a Secret holds it: UTF-8 text, parsed and checked by [`parse`].
+pub async fn client_from_bytes(bytes: Vec<u8>) -> Result<kube::Client, KubeconfigProblem> {
+    let text = String::from_utf8(bytes)
+        .map_err(|_| problem("InvalidKubeconfig", "the kubeconfig is not UTF-8 text"))?;
+    client(parse(&text)?).await
+}
+
 /// A client for the kubeconfig's current context.
 pub async fn client(kubeconfig: Kubeconfig) -> Result<kube::Client, KubeconfigProblem> {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

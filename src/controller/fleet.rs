@@ -302,10 +302,7 @@ impl Fleet {
         let labels = self
             .local
             .watches
-            .namespaces()
-            .into_iter()
-            .find(|n| n.name == namespace)
-            .map(|n| n.labels)
+            .namespace_labels(&namespace)
             .unwrap_or_default();
         let allowed = match &remote.spec.allowed_namespaces {
             None => false,
@@ -377,17 +374,13 @@ impl Fleet {
             return Ok(connection.handle.clone());
         }
         let bytes = read_kubeconfig(&self.local.client, reference).await?;
-        let text = String::from_utf8(bytes.clone()).map_err(|_| KubeconfigProblem {
-            reason: "InvalidKubeconfig",
-            message: "the kubeconfig is not UTF-8 text".into(),
-        })?;
-        let client = clusters::client(clusters::parse(&text)?).await?;
+        let digest = digest_bytes(&bytes);
+        let client = clusters::client_from_bytes(bytes).await?;
         let handle = ClusterHandle {
             name: Some(name.clone()),
             client: client.clone(),
             watches: Watches::start(client, Reach::Remote, self.metrics.clone(), self.triggers.clone()),
         };
-        let digest = digest_bytes(&bytes);
         let mut connections = lock(&self.connections);
         if let Some(existing) = connections.get(&name)
             && existing.reference == *reference

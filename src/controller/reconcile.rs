@@ -17,7 +17,7 @@ use crate::sync::hash::digest;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
-use crate::sync::targets::{NamespaceInfo, Placement, placements, selector, targets_by_cluster};
+use crate::sync::targets::{Placement, placements, selector, targets_by_cluster};
 use crate::sync::validate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -132,7 +132,8 @@ struct Reachable<'a> {
     name: &'a Option<String>,
     handle: &'a ClusterHandle,
     resource: &'a ApiResource,
-    namespaces: Vec<NamespaceInfo>,
+    /// Each namespace's annotations, for consent.
+    annotations: HashMap<String, BTreeMap<String, String>>,
     places: Vec<Placement>,
 }
 
@@ -421,11 +422,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             let (handle, resource) = c.usable.as_ref().ok()?;
             let namespaces = handle.watches.namespaces();
             let places = placements(&c.targets, &namespaces, namespaced).unwrap_or_default();
+            let annotations = namespaces.into_iter().map(|n| (n.name, n.annotations)).collect();
             Some(Reachable {
                 name: &c.name,
                 handle,
                 resource,
-                namespaces,
+                annotations,
                 places,
             })
         })
@@ -449,11 +451,6 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             crate::sync::desired::source_hash(&source_json),
         ));
         for cluster in &reachable {
-            let annotations: HashMap<&str, &BTreeMap<String, String>> = cluster
-                .namespaces
-                .iter()
-                .map(|n| (n.name.as_str(), &n.annotations))
-                .collect();
             for place in &cluster.places {
                 let target = CopyTarget {
                     cluster: cluster.name.clone(),
@@ -500,7 +497,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                         &key,
                         namespace,
                         cluster.name.is_none(),
-                        annotations.get(namespace).copied(),
+                        cluster.annotations.get(namespace),
                     )
                 {
                     let why = not_accepted_message(&key, namespace);

@@ -72,11 +72,7 @@ pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context
 /// Reads the kubeconfig and asks the cluster for its version.
 async fn check(cluster: &RemoteCluster, ctx: &Context) -> Result<String, KubeconfigProblem> {
     let bytes = read_kubeconfig(&ctx.client, &cluster.spec.kubeconfig_secret_ref).await?;
-    let text = String::from_utf8(bytes).map_err(|_| KubeconfigProblem {
-        reason: "InvalidKubeconfig",
-        message: "the kubeconfig is not UTF-8 text".into(),
-    })?;
-    let client = clusters::client(clusters::parse(&text)?).await?;
+    let client = clusters::client_from_bytes(bytes).await?;
     let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await
         .map_err(|_| KubeconfigProblem {

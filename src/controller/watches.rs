@@ -27,7 +27,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
@@ -450,6 +450,13 @@ impl Watches {
             },
         };
         *lock(&self.failure) = Some(problem);
+    }
+
+    /// One namespace's labels, from the cache, if it is there.
+    pub fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.namespaces
+            .get(&ObjectRef::new(name))
+            .map(|ns| ns.labels().clone())
     }
 
     /// Every namespace, with labels and annotations.
