@@ -54,6 +54,8 @@ pub struct ControllerConfig {
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
+    /// Rule reconciles running now: a shutdown waits for these, not for the controllers' streams.
+    pub(crate) in_flight: Arc<tokio::sync::watch::Sender<usize>>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     fleet: Arc<Fleet>,
@@ -113,6 +115,7 @@ pub async fn run(
         metrics,
         recorder: Recorder::new(client.clone(), reporter),
         fleet: fleet.clone(),
+        in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
         allowed_kinds,
         plugins: plugins::Plugins::new(
             host,
@@ -162,7 +165,7 @@ pub async fn run(
     match &config.watch_namespace {
         Some(ns) => {
             tracing::info!(namespace = %ns, "reconciling the SyncRules of one namespace; ClusterSyncRules are not reconciled");
-            sync_loop.await;
+            until_stopped(sync_loop, stopped(), &ctx).await;
         }
         None => {
             let cluster_loop = Controller::new(
@@ -193,11 +196,31 @@ pub async fn run(
                     tracing::debug!(error = %e, "RemoteCluster controller");
                 }
             });
-            futures::join!(sync_loop, cluster_loop, remote_loop);
+            let loops = async {
+                futures::join!(sync_loop, cluster_loop, remote_loop);
+            };
+            until_stopped(loops, stopped(), &ctx).await;
         }
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// Runs the controller loops until they end, or, once `stopped` has resolved, until no reconcile
+/// is in flight. A kube-runtime controller whose own cache had not listed when the shutdown came
+/// keeps waiting for that list; nothing is lost by not waiting for it.
+async fn until_stopped(loops: impl Future<Output = ()>, stopped: impl Future<Output = ()>, ctx: &Context) {
+    let drained = async {
+        stopped.await;
+        let mut in_flight = ctx.in_flight.subscribe();
+        let _ = in_flight.wait_for(|running| *running == 0).await;
+        // Let the loops end on their own when they can.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    tokio::select! {
+        () = loops => {}
+        () = drained => tracing::debug!("no reconcile in flight; not waiting for the controller streams"),
+    }
 }
 
 /// How many shared source watches the controller runs now, in all clusters (for tests and

@@ -50,6 +50,8 @@ const EVENTS_PER_RECONCILE: usize = 10;
 
 /// The entry point the controller calls for every rule that needs a look.
 pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.in_flight.send_modify(|running| *running += 1);
+    let _done = InFlight(&ctx);
     let started = Instant::now();
     let api = rule.api(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, rule, |event| async {
@@ -69,6 +71,15 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
             Ok(Action::await_change())
         }
         Err(e) => Err(Error::Finalizer(Box::new(e))),
+    }
+}
+
+/// Counts a reconcile out when it ends, however it ends (a cancelled future included).
+struct InFlight<'a>(&'a Context);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.send_modify(|running| *running -= 1);
     }
 }
 
