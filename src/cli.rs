@@ -319,9 +319,17 @@ pub struct RunArgs {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, env = "MIMEO_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
-    /// Reconcile only the SyncRules of this namespace (and no ClusterSyncRules).
-    #[arg(long, env = "MIMEO_WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// Limit mimeo to this namespace: repeat it, or separate namespaces with commas. mimeo then
+    /// reads and writes only there (Roles suffice): it reconciles their SyncRules, writes copies
+    /// only into them, and reads no ClusterSyncRules or RemoteClusters. Default: the whole
+    /// cluster.
+    #[arg(
+        long = "watch-namespace",
+        env = "MIMEO_WATCH_NAMESPACE",
+        value_name = "NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub watch_namespaces: Vec<String>,
     #[command(flatten)]
     pub leader: LeaderArgs,
     /// A kind rules may sync, as Kind for the core group or Kind.group (Secret,

@@ -22,6 +22,7 @@ use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
 use crate::sync::kinds::{AllowedKind, default_allowed_kinds};
+use crate::sync::scope::Scope;
 use fleet::Fleet;
 use futures::StreamExt;
 use kube::Client;
@@ -35,8 +36,9 @@ use watches::Triggers;
 /// What the controller is started with.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerConfig {
-    /// Reconcile only the `SyncRule`s of this namespace, and no `ClusterSyncRule`s.
-    pub watch_namespace: Option<String>,
+    /// The namespaces mimeo may read and write in: all, or a list (then only the `SyncRule`s
+    /// of those namespaces are reconciled, and no `ClusterSyncRule`s or `RemoteCluster`s).
+    pub scope: Scope,
     /// Names this instance in events (the pod name in a cluster).
     pub instance: Option<String>,
     /// Where `file://` plugins are looked up.
@@ -58,28 +60,39 @@ pub struct Context {
     pub(crate) in_flight: Arc<tokio::sync::watch::Sender<usize>>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    scope: Scope,
     fleet: Arc<Fleet>,
     allowed_kinds: Vec<AllowedKind>,
     plugins: plugins::Plugins,
 }
 
-/// Fails with a clear message when the CRDs are not installed.
-pub async fn check_crds(client: &Client) -> Result<(), Error> {
+/// Fails with a clear message when the CRDs are not installed. Limited to namespaces, mimeo
+/// lists only `SyncRule`s, in one of its namespaces: it may read nothing cluster-wide.
+pub async fn check_crds(client: &Client, scope: &Scope) -> Result<(), Error> {
     let probe = ListParams::default().limit(1);
-    for result in [
-        Api::<SyncRule>::all(client.clone())
-            .list(&probe)
-            .await
-            .map(|_| ()),
-        Api::<ClusterSyncRule>::all(client.clone())
-            .list(&probe)
-            .await
-            .map(|_| ()),
-        Api::<RemoteCluster>::all(client.clone())
-            .list(&probe)
-            .await
-            .map(|_| ()),
-    ] {
+    let results = match scope.namespaces().and_then(|names| names.first()) {
+        Some(namespace) => vec![
+            Api::<SyncRule>::namespaced(client.clone(), namespace)
+                .list(&probe)
+                .await
+                .map(|_| ()),
+        ],
+        None => vec![
+            Api::<SyncRule>::all(client.clone())
+                .list(&probe)
+                .await
+                .map(|_| ()),
+            Api::<ClusterSyncRule>::all(client.clone())
+                .list(&probe)
+                .await
+                .map(|_| ()),
+            Api::<RemoteCluster>::all(client.clone())
+                .list(&probe)
+                .await
+                .map(|_| ()),
+        ],
+    };
+    for result in results {
         match result {
             Ok(()) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Err(Error::CrdsMissing(e.message)),
@@ -97,9 +110,9 @@ pub async fn run(
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    check_crds(&client).await?;
-    let (triggers, streams) = Triggers::new();
-    let fleet = Fleet::start(client.clone(), metrics.clone(), triggers);
+    check_crds(&client, &config.scope).await?;
+    let (triggers, streams) = Triggers::new(&config.scope);
+    let fleet = Fleet::start(client.clone(), config.scope.clone(), metrics.clone(), triggers);
     let allowed_kinds = if config.allowed_kinds.is_empty() {
         default_allowed_kinds()
     } else {
@@ -114,6 +127,7 @@ pub async fn run(
         client: client.clone(),
         metrics,
         recorder: Recorder::new(client.clone(), reporter),
+        scope: config.scope.clone(),
         fleet: fleet.clone(),
         in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
         allowed_kinds,
@@ -145,29 +159,37 @@ pub async fn run(
         }
     });
 
-    let sync_rules = match &config.watch_namespace {
-        Some(ns) => Api::<SyncRule>::namespaced(client.clone(), ns),
-        None => Api::<SyncRule>::all(client.clone()),
+    // One SyncRule controller over all namespaces, or one per namespace of the scope: a Role
+    // grants list and watch in one namespace only.
+    let sync_loops =
+        futures::future::join_all(streams.sync_rules.into_iter().map(|(namespace, triggers)| {
+            let sync_rules = match &namespace {
+                Some(ns) => Api::<SyncRule>::namespaced(client.clone(), ns),
+                None => Api::<SyncRule>::all(client.clone()),
+            };
+            Controller::new(sync_rules, watcher::Config::default())
+                .reconcile_on(triggers)
+                .graceful_shutdown_on(stopped())
+                .run(
+                    reconcile::reconcile::<SyncRule>,
+                    reconcile::error_policy::<SyncRule>,
+                    ctx.clone(),
+                )
+                .for_each(|result| async move {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "SyncRule controller");
+                    }
+                })
+        }));
+    let sync_loop = async {
+        sync_loops.await;
     };
-    let sync_loop = Controller::new(sync_rules, watcher::Config::default())
-        .reconcile_on(streams.sync_rules)
-        .graceful_shutdown_on(stopped())
-        .run(
-            reconcile::reconcile::<SyncRule>,
-            reconcile::error_policy::<SyncRule>,
-            ctx.clone(),
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "SyncRule controller");
-            }
-        });
-    match &config.watch_namespace {
-        Some(ns) => {
-            tracing::info!(namespace = %ns, "reconciling the SyncRules of one namespace; ClusterSyncRules are not reconciled");
+    match &config.scope {
+        Scope::Namespaces(_) => {
+            tracing::info!(namespaces = %config.scope, "limited to namespaces: reconciling their SyncRules; ClusterSyncRules and RemoteClusters are not read");
             until_stopped(sync_loop, stopped(), &ctx).await;
         }
-        None => {
+        Scope::Cluster => {
             let cluster_loop = Controller::new(
                 Api::<ClusterSyncRule>::all(client.clone()),
                 watcher::Config::default(),

@@ -7,6 +7,7 @@ use mimeo::controller::{self, ControllerConfig};
 use mimeo::leader::Elector;
 use mimeo::metrics::Metrics;
 use mimeo::server::{self, Readiness};
+use mimeo::sync::scope::Scope;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -42,6 +43,7 @@ async fn main() -> anyhow::Result<ExitCode> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
+    let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the cluster (kubeconfig or in-cluster)")?;
@@ -69,7 +71,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::process::exit(1);
     });
     let config = ControllerConfig {
-        watch_namespace: args.watch_namespace,
+        scope,
         instance: std::env::var("POD_NAME").ok(),
         plugin_dir: args.plugins.plugin_dir.clone(),
         plugin_host: args.plugins.host_settings(),

@@ -9,5 +9,6 @@ pub mod hash;
 pub mod kinds;
 pub mod ownership;
 pub mod plan;
+pub mod scope;
 pub mod targets;
 pub mod validate;

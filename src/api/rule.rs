@@ -445,13 +445,16 @@ pub enum CopyState {
     /// The copy's cluster does not serve the kind (its CRD is not installed there); the copy is
     /// written once it is.
     KindNotServed,
+    /// The target namespace is outside the namespaces this installation of mimeo is limited to
+    /// (`--watch-namespace`); the copy is not attempted.
+    NotWatched,
     /// Writing the copy failed; `message` says why.
     Failed,
 }
 
 impl CopyState {
     /// Every state, for metrics that report each one (zero included).
-    pub const ALL: [CopyState; 11] = [
+    pub const ALL: [CopyState; 12] = [
         CopyState::Synced,
         CopyState::Conflict,
         CopyState::NotAccepted,
@@ -463,6 +466,7 @@ impl CopyState {
         CopyState::Unauthorized,
         CopyState::ClusterMissing,
         CopyState::KindNotServed,
+        CopyState::NotWatched,
     ];
 }
 

@@ -13,6 +13,7 @@ use crate::clusters::{self, KubeconfigProblem};
 use crate::metrics::Metrics;
 use crate::sync::hash::digest_bytes;
 use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::scope::Scope;
 use crate::sync::targets::selector;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -89,6 +90,8 @@ struct Usage {
 pub struct Fleet {
     me: Weak<Fleet>,
     local: ClusterHandle,
+    /// `false` when mimeo is limited to namespaces: `RemoteCluster`s are then not read at all.
+    remote_clusters_enabled: bool,
     metrics: Arc<Metrics>,
     triggers: Triggers,
     remote_clusters: Store<RemoteCluster>,
@@ -114,12 +117,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Fleet {
-    /// Starts the watches of this cluster and the watch on `RemoteCluster`s.
-    pub fn start(client: Client, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
+    /// Starts the watches of this cluster and, unless `scope` limits mimeo to namespaces, the
+    /// watch on `RemoteCluster`s.
+    pub fn start(client: Client, scope: Scope, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
+        let remote_clusters_enabled = scope == Scope::Cluster;
         let local = ClusterHandle {
             name: None,
             client: client.clone(),
-            watches: Watches::start(client.clone(), Reach::Local, metrics.clone(), triggers.clone()),
+            watches: Watches::start(
+                client.clone(),
+                Reach::Local,
+                scope,
+                metrics.clone(),
+                triggers.clone(),
+            ),
         };
         let writer: Writer<RemoteCluster> = Writer::default();
         let remote_clusters = writer.as_reader();
@@ -131,6 +142,7 @@ impl Fleet {
         let fleet = Arc::new_cyclic(|me: &Weak<Fleet>| Fleet {
             me: me.clone(),
             local,
+            remote_clusters_enabled,
             metrics,
             triggers,
             remote_clusters,
@@ -141,6 +153,12 @@ impl Fleet {
             down: Mutex::new(HashMap::new()),
             task: Mutex::new(None),
         });
+        if !remote_clusters_enabled {
+            // Nothing to list: the cache stays empty and counts as listed.
+            drop(stream);
+            listed_tx.send_replace(true);
+            return fleet;
+        }
         // Spawned once the Fleet exists: a task started inside `new_cyclic` could see its first
         // event before the Fleet is there to upgrade to, and stop.
         let weak = Arc::downgrade(&fleet);
@@ -251,6 +269,15 @@ impl Fleet {
         name: &str,
         needs_namespaces: bool,
     ) -> Result<ClusterHandle, ClusterProblem> {
+        if !self.remote_clusters_enabled {
+            return Err(ClusterProblem {
+                state: CopyState::ClusterMissing,
+                message: format!(
+                    "RemoteCluster {name} is not read: this mimeo is limited to namespaces \
+                     (--watch-namespace)"
+                ),
+            });
+        }
         let Some(remote) = self
             .remote_clusters
             .get(&ObjectRef::new(name))
@@ -379,7 +406,13 @@ impl Fleet {
         let handle = ClusterHandle {
             name: Some(name.clone()),
             client: client.clone(),
-            watches: Watches::start(client, Reach::Remote, self.metrics.clone(), self.triggers.clone()),
+            watches: Watches::start(
+                client,
+                Reach::Remote,
+                Scope::Cluster,
+                self.metrics.clone(),
+                self.triggers.clone(),
+            ),
         };
         let mut connections = lock(&self.connections);
         if let Some(existing) = connections.get(&name)

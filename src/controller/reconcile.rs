@@ -17,6 +17,7 @@ use crate::sync::hash::digest;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
+use crate::sync::scope::{self, Scope};
 use crate::sync::targets::{Placement, placements, selector, targets_by_cluster};
 use crate::sync::validate;
 use futures::StreamExt;
@@ -200,7 +201,9 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     let previous = rule.rule_status();
     ctx.fleet.wait_ready().await?;
 
-    let kind = match validate::check(spec, &ctx.allowed_kinds) {
+    let kind = match validate::check(spec, &ctx.allowed_kinds)
+        .and_then(|kind| scope::check(&ctx.scope, spec).map(|()| kind))
+    {
         Ok(kind) => kind,
         Err(problem) => {
             ctx.fleet.forget(&key);
@@ -492,6 +495,20 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     continue;
                 }
                 let namespace = place.namespace.as_deref().unwrap_or_default();
+                if let Some(why) = place
+                    .namespace
+                    .as_deref()
+                    .filter(|_| cluster.name.is_none())
+                    .and_then(|ns| ctx.scope.outside(ns))
+                {
+                    planned.push(Planned::blocked(
+                        target,
+                        source_ref.clone(),
+                        CopyState::NotWatched,
+                        why,
+                    ));
+                    continue;
+                }
                 if !place.exists && !place.create {
                     let why = format!("namespace {namespace} does not exist or is being deleted");
                     planned.push(Planned::blocked(
@@ -794,7 +811,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             .filter(|c| c.cluster == cluster.name)
             .collect();
         for (kind, namespace, name, source) in
-            owned_copies(handle, &key, cluster_resource, namespaced, &recorded)
+            owned_copies(handle, &key, cluster_resource, namespaced, &recorded, &ctx.scope)
         {
             if kind == *cluster_resource
                 && keep.contains(&(cluster.name.clone(), namespace.clone(), name.clone()))
@@ -1047,7 +1064,9 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
             None => None,
         };
         let candidates = match &resolved {
-            Some((resource, namespaced)) => owned_copies(handle, &key, resource, *namespaced, &here),
+            Some((resource, namespaced)) => {
+                owned_copies(handle, &key, resource, *namespaced, &here, &ctx.scope)
+            }
             None => handle
                 .watches
                 .copies_of(&key)
@@ -1110,12 +1129,15 @@ async fn live_object(
 
 /// Every copy the rule may own in one cluster: cached copies recording it, and the inventory's
 /// written copies there.
+/// Copies in namespaces outside `scope` (recorded before mimeo was limited to namespaces) are
+/// not among them: mimeo may not touch them now.
 fn owned_copies(
     cluster: &ClusterHandle,
     key: &RuleKey,
     resource: &ApiResource,
     namespaced: bool,
     recorded: &[&CopyStatus],
+    scope: &Scope,
 ) -> Vec<(ApiResource, Option<String>, String, SourceRef)> {
     let mut out: BTreeMap<(String, Option<String>, String), (ApiResource, SourceRef)> = BTreeMap::new();
     for (kind, copy) in cluster.watches.copies_of(key) {
@@ -1139,7 +1161,10 @@ fn owned_copies(
                 .or_insert_with(|| (resource.clone(), copy.source.clone()));
         }
     }
+    let in_scope =
+        |ns: &Option<String>| cluster.name.is_some() || ns.as_deref().is_none_or(|ns| scope.contains(ns));
     out.into_iter()
+        .filter(|((_, ns, _), _)| in_scope(ns))
         .map(|((_, ns, name), (kind, source))| (kind, ns, name, source))
         .collect()
 }

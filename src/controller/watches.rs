@@ -2,6 +2,10 @@
 //!
 //! - Copies: one label-selected watch per kind over all namespaces, so only copies are cached.
 //! - Namespaces: one metadata-only watch.
+//!
+//! Limited to namespaces ([`Scope::Namespaces`]), nothing is watched cluster-wide: copies are
+//! watched per kind and namespace, and each namespace object is read by name every
+//! [`NAMESPACE_POLL`] (Roles can grant that GET, not a cluster-wide namespace watch).
 //! - Sources: one watch per (kind, namespace) that holds sources, started when the first rule
 //!   needs it and stopped when the last rule lets go. Never one watch per rule.
 //!
@@ -15,12 +19,13 @@ use crate::clusters::{KubeconfigProblem, classify};
 use crate::metrics::Metrics;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
+use crate::sync::scope::Scope;
 use crate::sync::targets::NamespaceInfo;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::api::{Api, DynamicObject, GetParams, PartialObjectMeta};
 use kube::core::{ApiResource, Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::utils::Backoff;
@@ -39,6 +44,12 @@ const REMOTE_CACHE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest pause between two attempts to re-open a watch on another cluster, so that a
 /// cluster back from an outage is watched again within seconds.
 const REMOTE_WATCH_BACKOFF_CAP: Duration = Duration::from_secs(4);
+/// How often each namespace is read when mimeo is limited to namespaces: a label or consent
+/// annotation change there is acted on within this long.
+pub const NAMESPACE_POLL: Duration = Duration::from_secs(10);
+/// How long a kind found by discovery is trusted when no CRD watch is there to say it changed
+/// (mimeo limited to namespaces may not watch CustomResourceDefinitions).
+const DISCOVERY_TTL: Duration = Duration::from_secs(60);
 
 /// Which cluster a set of watches looks at; it decides how patiently they wait and retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,34 +183,47 @@ fn copies_key(resource: &ApiResource) -> CopiesKey {
     )
 }
 
-/// Channels into the two controllers: sending a rule's reference makes it reconcile.
+/// Channels into the controllers: sending a rule's reference makes it reconcile.
 #[derive(Clone)]
 pub struct Triggers {
-    sync_rules: UnboundedSender<ObjectRef<SyncRule>>,
+    /// The `SyncRule` controller's, keyed by namespace when there is one controller per
+    /// namespace of the scope; under `None` when one controller watches all namespaces.
+    sync_rules: Arc<BTreeMap<Option<String>, UnboundedSender<ObjectRef<SyncRule>>>>,
     cluster_sync_rules: UnboundedSender<ObjectRef<ClusterSyncRule>>,
     remote_clusters: UnboundedSender<ObjectRef<RemoteCluster>>,
 }
 
 /// The receiving ends, one per controller.
 pub struct TriggerStreams {
-    pub sync_rules: UnboundedReceiver<ObjectRef<SyncRule>>,
+    /// One per `SyncRule` controller: for a namespace of the scope, or (`None`) for all.
+    pub sync_rules: Vec<(Option<String>, UnboundedReceiver<ObjectRef<SyncRule>>)>,
     pub cluster_sync_rules: UnboundedReceiver<ObjectRef<ClusterSyncRule>>,
     pub remote_clusters: UnboundedReceiver<ObjectRef<RemoteCluster>>,
 }
 
 impl Triggers {
-    pub fn new() -> (Self, TriggerStreams) {
-        let (sync_tx, sync_rx) = unbounded();
+    pub fn new(scope: &Scope) -> (Self, TriggerStreams) {
+        let sync_keys: Vec<Option<String>> = match scope.namespaces() {
+            None => vec![None],
+            Some(names) => names.iter().cloned().map(Some).collect(),
+        };
+        let mut sync_senders = BTreeMap::new();
+        let mut sync_receivers = Vec::with_capacity(sync_keys.len());
+        for key in sync_keys {
+            let (tx, rx) = unbounded();
+            sync_senders.insert(key.clone(), tx);
+            sync_receivers.push((key, rx));
+        }
         let (cluster_tx, cluster_rx) = unbounded();
         let (remote_tx, remote_rx) = unbounded();
         (
             Triggers {
-                sync_rules: sync_tx,
+                sync_rules: Arc::new(sync_senders),
                 cluster_sync_rules: cluster_tx,
                 remote_clusters: remote_tx,
             },
             TriggerStreams {
-                sync_rules: sync_rx,
+                sync_rules: sync_receivers,
                 cluster_sync_rules: cluster_rx,
                 remote_clusters: remote_rx,
             },
@@ -210,9 +234,13 @@ impl Triggers {
         // A closed channel means the controller is shutting down; nothing to wake then.
         match (rule.kind, &rule.namespace) {
             (RuleKind::SyncRule, Some(ns)) => {
-                let _ = self
+                let sender = self
                     .sync_rules
-                    .unbounded_send(ObjectRef::new(&rule.name).within(ns));
+                    .get(&None)
+                    .or_else(|| self.sync_rules.get(&Some(ns.clone())));
+                if let Some(sender) = sender {
+                    let _ = sender.unbounded_send(ObjectRef::new(&rule.name).within(ns));
+                }
             }
             (RuleKind::SyncRule, None) => {}
             (RuleKind::ClusterSyncRule, _) => {
@@ -254,6 +282,8 @@ type NamespacesStart = (
     Writer<PartialObjectMeta<Namespace>>,
     tokio::sync::watch::Sender<bool>,
 );
+/// A kind found by discovery: its resource, whether it is namespaced, and when it was found.
+type Discovered = (ApiResource, bool, Instant);
 /// A copy: kind (plural), namespace and name.
 type CopyId = (String, String, String);
 
@@ -263,6 +293,8 @@ pub struct Watches {
     me: Weak<Watches>,
     client: Client,
     reach: Reach,
+    /// The namespaces this cluster's watches may see.
+    scope: Scope,
     /// Why the last watch request failed, until a watch lists again.
     failure: Mutex<Option<KubeconfigProblem>>,
     metrics: Arc<Metrics>,
@@ -272,12 +304,14 @@ pub struct Watches {
     /// What starts the namespace watch, taken when a rule first needs namespaces here (a cluster
     /// only read from is never asked for them).
     namespaces_start: Mutex<Option<NamespacesStart>>,
-    /// Label-selected watches of copies, one per kind some rule copies into this cluster.
-    copies: Mutex<HashMap<CopiesKey, (ApiResource, KindWatch)>>,
+    /// Label-selected watches of copies, per kind some rule copies into this cluster: one over
+    /// all namespaces, or one per namespace of the scope.
+    copies: Mutex<HashMap<CopiesKey, (ApiResource, Vec<KindWatch>)>>,
     sources: Mutex<HashMap<SourceWatchKey, KindWatch>>,
-    /// Kinds found by discovery: the resource and whether it is namespaced. Cleared whenever a
-    /// CustomResourceDefinition comes, changes or goes.
-    discovered: Mutex<HashMap<(String, String), (ApiResource, bool)>>,
+    /// Kinds found by discovery: the resource, whether it is namespaced, and when it was found.
+    /// Cleared whenever a CustomResourceDefinition comes, changes or goes; without a CRD watch
+    /// (limited to namespaces), an entry is trusted for [`DISCOVERY_TTL`].
+    discovered: Mutex<HashMap<(String, String), Discovered>>,
     crd_watch: Mutex<Option<AbortHandle>>,
     /// Copies written here whose write the copies cache may not have seen yet: the version the
     /// cache held before, and the copy the apiserver returned.
@@ -297,8 +331,10 @@ impl Drop for Watches {
         for (_, watch) in sources.drain() {
             watch.task.abort();
         }
-        for (_, (_, watch)) in self.copies.get_mut().unwrap_or_else(|p| p.into_inner()).drain() {
-            watch.task.abort();
+        for (_, (_, watches)) in self.copies.get_mut().unwrap_or_else(|p| p.into_inner()).drain() {
+            for watch in watches {
+                watch.task.abort();
+            }
         }
         if let Some(task) = self.crd_watch.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();
@@ -312,7 +348,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Watches {
     /// Sets up the caches of one cluster; every watch starts when something first needs it.
-    pub fn start(client: Client, reach: Reach, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
+    pub fn start(
+        client: Client,
+        reach: Reach,
+        scope: Scope,
+        metrics: Arc<Metrics>,
+        triggers: Triggers,
+    ) -> Arc<Self> {
         let ns_writer: Writer<PartialObjectMeta<Namespace>> = Writer::default();
         let namespaces = ns_writer.as_reader();
         let (ns_listed_tx, namespaces_listed) = tokio::sync::watch::channel(false);
@@ -320,6 +362,7 @@ impl Watches {
             me: me.clone(),
             client,
             reach,
+            scope,
             failure: Mutex::new(None),
             metrics,
             triggers,
@@ -337,11 +380,17 @@ impl Watches {
         })
     }
 
-    /// Starts the metadata-only namespace watch, once.
+    /// Starts the metadata-only namespace watch (or, limited to namespaces, the poll of each
+    /// one), once.
     pub fn watch_namespaces(&self) {
         let Some((writer, listed)) = lock(&self.namespaces_start).take() else {
             return;
         };
+        if let Some(names) = self.scope.namespaces() {
+            let task = self.poll_namespaces(names.clone(), writer, listed);
+            lock(&self.tasks).push(task);
+            return;
+        }
         let stream = watcher(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             watcher::Config::default(),
@@ -361,6 +410,81 @@ impl Watches {
             },
         );
         lock(&self.tasks).push(task);
+    }
+
+    /// Reads each namespace of the scope by name every [`NAMESPACE_POLL`] into the namespace
+    /// cache, waking the rules of those that came, went or changed. A round that fails keeps
+    /// the last one's cache and counts as a watch failure.
+    fn poll_namespaces(
+        &self,
+        names: BTreeSet<String>,
+        mut writer: Writer<PartialObjectMeta<Namespace>>,
+        listed: tokio::sync::watch::Sender<bool>,
+    ) -> AbortHandle {
+        let api = Api::<Namespace>::all(self.client.clone());
+        let weak = self.weak_self();
+        let task = tokio::spawn(async move {
+            // The resource version (and whether it is being deleted) of each namespace last seen.
+            let mut last: Option<BTreeMap<String, (Option<String>, bool)>> = None;
+            loop {
+                let mut found = Vec::with_capacity(names.len());
+                let mut failed = None;
+                for name in &names {
+                    // resourceVersion=0: served from the apiserver's watch cache, not from etcd.
+                    match api.get_metadata_opt_with(name, &GetParams::any()).await {
+                        Ok(Some(mut ns)) => {
+                            ns.managed_fields_mut().clear();
+                            found.push(ns);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let Some(this) = weak.upgrade() else { break };
+                match failed {
+                    Some(e) => {
+                        tracing::warn!(error = %e, "reading a watched namespace failed; retrying");
+                        *lock(&this.failure) = Some(classify(&e));
+                    }
+                    None => {
+                        let now: BTreeMap<String, (Option<String>, bool)> = found
+                            .iter()
+                            .map(|ns| {
+                                let state = (ns.resource_version(), ns.metadata.deletion_timestamp.is_some());
+                                (ns.name_any(), state)
+                            })
+                            .collect();
+                        writer.apply_watcher_event(&watcher::Event::Init);
+                        for ns in found {
+                            writer.apply_watcher_event(&watcher::Event::InitApply(ns));
+                        }
+                        writer.apply_watcher_event(&watcher::Event::InitDone);
+                        *lock(&this.failure) = None;
+                        match &last {
+                            None => {
+                                tracing::debug!(watch = "namespaces", "namespaces read");
+                                listed.send_replace(true);
+                                this.on_namespaces_relisted();
+                            }
+                            Some(before) => {
+                                for name in &names {
+                                    if before.get(name) != now.get(name) {
+                                        this.on_namespace(name);
+                                    }
+                                }
+                            }
+                        }
+                        last = Some(now);
+                    }
+                }
+                drop(this);
+                tokio::time::sleep(NAMESPACE_POLL).await;
+            }
+        });
+        task.abort_handle()
     }
 
     /// Waits until the namespace cache holds a full list.
@@ -387,14 +511,19 @@ impl Watches {
             return Ok(Some((resource, true)));
         }
         let key = (kind.api_version.clone(), kind.kind.clone());
-        if let Some(found) = lock(&self.discovered).get(&key) {
-            return Ok(Some(found.clone()));
+        let watches_crds = self.scope == Scope::Cluster;
+        if let Some((resource, namespaced, at)) = lock(&self.discovered).get(&key)
+            && (watches_crds || at.elapsed() < DISCOVERY_TTL)
+        {
+            return Ok(Some((resource.clone(), *namespaced)));
         }
-        self.watch_crds();
+        if watches_crds {
+            self.watch_crds();
+        }
         match kube::discovery::pinned_kind(&self.client, &kind.gvk()).await {
             Ok((resource, capabilities)) => {
                 let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
-                lock(&self.discovered).insert(key, (resource.clone(), namespaced));
+                lock(&self.discovered).insert(key, (resource.clone(), namespaced, Instant::now()));
                 Ok(Some((resource, namespaced)))
             }
             Err(kube::Error::Discovery(_)) => Ok(None),
@@ -482,14 +611,14 @@ impl Watches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Arc<DynamicObject>> {
-        let store = lock(&self.copies)
+        let stores: Vec<Store<DynamicObject>> = lock(&self.copies)
             .get(&copies_key(resource))
-            .map(|(_, watch)| watch.store.clone())?;
+            .map(|(_, watches)| watches.iter().map(|w| w.store.clone()).collect())?;
         let mut reference = ObjectRef::new_with(name, resource.clone());
         if let Some(namespace) = namespace {
             reference = reference.within(namespace);
         }
-        let cached = store.get(&reference)?;
+        let cached = stores.iter().find_map(|store| store.get(&reference))?;
         let id = (
             resource.plural.clone(),
             namespace.unwrap_or_default().to_owned(),
@@ -528,7 +657,7 @@ impl Watches {
         let mut out = Vec::new();
         let copies: Vec<(ApiResource, Store<DynamicObject>)> = lock(&self.copies)
             .values()
-            .map(|(r, w)| (r.clone(), w.store.clone()))
+            .flat_map(|(r, watches)| watches.iter().map(|w| (r.clone(), w.store.clone())))
             .collect();
         for (resource, store) in copies {
             for copy in store.state() {
@@ -557,7 +686,7 @@ impl Watches {
         let acquired = wanted.map(|(key, resource)| self.acquire(key, resource));
         let copies_listed = copies.map(|resource| self.acquire_copies(resource));
         self.stop_unused_watches();
-        if let Some(listed) = copies_listed {
+        for listed in copies_listed.into_iter().flatten() {
             wait_listed(listed, "copies", self.reach.cache_timeout()).await?;
         }
         match acquired {
@@ -653,17 +782,35 @@ impl Watches {
         (store, listed)
     }
 
-    /// The label-selected watch of this kind's copies, started on first use.
-    fn acquire_copies(&self, resource: ApiResource) -> Listed {
+    /// The label-selected watches of this kind's copies (one over all namespaces, or one per
+    /// namespace of the scope), started on first use.
+    fn acquire_copies(&self, resource: ApiResource) -> Vec<Listed> {
         let mut copies = lock(&self.copies);
         let key = copies_key(&resource);
-        if let Some((_, watch)) = copies.get(&key) {
-            return watch.listed.clone();
+        if let Some((_, watches)) = copies.get(&key) {
+            return watches.iter().map(|w| w.listed.clone()).collect();
         }
+        let watches: Vec<KindWatch> = match self.scope.namespaces() {
+            None => vec![self.watch_copies(&resource, None)],
+            Some(names) => names
+                .iter()
+                .map(|ns| self.watch_copies(&resource, Some(ns)))
+                .collect(),
+        };
+        tracing::debug!(kind = %resource.plural, watches = watches.len(), "starting copies watches");
+        let listed = watches.iter().map(|w| w.listed.clone()).collect();
+        copies.insert(key, (resource, watches));
+        listed
+    }
+
+    fn watch_copies(&self, resource: &ApiResource, namespace: Option<&str>) -> KindWatch {
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), &resource);
+        let api = match namespace {
+            None => Api::<DynamicObject>::all_with(self.client.clone(), resource),
+            Some(ns) => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, resource),
+        };
         let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
         let stream = watcher(api, config)
             .backoff(self.reach.backoff())
@@ -683,19 +830,7 @@ impl Watches {
                 _ => {}
             },
         );
-        tracing::debug!(kind = %resource.plural, "starting a copies watch");
-        copies.insert(
-            key,
-            (
-                resource,
-                KindWatch {
-                    store,
-                    listed: listed.clone(),
-                    task,
-                },
-            ),
-        );
-        listed
+        KindWatch { store, listed, task }
     }
 
     fn stop_unused_watches(&self) {
@@ -712,11 +847,13 @@ impl Watches {
                     .collect(),
             )
         };
-        lock(&self.copies).retain(|key, (resource, watch)| {
+        lock(&self.copies).retain(|key, (resource, watches)| {
             let keep = used_copies.contains(key);
             if !keep {
-                tracing::debug!(kind = %resource.plural, "stopping an unused copies watch");
-                watch.task.abort();
+                tracing::debug!(kind = %resource.plural, "stopping unused copies watches");
+                for watch in watches {
+                    watch.task.abort();
+                }
             }
             keep
         });
@@ -825,6 +962,28 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sync_rule_is_woken_through_its_namespace_controller() {
+        let scope = Scope::from_namespaces(["a", "b"]).unwrap();
+        let (triggers, mut streams) = Triggers::new(&scope);
+        let keys: Vec<Option<String>> = streams.sync_rules.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(keys, [Some("a".to_owned()), Some("b".to_owned())]);
+        triggers.fire(&RuleKey::sync_rule("b", "r"));
+        triggers.fire(&RuleKey::sync_rule("c", "r"));
+        let received: Vec<Vec<ObjectRef<SyncRule>>> = streams
+            .sync_rules
+            .iter_mut()
+            .map(|(_, rx)| std::iter::from_fn(|| rx.try_recv().ok()).collect())
+            .collect();
+        assert_eq!(received, [vec![], vec![ObjectRef::new("r").within("b")]]);
+
+        let (triggers, mut streams) = Triggers::new(&Scope::Cluster);
+        triggers.fire(&RuleKey::sync_rule("c", "r"));
+        let (key, rx) = &mut streams.sync_rules[0];
+        assert_eq!(*key, None);
+        assert_eq!(rx.try_recv().ok(), Some(ObjectRef::new("r").within("c")));
+    }
 
     #[test]
     fn backoff_doubles_up_to_its_cap_and_starts_over_on_reset() {
