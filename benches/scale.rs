@@ -1,0 +1,375 @@
+//! Scenario benchmark against a real control plane, with `mimeo run` as its own process:
+//!
+//! - **throughput**: copies written per second by one rule fanning sources out to 100 namespaces,
+//!   over the raw write ceiling of the same apiserver (the same objects written by a plain client
+//!   with server-side apply and mimeo's write concurrency);
+//! - **memory**: the controller's resident memory idle, at 1,000 and at 5,000 copies, and at
+//!   5,000 after a restart (what it holds without the peak of writing them);
+//! - **restart**: the apiserver writes a restarted controller makes with nothing changed.
+//!
+//! `cargo bench --bench scale`. Figures are printed; docs/benchmarks.md records a run. With
+//! `MIMEO_BENCH_WRAP=heaptrack` the controller runs under that profiler (its resident set is
+//! then the profiler's too).
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use mimeo_envtest::ControlPlane;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Target namespaces.
+const NAMESPACES: usize = 100;
+/// Sources in the first round (x NAMESPACES copies), and in all.
+const FIRST_SOURCES: usize = 10;
+const ALL_SOURCES: usize = 50;
+/// Writes in flight at once for the raw client: mimeo's own per-rule write concurrency.
+const RAW_CONCURRENCY: usize = 16;
+/// Bytes of data in each Secret.
+const VALUE_BYTES: usize = 1024;
+
+#[tokio::main]
+async fn main() {
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    plane
+        .install_crds(&[std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = plane.client().await.unwrap();
+    apply(&client, namespace("scale-src", json!({}), json!({}))).await;
+    for i in 0..NAMESPACES {
+        apply(
+            &client,
+            namespace(
+                &format!("scale-t{i}"),
+                json!({"scale": "target"}),
+                json!({"mimeo.dev/accept-from": "scale-src"}),
+            ),
+        )
+        .await;
+    }
+    for s in 0..ALL_SOURCES {
+        apply_secret(&client, source(s)).await;
+    }
+
+    // The ceiling: the first round's copies, written by a plain client.
+    let raw_objects: Vec<Value> = (0..FIRST_SOURCES)
+        .flat_map(|s| (0..NAMESPACES).map(move |t| raw_copy(s, t)))
+        .collect();
+    let started = Instant::now();
+    futures::stream::iter(raw_objects)
+        .map(|object| {
+            let client = client.clone();
+            async move { apply_secret(&client, object).await }
+        })
+        .buffer_unordered(RAW_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+    let raw = started.elapsed();
+    let raw_rate = (FIRST_SOURCES * NAMESPACES) as f64 / raw.as_secs_f64();
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, plane.kubeconfig_yaml()).unwrap();
+    let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
+    mimeo.wait_ready().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = mimeo.rss_mib();
+
+    // Round one: the rule, FIRST_SOURCES sources to NAMESPACES namespaces.
+    let copies = CopyCounter::start(&client);
+    let started = Instant::now();
+    apply(
+        &client,
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+               "metadata": {"name": "fan-out", "namespace": "scale-src"},
+               "spec": {"source": {"kind": "Secret", "selector": {"matchLabels": {"round": "1"}}},
+                        "targets": [{"namespaceSelector": {"matchLabels": {"scale": "target"}}}]}}),
+    )
+    .await;
+    copies.wait_for(FIRST_SOURCES * NAMESPACES).await;
+    let first = started.elapsed();
+    let first_rate = (FIRST_SOURCES * NAMESPACES) as f64 / first.as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let at_first = mimeo.rss_mib();
+
+    // Round two: the other sources join the selector.
+    let started = Instant::now();
+    for s in FIRST_SOURCES..ALL_SOURCES {
+        let mut object = source(s);
+        object["metadata"]["labels"]["round"] = json!("1");
+        apply_secret(&client, object).await;
+    }
+    copies.wait_for(ALL_SOURCES * NAMESPACES).await;
+    let second = started.elapsed();
+    let second_rate = ((ALL_SOURCES - FIRST_SOURCES) * NAMESPACES) as f64 / second.as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let at_all = mimeo.rss_mib();
+
+    // Restart with nothing changed.
+    let writes_before = apiserver_writes(&client).await;
+    mimeo.stop();
+    let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
+    mimeo.wait_ready().await;
+    let synced = format!("mimeo_copies{{state=\"Synced\"}} {}", ALL_SOURCES * NAMESPACES);
+    let restarted = Instant::now();
+    while !mimeo.metrics().await.contains(&synced) {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(120),
+            "the restarted controller did not report {synced}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let caught_up = restarted.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after_restart = mimeo.rss_mib();
+    let restart_writes = apiserver_writes(&client).await - writes_before;
+    mimeo.stop();
+
+    let n1 = FIRST_SOURCES * NAMESPACES;
+    let n2 = ALL_SOURCES * NAMESPACES;
+    println!("throughput: copies of {VALUE_BYTES}-byte Secrets into {NAMESPACES} namespaces, one rule");
+    println!(
+        "  raw client, server-side apply, {RAW_CONCURRENCY} in flight: {n1} objects in {raw:.2?}, {raw_rate:.0}/s"
+    );
+    println!("  mimeo, rule created to {n1} copies seen:       {first:.2?}, {first_rate:.0}/s");
+    println!(
+        "  mimeo, {} sources joining to {n2} copies seen: {second:.2?}, {second_rate:.0}/s",
+        ALL_SOURCES - FIRST_SOURCES
+    );
+    println!(
+        "  mimeo / raw: {:.2} (first round), {:.2} (second round)",
+        first_rate / raw_rate,
+        second_rate / raw_rate
+    );
+    println!("memory: resident set of `mimeo run` (release build)");
+    println!("  idle, ready:           {idle:.1} MiB");
+    println!("  {n1} copies:           {at_first:.1} MiB");
+    println!("  {n2} copies:           {at_all:.1} MiB");
+    println!("  {n2} copies, restarted: {after_restart:.1} MiB (nothing to write)");
+    println!(
+        "  per 1000 copies, {n1} to {n2}: {:.2} MiB",
+        (at_all - at_first) / ((n2 - n1) as f64 / 1000.0)
+    );
+    println!(
+        "restart with {n2} copies and nothing changed: {restart_writes} apiserver writes on \
+         Secrets, SyncRules and Events; copies reported Synced {caught_up:.2?} after ready"
+    );
+}
+
+/// `mimeo run` as a child process, killed when dropped.
+struct Mimeo {
+    child: Child,
+    port: u16,
+}
+
+impl Mimeo {
+    fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // MIMEO_BENCH_WRAP runs it under a profiler, e.g. `heaptrack`.
+        let mut command = match std::env::var("MIMEO_BENCH_WRAP") {
+            Ok(wrapper) if !wrapper.is_empty() => {
+                let mut command = Command::new(wrapper);
+                command.arg(env!("CARGO_BIN_EXE_mimeo"));
+                command
+            }
+            _ => Command::new(env!("CARGO_BIN_EXE_mimeo")),
+        };
+        let child = command
+            .args([
+                "run",
+                "--log-level=warn",
+                "--log-format=json",
+                &format!("--http-addr=127.0.0.1:{port}"),
+                &format!("--plugin-cache-dir={}", dir.join("plugins").display()),
+                &format!("--artifact-cache-dir={}", dir.join("artifacts").display()),
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("MIMEO_WATCH_NAMESPACE")
+            .env_remove("MIMEO_ALLOW_KINDS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("mimeo.log")).unwrap())
+            .spawn()
+            .expect("starting mimeo run");
+        Mimeo { child, port }
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.ok()?;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let code = text.get(9..12)?.parse().ok()?;
+        Some((code, text))
+    }
+
+    async fn wait_ready(&mut self) {
+        let started = Instant::now();
+        while self.get("/readyz").await.map(|(code, _)| code) != Some(200) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("mimeo run exited: {status}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "mimeo is not ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        self.get("/metrics")
+            .await
+            .map(|(_, text)| text)
+            .unwrap_or_default()
+    }
+
+    /// Resident set size, from /proc.
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/<pid>/status");
+        kib / 1024.0
+    }
+
+    fn stop(&mut self) {
+        // SIGTERM: the graceful path a pod takes.
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Mimeo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Counts the distinct copies a watch of its own has seen.
+struct CopyCounter {
+    seen: tokio::sync::watch::Receiver<usize>,
+}
+
+impl CopyCounter {
+    fn start(client: &Client) -> Self {
+        let api: Api<Secret> = Api::all(client.clone());
+        let config = watcher::Config::default().labels("mimeo.dev/managed-by=mimeo");
+        let (tx, seen) = tokio::sync::watch::channel(0);
+        tokio::spawn(async move {
+            let mut names = HashSet::new();
+            let events = watcher(api, config);
+            futures::pin_mut!(events);
+            while let Ok(Some(event)) = events.try_next().await {
+                if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
+                    names.insert((s.metadata.namespace, s.metadata.name));
+                    tx.send_replace(names.len());
+                }
+            }
+        });
+        CopyCounter { seen }
+    }
+
+    async fn wait_for(&self, n: usize) {
+        let mut seen = self.seen.clone();
+        tokio::time::timeout(Duration::from_secs(300), seen.wait_for(|count| *count >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} copies were not seen"))
+            .unwrap();
+    }
+}
+
+fn namespace(name: &str, labels: Value, annotations: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": name, "labels": labels, "annotations": annotations}})
+}
+
+fn value(seed: usize) -> String {
+    // Printable, distinct per Secret, VALUE_BYTES long.
+    let unit = format!("{seed:08x}");
+    unit.repeat(VALUE_BYTES / unit.len())
+}
+
+fn source(s: usize) -> Value {
+    let round = if s < FIRST_SOURCES { "1" } else { "2" };
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": format!("src-{s}"), "namespace": "scale-src", "labels": {"round": round}},
+           "stringData": {"value": value(s)}})
+}
+
+/// What a raw client writes for the ceiling: an object the size and shape of a copy.
+fn raw_copy(s: usize, t: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": format!("raw-{s}"), "namespace": format!("scale-t{t}"),
+                        "labels": {"raw": "yes"},
+                        "annotations": {"raw.example/source": format!("scale-src/src-{s}"),
+                                        "raw.example/hash": format!("{s:064x}")}},
+           "stringData": {"value": value(s)}})
+}
+
+/// Server-side apply of a Secret, with no discovery on the way: the raw ceiling must be the
+/// apiserver's, not the client's.
+async fn apply_secret(client: &Client, object: Value) {
+    let namespace = object["metadata"]["namespace"].as_str().unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap();
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .patch(name, &PatchParams::apply("bench").force(), &Patch::Apply(&object))
+        .await
+        .unwrap_or_else(|e| panic!("applying {namespace}/{name}: {e}"));
+}
+
+async fn apply(client: &Client, object: Value) {
+    let gvk: kube::core::GroupVersionKind = serde_json::from_value::<kube::core::TypeMeta>(object.clone())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+}
+
+/// Write requests the apiserver served on the resources mimeo writes.
+async fn apiserver_writes(client: &Client) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter(|l| {
+            ["secrets", "syncrules", "events"]
+                .iter()
+                .any(|r| l.contains(&format!("resource=\"{r}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
