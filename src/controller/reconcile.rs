@@ -99,8 +99,13 @@ struct Planned {
     source_version: Option<String>,
     state: CopyState,
     message: Option<String>,
+    /// The digest of the copy as it should be, once it was made.
+    hash: Option<String>,
+    /// The copy as it should be, kept only while it is to be written: with thousands of copies
+    /// in sync, holding them all would double the memory a reconcile needs.
     desired: Option<DesiredCopy>,
-    live: Option<DynamicObject>,
+    /// The object in the copy's place, shared with the copies cache; kept only for a write.
+    live: Option<Arc<DynamicObject>>,
     decision: Option<Decision>,
     /// Whatever copy is there now stays (a plugin failed: nothing is lost).
     keeps_previous: bool,
@@ -114,6 +119,7 @@ impl Planned {
             source_version: None,
             state,
             message: Some(message),
+            hash: None,
             desired: None,
             live: None,
             decision: None,
@@ -125,7 +131,7 @@ impl Planned {
     fn holds_copy(&self) -> bool {
         self.keeps_previous
             || matches!(self.decision, Some(Decision::InSync | Decision::Write(_)))
-            || (self.state == CopyState::Failed && self.decision.is_none() && self.desired.is_some())
+            || (self.state == CopyState::Failed && self.decision.is_none() && self.hash.is_some())
     }
 }
 
@@ -601,6 +607,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     source_version: source.resource_version(),
                     state: CopyState::Synced,
                     message: None,
+                    hash: Some(desired.hash.clone()),
                     desired: None,
                     live: None,
                     decision: None,
@@ -617,14 +624,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     Ok(live) => {
                         let may_take_over = key.kind == RuleKind::ClusterSyncRule
                             || (cluster.name.is_none() && key.namespace == place.namespace);
-                        plan.decision = Some(decide(
-                            &key,
-                            &desired,
-                            live.as_ref(),
-                            spec.conflict,
-                            may_take_over,
-                        ));
-                        plan.live = live;
+                        let decision = decide(&key, &desired, live.as_deref(), spec.conflict, may_take_over);
+                        if matches!(decision, Decision::Write(_)) {
+                            plan.live = live;
+                            plan.desired = Some(desired);
+                        }
+                        plan.decision = Some(decision);
                     }
                     Err(e) => {
                         let (state, why) = failure(ctx, cluster.name, "reading the current object", &e);
@@ -634,7 +639,6 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                         plan.keeps_previous = true;
                     }
                 }
-                plan.desired = Some(desired);
                 planned.push(plan);
             }
         }
@@ -705,20 +709,20 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         usize,
         Write,
         DesiredCopy,
-        Option<DynamicObject>,
+        Option<Arc<DynamicObject>>,
         (Client, ApiResource),
         Option<String>,
     );
     let jobs: Vec<Job> = planned
-        .iter()
+        .iter_mut()
         .enumerate()
-        .filter_map(|(i, p)| match (&p.decision, &p.desired) {
+        .filter_map(|(i, p)| match (&p.decision, p.desired.take()) {
             (Some(Decision::Write(how)), Some(desired)) => {
                 let cluster = reachable.iter().find(|c| *c.name == p.target.cluster)?;
                 Some((
                     i,
                     *how,
-                    desired.clone(),
+                    desired,
                     p.live.clone(),
                     (cluster.handle.client.clone(), cluster.resource.clone()),
                     p.target.cluster.clone(),
@@ -732,7 +736,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             move |(i, how, desired, live, (client, kind), cluster)| async move {
                 let result = remote_call(
                     &cluster,
-                    write::write(&client, &kind, &desired, live.as_ref(), how),
+                    write::write(&client, &kind, &desired, live.as_deref(), how),
                 )
                 .await;
                 (i, how, result)
@@ -750,7 +754,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     cluster
                         .handle
                         .watches
-                        .wrote(cluster.resource, plan.live.as_ref(), stored);
+                        .wrote(cluster.resource, plan.live.as_deref(), stored);
                 }
                 ctx.metrics.wrote(verb(how));
                 tracing::info!(rule = %key, copy = %place, verb = verb(how), "wrote a copy");
@@ -873,7 +877,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             name: p.target.name.clone(),
             state: p.state,
             hash: match p.state {
-                CopyState::Synced => p.desired.as_ref().map(|d| d.hash.clone()),
+                CopyState::Synced => p.hash.clone(),
                 _ => None,
             },
             message: p.message.clone(),
@@ -1116,15 +1120,16 @@ async fn live_object(
     resource: &ApiResource,
     namespace: Option<&str>,
     name: &str,
-) -> kube::Result<Option<DynamicObject>> {
+) -> kube::Result<Option<Arc<DynamicObject>>> {
     if let Some(cached) = cluster.watches.cached_copy(resource, namespace, name) {
-        return Ok(Some((*cached).clone()));
+        return Ok(Some(cached));
     }
-    remote_call(
+    let fetched = remote_call(
         &cluster.name,
         write::get(&cluster.client, resource, namespace, name),
     )
-    .await
+    .await?;
+    Ok(fetched.map(Arc::new))
 }
 
 /// Every copy the rule may own in one cluster: cached copies recording it, and the inventory's
