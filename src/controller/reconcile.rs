@@ -7,7 +7,7 @@ use super::rule::RuleResource;
 use super::status::{Readiness, summarize, with_ready};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
-use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
+use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
 use crate::clusters;
 use crate::error_text::with_causes;
 use crate::plugin::{ChainOutcome, TransformContext};
@@ -127,12 +127,40 @@ impl Planned {
         }
     }
 
+    /// Decides about the copy given what is in its place, keeping the desired copy and the live
+    /// object only if they are to be written.
+    fn decide(
+        &mut self,
+        rule: &RuleKey,
+        desired: DesiredCopy,
+        live: Option<Arc<DynamicObject>>,
+        conflict: ConflictPolicy,
+        may_take_over: bool,
+    ) {
+        let decision = decide(rule, &desired, live.as_deref(), conflict, may_take_over);
+        if matches!(decision, Decision::Write(_)) {
+            self.live = live;
+            self.desired = Some(desired);
+        }
+        self.decision = Some(decision);
+    }
+
     /// Whether the rule means to hold a copy here (so an owned copy here is not removed).
     fn holds_copy(&self) -> bool {
         self.keeps_previous
             || matches!(self.decision, Some(Decision::InSync | Decision::Write(_)))
             || (self.state == CopyState::Failed && self.decision.is_none() && self.hash.is_some())
     }
+}
+
+/// A planned copy whose place must be read from the apiserver before deciding.
+struct Unread {
+    /// Its index in the plan.
+    index: usize,
+    /// Its cluster, an index into the reachable ones.
+    cluster: usize,
+    desired: DesiredCopy,
+    may_take_over: bool,
 }
 
 /// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
@@ -455,6 +483,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
 
     // Decide: every (source, cluster, place) triple is one copy.
     let mut planned = Vec::new();
+    let mut unread = Vec::new();
     let mut taken = BTreeSet::new();
     let mut source_hashes: Vec<(String, String)> = Vec::with_capacity(sources.len());
     for source in &sources {
@@ -470,7 +499,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             source_ref.name.clone(),
             crate::sync::desired::source_hash(&source_json),
         ));
-        for cluster in &reachable {
+        for (cluster_index, cluster) in reachable.iter().enumerate() {
             for place in &cluster.places {
                 let target = CopyTarget {
                     cluster: cluster.name.clone(),
@@ -613,33 +642,58 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     decision: None,
                     keeps_previous: false,
                 };
-                match live_object(
-                    cluster.handle,
+                let may_take_over = key.kind == RuleKind::ClusterSyncRule
+                    || (cluster.name.is_none() && key.namespace == place.namespace);
+                let cached = cluster.handle.watches.cached_copy(
                     cluster.resource,
                     place.namespace.as_deref(),
                     &desired.target.name,
-                )
-                .await
-                {
-                    Ok(live) => {
-                        let may_take_over = key.kind == RuleKind::ClusterSyncRule
-                            || (cluster.name.is_none() && key.namespace == place.namespace);
-                        let decision = decide(&key, &desired, live.as_deref(), spec.conflict, may_take_over);
-                        if matches!(decision, Decision::Write(_)) {
-                            plan.live = live;
-                            plan.desired = Some(desired);
-                        }
-                        plan.decision = Some(decision);
-                    }
-                    Err(e) => {
-                        let (state, why) = failure(ctx, cluster.name, "reading the current object", &e);
-                        plan.state = state;
-                        plan.message = Some(why);
-                        // Whatever is there stays: nothing was learnt about it.
-                        plan.keeps_previous = true;
-                    }
+                );
+                match cached {
+                    Some(live) => plan.decide(&key, desired, Some(live), spec.conflict, may_take_over),
+                    // Not a copy in the cache: ask the apiserver what is there, below, with the
+                    // other such places at once.
+                    None => unread.push(Unread {
+                        index: planned.len(),
+                        cluster: cluster_index,
+                        desired,
+                        may_take_over,
+                    }),
                 }
                 planned.push(plan);
+            }
+        }
+    }
+    // Places with no copy of ours in the cache (first copies, or objects in the way): one GET
+    // each, several in flight.
+    let reads = futures::stream::iter(unread)
+        .map(|place| {
+            let cluster = &reachable[place.cluster];
+            async move {
+                let live = live_object(
+                    cluster.handle,
+                    cluster.resource,
+                    place.desired.target.namespace.as_deref(),
+                    &place.desired.target.name,
+                )
+                .await;
+                (place, live)
+            }
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    for (place, live) in reads {
+        let plan = &mut planned[place.index];
+        match live {
+            Ok(live) => plan.decide(&key, place.desired, live, spec.conflict, place.may_take_over),
+            Err(e) => {
+                let cluster = reachable[place.cluster].name;
+                let (state, why) = failure(ctx, cluster, "reading the current object", &e);
+                plan.state = state;
+                plan.message = Some(why);
+                // Whatever is there stays: nothing was learnt about it.
+                plan.keeps_previous = true;
             }
         }
     }
