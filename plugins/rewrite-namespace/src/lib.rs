@@ -6,6 +6,7 @@
 //! nothing outside `spec.rules[]` (in particular never `metadata`: the host sets the copy's
 //! namespace). Other objects are written unchanged.
 
+use mimeo_plugin_sdk::template::{self, Piece};
 use mimeo_plugin_sdk::{Context, Guest, Outcome, PluginInfo, log, outcome, parse_object};
 use serde_json::{Map, Value};
 
@@ -118,30 +119,19 @@ struct Template {
 
 impl Template {
     fn parse(value: &str) -> Result<Self, String> {
-        let mut parts = Vec::new();
-        let mut rest = value;
-        while let Some(start) = rest.find("{{") {
-            if start > 0 {
-                parts.push(Part::Text(rest[..start].to_owned()));
-            }
-            let after = &rest[start + 2..];
-            let end = after
-                .find("}}")
-                .ok_or_else(|| format!("{value:?} has '{{{{' without a closing '}}}}'"))?;
-            let name = after[..end].trim();
-            let placeholder = Placeholder::parse(name).ok_or_else(|| {
-                let known: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{{{p}}}}}")).collect();
-                format!(
-                    "{value:?} uses the unknown placeholder {{{{{name}}}}}; known: {}",
-                    known.join(", ")
-                )
-            })?;
-            parts.push(Part::Var(placeholder));
-            rest = &after[end + 2..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_owned()));
-        }
+        let parts = template::split(value)?
+            .into_iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => Ok(Part::Text(text.to_owned())),
+                Piece::Placeholder(name) => Placeholder::parse(name).map(Part::Var).ok_or_else(|| {
+                    let known: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{{{p}}}}}")).collect();
+                    format!(
+                        "{value:?} uses the unknown placeholder {{{{{name}}}}}; known: {}",
+                        known.join(", ")
+                    )
+                }),
+            })
+            .collect::<Result<Vec<Part>, String>>()?;
         let template = Template {
             text: value.to_owned(),
             parts,

@@ -1,6 +1,6 @@
 //! Guest bindings for the `mimeo:transform@0.1.0` world `plugin`, and the small helpers mimeo's
-//! first-party plugins share: config parsing, key globs, Kubernetes name checks, and the outcome
-//! for an object that may or may not have changed.
+//! first-party plugins share: config parsing, key globs, `{{placeholder}}` templates, Kubernetes
+//! name checks, and the outcome for an object that may or may not have changed.
 //!
 //! A plugin implements [`Guest`] and exports it:
 //!
@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
+pub mod template;
 
 /// Log lines through the host's `log` import (stderr when running natively, as in `cargo test`).
 pub mod log {

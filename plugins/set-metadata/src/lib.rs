@@ -1,6 +1,7 @@
 //! `set-metadata`: sets and removes labels and annotations on a copy. Values may hold templates
 //! such as `{{target.namespace}}`, filled from the context of each copy.
 
+use mimeo_plugin_sdk::template::{self, Piece};
 use mimeo_plugin_sdk::{
     Context, Guest, MIMEO_PREFIX, Outcome, PluginInfo, check_label_value, check_metadata_key, log, outcome,
     parse_config, parse_object,
@@ -36,29 +37,22 @@ struct Template(Vec<Part>);
 
 impl Template {
     fn parse(value: &str) -> Result<Self, String> {
-        let mut parts = Vec::new();
-        let mut rest = value;
-        while let Some(start) = rest.find("{{") {
-            if start > 0 {
-                parts.push(Part::Text(rest[..start].to_owned()));
-            }
-            let after = &rest[start + 2..];
-            let end = after
-                .find("}}")
-                .ok_or_else(|| format!("{value:?} has '{{{{' without a closing '}}}}'"))?;
-            let name = after[..end].trim();
-            let var = VARIABLES.iter().find(|v| **v == name).ok_or_else(|| {
-                format!(
-                    "{value:?} uses the unknown template variable {name:?}; known: {}",
-                    VARIABLES.join(", ")
-                )
-            })?;
-            parts.push(Part::Var(var));
-            rest = &after[end + 2..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_owned()));
-        }
+        let parts = template::split(value)?
+            .into_iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => Ok(Part::Text(text.to_owned())),
+                Piece::Placeholder(name) => VARIABLES
+                    .iter()
+                    .find(|v| **v == name)
+                    .map(|var| Part::Var(var))
+                    .ok_or_else(|| {
+                        format!(
+                            "{value:?} uses the unknown template variable {name:?}; known: {}",
+                            VARIABLES.join(", ")
+                        )
+                    }),
+            })
+            .collect::<Result<_, String>>()?;
         Ok(Template(parts))
     }
 
