@@ -60,6 +60,10 @@ pub struct Context {
     pub(crate) in_flight: Arc<tokio::sync::watch::Sender<usize>>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// The status each rule was last given, so that a rule cached from before that write does
+    /// not get it written again.
+    statuses:
+        std::sync::Mutex<std::collections::HashMap<crate::sync::ownership::RuleKey, status::LastWritten>>,
     scope: Scope,
     fleet: Arc<Fleet>,
     allowed_kinds: Vec<AllowedKind>,
@@ -127,6 +131,7 @@ pub async fn run(
         client: client.clone(),
         metrics,
         recorder: Recorder::new(client.clone(), reporter),
+        statuses: Default::default(),
         scope: config.scope.clone(),
         fleet: fleet.clone(),
         in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),

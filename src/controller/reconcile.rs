@@ -4,7 +4,7 @@ use super::Context;
 use super::error::{Error, short_message};
 use super::fleet::{ClusterHandle, ClusterProblem};
 use super::rule::RuleResource;
-use super::status::{Readiness, summarize, with_ready};
+use super::status::{LastWritten, Readiness, needs_write, summarize, with_ready};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
@@ -1164,6 +1164,10 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     };
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
     ctx.fleet.forget(&key);
+    ctx.statuses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key);
     ctx.metrics.set_copies(&key.to_string(), None);
     Ok(Action::await_change())
 }
@@ -1296,8 +1300,16 @@ async fn refuse<R: RuleResource>(
 }
 
 /// Writes the status with server-side apply, only when it differs from what is there.
-async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, status: RuleStatus) -> Result<(), Error> {
-    if rule.rule_status() == Some(&status) {
+async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: RuleStatus) -> Result<(), Error> {
+    let key = rule.key();
+    let uid = rule.meta().uid.clone().unwrap_or_default();
+    let last = ctx
+        .statuses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
         return Ok(());
     }
     let patch = json!({
@@ -1312,6 +1324,10 @@ async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, status: RuleStat
             &Patch::Apply(&patch),
         )
         .await?;
+    ctx.statuses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, LastWritten::of(&uid, &status));
     Ok(())
 }
 

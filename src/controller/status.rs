@@ -2,6 +2,7 @@
 //! so that an unchanged world writes no status and wakes nobody.
 
 use crate::api::{CopyState, CopyStatus, RuleStatus};
+use crate::sync::hash::digest_bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// The `Ready` condition's status, reason and message.
@@ -115,6 +116,65 @@ pub fn ready_condition(
     }
 }
 
+/// What mimeo last wrote to one rule's status. The rule in the cache can predate that write (the
+/// rule's own watch event not in yet when a copy's event wakes it again); deciding on the cached
+/// status alone would then write the same status once more, with a new transition time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastWritten {
+    /// The rule's uid: a rule deleted and made again under the same name starts afresh.
+    uid: String,
+    ready: Option<(String, Time)>,
+    /// Digest of the status without the `Ready` transition time.
+    digest: String,
+}
+
+impl LastWritten {
+    pub fn of(uid: &str, status: &RuleStatus) -> Self {
+        LastWritten {
+            uid: uid.to_owned(),
+            ready: ready_of(status).map(|c| (c.status.clone(), c.last_transition_time.clone())),
+            digest: timeless_digest(status),
+        }
+    }
+}
+
+/// Whether `status` has to be written, given the status in the cache and what was last written
+/// for this rule (`uid`). When the last write had the same `Ready` status, its transition time
+/// is kept: the cache's may be older than that write.
+pub fn needs_write(
+    status: &mut RuleStatus,
+    cached: Option<&RuleStatus>,
+    last: Option<&LastWritten>,
+    uid: &str,
+) -> bool {
+    let last = last.filter(|l| l.uid == uid);
+    if let (Some((state, since)), Some(ready)) = (last.and_then(|l| l.ready.as_ref()), ready_mut(status))
+        && ready.status == *state
+    {
+        ready.last_transition_time = since.clone();
+    }
+    if cached == Some(status) {
+        return false;
+    }
+    last.is_none_or(|l| l.digest != timeless_digest(status))
+}
+
+fn ready_of(status: &RuleStatus) -> Option<&Condition> {
+    status.conditions.iter().find(|c| c.type_ == "Ready")
+}
+
+fn ready_mut(status: &mut RuleStatus) -> Option<&mut Condition> {
+    status.conditions.iter_mut().find(|c| c.type_ == "Ready")
+}
+
+fn timeless_digest(status: &RuleStatus) -> String {
+    let mut status = status.clone();
+    if let Some(ready) = ready_mut(&mut status) {
+        ready.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    }
+    digest_bytes(&serde_json::to_vec(&status).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +246,56 @@ mod tests {
         assert_eq!(again.observed_generation, Some(2));
         let flipped = with_ready(RuleStatus::default(), Some(&first), Some(2), ready(false));
         assert_ne!(flipped.conditions[0].last_transition_time, since);
+    }
+
+    #[test]
+    fn a_status_already_written_is_not_written_again_from_a_stale_cache() {
+        let ready = |r: bool| Readiness {
+            ready: r,
+            reason: "Synced".into(),
+            message: "1/1".into(),
+        };
+        let built = |cached: Option<&RuleStatus>, r: bool| {
+            let mut status = RuleStatus {
+                copies: Some("1/1".into()),
+                ..Default::default()
+            };
+            status = with_ready(status, cached, Some(1), ready(r));
+            status
+        };
+        // The first reconcile writes it.
+        let mut first = built(None, true);
+        assert!(needs_write(&mut first, None, None, "u1"));
+        let last = LastWritten::of("u1", &first);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+
+        // The next one still sees no status in the cache: same content, a newer transition time.
+        let mut again = built(None, true);
+        assert_ne!(again, first);
+        assert!(!needs_write(&mut again, None, Some(&last), "u1"));
+        assert_eq!(again, first, "the transition time of the last write is kept");
+
+        // Once the cache has caught up, it decides alone.
+        let mut caught_up = built(Some(&first), true);
+        assert!(!needs_write(&mut caught_up, Some(&first), Some(&last), "u1"));
+
+        // Something that did change is written, keeping the transition time while Ready holds.
+        let mut changed = built(None, true);
+        changed.copies = Some("2/2".into());
+        assert!(needs_write(&mut changed, None, Some(&last), "u1"));
+        assert_eq!(
+            changed.conditions[0].last_transition_time,
+            first.conditions[0].last_transition_time
+        );
+        // A flip of Ready gets its own time.
+        let mut flipped = built(None, false);
+        assert!(needs_write(&mut flipped, None, Some(&last), "u1"));
+        assert_ne!(
+            flipped.conditions[0].last_transition_time,
+            first.conditions[0].last_transition_time
+        );
+        // A rule made again under the same name starts afresh.
+        let mut other = built(None, true);
+        assert!(needs_write(&mut other, None, Some(&last), "u2"));
     }
 }
