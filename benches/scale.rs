@@ -5,6 +5,8 @@
 //!   with server-side apply and mimeo's write concurrency);
 //! - **memory**: the controller's resident memory idle, at 1,000 and at 5,000 copies, and at
 //!   5,000 after a restart (what it holds without the peak of writing them);
+//! - **many rules**: 500 `SyncRule`s of one copy each, created at once: rules per second, and the
+//!   apiserver requests each costs;
 //! - **restart**: the apiserver writes a restarted controller makes with nothing changed.
 //!
 //! `cargo bench --bench scale`. Figures are printed; docs/benchmarks.md records a run. With
@@ -18,7 +20,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,8 @@ const FIRST_SOURCES: usize = 10;
 const ALL_SOURCES: usize = 50;
 /// Writes in flight at once for the raw client: mimeo's own per-rule write concurrency.
 const RAW_CONCURRENCY: usize = 16;
+/// Rules of one copy each, created at once.
+const RULES: usize = 500;
 /// Bytes of data in each Secret.
 const VALUE_BYTES: usize = 1024;
 
@@ -110,12 +114,51 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let at_all = mimeo.rss_mib();
 
+    // Many small rules at once: one Secret each, to one namespace each.
+    for r in 0..RULES {
+        apply_secret(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("one-{r}"), "namespace": "scale-src"},
+                   "stringData": {"value": value(1000 + r)}}),
+        )
+        .await;
+    }
+    let requests_before = apiserver_requests(&client).await;
+    let started = Instant::now();
+    futures::stream::iter(0..RULES)
+        .map(|r| {
+            let client = client.clone();
+            async move {
+                apply(
+                    &client,
+                    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                           "metadata": {"name": format!("one-{r}"), "namespace": "scale-src"},
+                           "spec": {"source": {"kind": "Secret", "name": format!("one-{r}")},
+                                    "targets": [{"namespace": format!("scale-t{}", r % NAMESPACES)}]}}),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(RAW_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+    copies.wait_for(ALL_SOURCES * NAMESPACES + RULES).await;
+    let many = started.elapsed();
+    // Let the status writes and events land.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let requests = requests_since(&requests_before, &apiserver_requests(&client).await);
+    let at_many = mimeo.rss_mib();
+
     // Restart with nothing changed.
     let writes_before = apiserver_writes(&client).await;
     mimeo.stop();
     let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
     mimeo.wait_ready().await;
-    let synced = format!("mimeo_copies{{state=\"Synced\"}} {}", ALL_SOURCES * NAMESPACES);
+    let synced = format!(
+        "mimeo_copies{{state=\"Synced\"}} {}",
+        ALL_SOURCES * NAMESPACES + RULES
+    );
     let restarted = Instant::now();
     while !mimeo.metrics().await.contains(&synced) {
         assert!(
@@ -156,8 +199,29 @@ async fn main() {
         (at_all - at_first) / ((n2 - n1) as f64 / 1000.0)
     );
     println!(
-        "restart with {n2} copies and nothing changed: {restart_writes} apiserver writes on \
-         Secrets, SyncRules and Events; copies reported Synced {caught_up:.2?} after ready"
+        "many rules: {RULES} SyncRules of one copy each, applied {RAW_CONCURRENCY} at a time, to all copies seen: {many:.2?}, {:.0} rules/s",
+        RULES as f64 / many.as_secs_f64()
+    );
+    println!("  apiserver requests per rule, other than the rule's own apply (verb, resource):");
+    for ((verb, resource), count) in &requests {
+        let count = if resource == "syncrules" && verb == "APPLY" {
+            count - RULES as f64
+        } else {
+            *count
+        };
+        if count > 0.0 {
+            println!("    {verb:<6} {resource:<12} {:.2}", count / RULES as f64);
+        }
+    }
+    println!(
+        "  resident set with {} copies and {} rules: {at_many:.1} MiB",
+        n2 + RULES,
+        RULES + 1
+    );
+    println!(
+        "restart with {} copies and nothing changed: {restart_writes} apiserver writes on \
+         Secrets, SyncRules and Events; copies reported Synced {caught_up:.2?} after ready",
+        n2 + RULES
     );
 }
 
@@ -352,6 +416,44 @@ async fn apply(client: &Client, object: Value) {
     )
     .await
     .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+}
+
+/// Requests the apiserver served, by verb and resource, on the resources mimeo reads and writes
+/// (WATCH excluded: those are long-running).
+async fn apiserver_requests(client: &Client) -> BTreeMap<(String, String), f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = line[start..].find('"')? + start;
+            Some(line[start..end].to_owned())
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+            continue;
+        };
+        if verb == "WATCH" || !["secrets", "syncrules", "events", "namespaces"].contains(&resource.as_str()) {
+            continue;
+        }
+        let count: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0.0);
+        *out.entry((verb, resource)).or_insert(0.0) += count;
+    }
+    out
+}
+
+fn requests_since(
+    before: &BTreeMap<(String, String), f64>,
+    after: &BTreeMap<(String, String), f64>,
+) -> BTreeMap<(String, String), f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .collect()
 }
 
 /// Write requests the apiserver served on the resources mimeo writes.
