@@ -12,7 +12,7 @@ use crate::clusters;
 use crate::error_text::with_causes;
 use crate::plugin::{ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message};
-use crate::sync::desired::{CopyTarget, DesiredCopy, desired_copy};
+use crate::sync::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use crate::sync::hash::digest;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
@@ -495,10 +495,8 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         // Items of a list carry no apiVersion and kind; the copy needs both.
         source_json["apiVersion"] = json!(resource.api_version);
         source_json["kind"] = json!(resource.kind);
-        source_hashes.push((
-            source_ref.name.clone(),
-            crate::sync::desired::source_hash(&source_json),
-        ));
+        let template = CopyTemplate::new(&key, &spec.metadata, &source_json, &source_ref);
+        source_hashes.push((source_ref.name.clone(), template.source_hash().to_owned()));
         for (cluster_index, cluster) in reachable.iter().enumerate() {
             for place in &cluster.places {
                 let target = CopyTarget {
@@ -590,8 +588,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                         }
                     }
                 }
-                let mut desired =
-                    desired_copy(&key, &spec.metadata, &source_json, &source_ref, target.clone());
+                let mut desired = template.copy_for(target.clone());
                 if !chain.is_empty() {
                     let plugin_ctx = TransformContext {
                         rule: key.to_string(),

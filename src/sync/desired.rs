@@ -77,75 +77,110 @@ pub fn desired_copy(
     source_ref: &SourceRef,
     target: CopyTarget,
 ) -> DesiredCopy {
-    let body = content(source);
-    let mut labels = carried(source.pointer("/metadata/labels"), &metadata.labels);
-    let mut annotations = carried(source.pointer("/metadata/annotations"), &metadata.annotations);
-    let source_hash = source_hash(source);
+    CopyTemplate::new(rule, metadata, source, source_ref).copy_for(target)
+}
 
-    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
-    annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
-    annotations.insert(SOURCE_ANNOTATION.to_owned(), source_label(source, source_ref));
-    annotations.insert(SOURCE_HASH_ANNOTATION.to_owned(), source_hash.clone());
+/// The copies of one source, made once and stamped out for each target: content, carried labels
+/// and annotations, and both digests are the same for every target, so a source fanned out to
+/// many namespaces is read and hashed once, not once per copy.
+#[derive(Clone, Debug)]
+pub struct CopyTemplate {
+    source: SourceRef,
+    /// The copy without a name or namespace.
+    object: Value,
+    hash: String,
+    source_hash: String,
+}
 
-    let mut meta = Map::new();
-    meta.insert("name".into(), Value::String(target.name.clone()));
-    if let Some(ns) = &target.namespace {
-        meta.insert("namespace".into(), Value::String(ns.clone()));
+impl CopyTemplate {
+    pub fn new(rule: &RuleKey, metadata: &MetadataPolicy, source: &Value, source_ref: &SourceRef) -> Self {
+        let body = content(source);
+        let mut labels = carried(source.pointer("/metadata/labels"), &metadata.labels);
+        let mut annotations = carried(source.pointer("/metadata/annotations"), &metadata.annotations);
+        let source_hash = source_hash(source);
+
+        labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned());
+        annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
+        annotations.insert(SOURCE_ANNOTATION.to_owned(), source_label(source, source_ref));
+        annotations.insert(SOURCE_HASH_ANNOTATION.to_owned(), source_hash.clone());
+
+        let mut meta = Map::new();
+        meta.insert("labels".into(), json!(labels));
+        meta.insert("annotations".into(), json!(annotations));
+
+        let mut object = Map::new();
+        object.insert(
+            "apiVersion".into(),
+            source.get("apiVersion").cloned().unwrap_or(Value::Null),
+        );
+        object.insert("kind".into(), source.get("kind").cloned().unwrap_or(Value::Null));
+        object.insert("metadata".into(), Value::Object(meta));
+        object.extend(body);
+        let mut object = Value::Object(object);
+        let hash = stamp_hash(&mut object);
+        CopyTemplate {
+            source: source_ref.clone(),
+            object,
+            hash,
+            source_hash,
+        }
     }
-    meta.insert("labels".into(), json!(labels));
-    meta.insert("annotations".into(), json!(annotations));
 
-    let mut object = Map::new();
-    object.insert(
-        "apiVersion".into(),
-        source.get("apiVersion").cloned().unwrap_or(Value::Null),
-    );
-    object.insert("kind".into(), source.get("kind").cloned().unwrap_or(Value::Null));
-    object.insert("metadata".into(), Value::Object(meta));
-    object.extend(body);
+    /// The digest of the source's content.
+    pub fn source_hash(&self) -> &str {
+        &self.source_hash
+    }
 
-    let mut copy = DesiredCopy {
-        target,
-        source: source_ref.clone(),
-        object: Value::Object(object),
-        hash: String::new(),
-        source_hash,
-    };
-    copy.rehash();
-    copy
+    /// The copy for one target.
+    pub fn copy_for(&self, target: CopyTarget) -> DesiredCopy {
+        let mut object = self.object.clone();
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.insert("name".into(), Value::String(target.name.clone()));
+            if let Some(ns) = &target.namespace {
+                meta.insert("namespace".into(), Value::String(ns.clone()));
+            }
+        }
+        DesiredCopy {
+            target,
+            source: self.source.clone(),
+            object,
+            hash: self.hash.clone(),
+            source_hash: self.source_hash.clone(),
+        }
+    }
 }
 
 impl DesiredCopy {
     /// Replaces the object (with what a transform chain returned) and records its digest.
     pub fn replace_object(&mut self, object: Value) {
         self.object = object;
-        self.rehash();
+        self.hash = stamp_hash(&mut self.object);
     }
+}
 
-    /// Digests what the copy holds (content, and labels and annotations other than mimeo's) and
-    /// records the digest in the copy's annotation.
-    fn rehash(&mut self) {
-        let theirs = |field: &str| -> BTreeMap<String, Value> {
-            self.object["metadata"][field]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter(|(k, _)| !k.starts_with(PREFIX))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let hash = digest(&json!({
-            "content": content(&self.object),
-            "labels": theirs("labels"),
-            "annotations": theirs("annotations"),
-        }));
-        if let Some(annotations) = self.object["metadata"]["annotations"].as_object_mut() {
-            annotations.insert(HASH_ANNOTATION.to_owned(), Value::String(hash.clone()));
-        }
-        self.hash = hash;
+/// Digests what a copy holds (content, and labels and annotations other than mimeo's), records
+/// the digest in the copy's annotation, and returns it. Name and namespace are not part of it.
+fn stamp_hash(object: &mut Value) -> String {
+    let theirs = |field: &str| -> BTreeMap<String, Value> {
+        object["metadata"][field]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| !k.starts_with(PREFIX))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let hash = digest(&json!({
+        "content": content(object),
+        "labels": theirs("labels"),
+        "annotations": theirs("annotations"),
+    }));
+    if let Some(annotations) = object["metadata"]["annotations"].as_object_mut() {
+        annotations.insert(HASH_ANNOTATION.to_owned(), Value::String(hash.clone()));
     }
+    hash
 }
 
 /// `Kind/namespace/name` of the source, as recorded on the copy.
@@ -289,5 +324,35 @@ mod tests {
         let c = desired_copy(&rule, &policy, &rotated, &source_ref(), target());
         assert_ne!(a.hash, c.hash);
         assert_ne!(a.source_hash, c.source_hash);
+    }
+
+    #[test]
+    fn copies_of_one_template_differ_only_in_their_place() {
+        let rule = RuleKey::sync_rule("platform", "creds");
+        let policy = MetadataPolicy::default();
+        let template = CopyTemplate::new(&rule, &policy, &registry_secret(), &source_ref());
+        let a = template.copy_for(target());
+        assert_eq!(
+            a,
+            desired_copy(&rule, &policy, &registry_secret(), &source_ref(), target())
+        );
+        let elsewhere = CopyTarget {
+            cluster: Some("b".into()),
+            namespace: Some("tenant-b".into()),
+            name: "other".into(),
+        };
+        let b = template.copy_for(elsewhere.clone());
+        assert_eq!(b.target, elsewhere);
+        assert_eq!((&a.hash, &a.source_hash), (&b.hash, &b.source_hash));
+        assert_eq!(template.source_hash(), a.source_hash);
+        assert_eq!(b.object["metadata"]["namespace"], "tenant-b");
+        assert_eq!(b.object["metadata"]["name"], "other");
+        let without_place = |mut object: Value| {
+            let meta = object["metadata"].as_object_mut().unwrap();
+            meta.remove("name");
+            meta.remove("namespace");
+            object
+        };
+        assert_eq!(without_place(a.object), without_place(b.object));
     }
 }
