@@ -13,6 +13,9 @@
 //! `MIMEO_BENCH_WRAP=heaptrack` the controller runs under that profiler (its resident set is
 //! then the profiler's too).
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -31,6 +34,8 @@ const FIRST_SOURCES: usize = 10;
 const ALL_SOURCES: usize = 50;
 /// Writes in flight at once for the raw client: mimeo's own per-rule write concurrency.
 const RAW_CONCURRENCY: usize = 16;
+/// The resources mimeo writes, whose apiserver write counters a restart must leave alone.
+const WRITTEN: &[&str] = &["secrets", "syncrules", "events"];
 /// Rules of one copy each, created at once.
 const RULES: usize = 500;
 /// Bytes of data in each Secret.
@@ -151,7 +156,7 @@ async fn main() {
     let at_many = mimeo.rss_mib();
 
     // Restart with nothing changed.
-    let writes_before = apiserver_writes(&client).await;
+    let writes_before = common::apiserver_writes(&client, WRITTEN).await;
     mimeo.stop();
     let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
     mimeo.wait_ready().await;
@@ -170,7 +175,7 @@ async fn main() {
     let caught_up = restarted.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after_restart = mimeo.rss_mib();
-    let restart_writes = apiserver_writes(&client).await - writes_before;
+    let restart_writes = common::apiserver_writes(&client, WRITTEN).await - writes_before;
     mimeo.stop();
 
     let n1 = FIRST_SOURCES * NAMESPACES;
@@ -454,24 +459,4 @@ fn requests_since(
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .collect()
-}
-
-/// Write requests the apiserver served on the resources mimeo writes.
-async fn apiserver_writes(client: &Client) -> u64 {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "APPLY", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter(|l| {
-            ["secrets", "syncrules", "events"]
-                .iter()
-                .any(|r| l.contains(&format!("resource=\"{r}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }

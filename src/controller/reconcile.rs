@@ -1263,11 +1263,9 @@ async fn remove_owned(
     name: &str,
     spec: &RuleSpec,
 ) -> kube::Result<Option<&'static str>> {
-    let live = match cluster.watches.cached_copy(resource, namespace, name) {
-        Some(cached) => Some((*cached).clone()),
-        None => write::get(&cluster.client, resource, namespace, name).await?,
+    let Some(live) = live_object(cluster, resource, namespace, name).await? else {
+        return Ok(None);
     };
-    let Some(live) = live else { return Ok(None) };
     if owner_of(&live.metadata, key) != Owner::ThisRule {
         return Ok(None);
     }
