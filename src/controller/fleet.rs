@@ -135,10 +135,6 @@ impl Fleet {
         let writer: Writer<RemoteCluster> = Writer::default();
         let remote_clusters = writer.as_reader();
         let (listed_tx, remote_clusters_listed) = tokio::sync::watch::channel(false);
-        let stream = watcher(Api::<RemoteCluster>::all(client), watcher::Config::default())
-            .default_backoff()
-            .modify(|rc| rc.managed_fields_mut().clear())
-            .reflect(writer);
         let fleet = Arc::new_cyclic(|me: &Weak<Fleet>| Fleet {
             me: me.clone(),
             local,
@@ -155,10 +151,13 @@ impl Fleet {
         });
         if !remote_clusters_enabled {
             // Nothing to list: the cache stays empty and counts as listed.
-            drop(stream);
             listed_tx.send_replace(true);
             return fleet;
         }
+        let stream = watcher(Api::<RemoteCluster>::all(client), watcher::Config::default())
+            .default_backoff()
+            .modify(|rc| rc.managed_fields_mut().clear())
+            .reflect(writer);
         // Spawned once the Fleet exists: a task started inside `new_cyclic` could see its first
         // event before the Fleet is there to upgrade to, and stop.
         let weak = Arc::downgrade(&fleet);
