@@ -1,5 +1,6 @@
 //! The command line: flags parsed into plain values, then handed to the parts that do the work.
 
+use crate::plugin::oci::{CaArgument, RegistryTrust};
 use crate::sync::kinds::AllowedKind;
 use crate::telemetry::LogFormat;
 use clap::{Args, Parser, Subcommand};
@@ -237,9 +238,15 @@ pub struct RegistryArgs {
     /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json, when present].
     #[arg(long, value_name = "PATH")]
     pub docker_config: Option<PathBuf>,
-    /// Reach the registry over plain HTTP instead of HTTPS (loopback registries always are).
-    #[arg(long)]
+    /// Reach the registry over plain HTTP instead of HTTPS (loopback registries are, unless given
+    /// --ca-file).
+    #[arg(long, conflicts_with = "ca_file")]
     pub insecure: bool,
+    /// PEM file with the CA certificates the registry's TLS certificate is signed by, trusted
+    /// beside the system's roots (a registry with a certificate from a private CA). The registry
+    /// is reached over HTTPS, loopback ones too.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Directory for pulled artifacts, content-addressed: a digest found there is not downloaded
     /// again.
     #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = std::env::temp_dir().join("mimeo-oci-cache"))]
@@ -254,9 +261,23 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    /// Settings for a command that talks to `registries` (marked insecure with --insecure).
-    pub fn oci_settings(&self, registries: &[&str]) -> crate::plugin::oci::OciSettings {
-        crate::plugin::oci::OciSettings {
+    /// Settings for a command that talks to `registries` (marked insecure with --insecure, or
+    /// trusting --ca-file).
+    pub fn oci_settings(
+        &self,
+        registries: &[&str],
+    ) -> Result<crate::plugin::oci::OciSettings, crate::plugin::oci::TrustError> {
+        let cas: Vec<CaArgument> = match &self.ca_file {
+            Some(path) => registries
+                .iter()
+                .map(|registry| CaArgument {
+                    registry: Some(registry.to_ascii_lowercase()),
+                    path: path.clone(),
+                })
+                .collect(),
+            None => vec![],
+        };
+        Ok(crate::plugin::oci::OciSettings {
             cache_dir: self.artifact_cache_dir.clone(),
             cache_max_bytes: crate::plugin::oci::OciSettings::default().cache_max_bytes,
             max_artifact_bytes: self.max_artifact_mib << 20,
@@ -265,8 +286,9 @@ impl RegistryArgs {
             } else {
                 vec![]
             },
+            trust: RegistryTrust::load(&cas, &[])?,
             timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
-        }
+        })
     }
 }
 
@@ -395,8 +417,8 @@ pub struct OciRunArgs {
     /// used for a registry none of a rule's pluginPullSecrets covers.
     #[arg(long, env = "MIMEO_PLUGIN_REGISTRY_CONFIG", value_name = "PATH")]
     pub plugin_registry_config: Option<PathBuf>,
-    /// A registry (host[:port]) reached over plain HTTP (loopback registries always are); repeat
-    /// it or separate with commas.
+    /// A registry (host[:port]) reached over plain HTTP, as loopback registries are unless given a
+    /// CA; repeat it or separate with commas.
     #[arg(
         long = "plugin-insecure-registry",
         env = "MIMEO_PLUGIN_INSECURE_REGISTRIES",
@@ -404,6 +426,17 @@ pub struct OciRunArgs {
         value_delimiter = ','
     )]
     pub plugin_insecure_registries: Vec<String>,
+    /// A PEM file of CA certificates trusted beside the system's roots for HTTPS registries, for
+    /// registries whose certificates come from a private CA. `FILE` trusts them for every
+    /// registry, `HOST[:PORT]=FILE` for that registry only, which is then reached over HTTPS even
+    /// on loopback. Repeat it or separate with commas.
+    #[arg(
+        long = "plugin-registry-ca",
+        env = "MIMEO_PLUGIN_REGISTRY_CAS",
+        value_name = "[HOST=]FILE",
+        value_delimiter = ','
+    )]
+    pub plugin_registry_cas: Vec<CaArgument>,
     /// Directory for fetched artifacts, content-addressed and shared by all rules.
     #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = std::env::temp_dir().join("mimeo-oci-cache"))]
     pub artifact_cache_dir: PathBuf,
@@ -434,14 +467,16 @@ pub struct OciRunArgs {
 }
 
 impl OciRunArgs {
-    pub fn settings(&self) -> crate::plugin::oci::OciSettings {
-        crate::plugin::oci::OciSettings {
+    /// The registry settings, the CA files read and checked.
+    pub fn settings(&self) -> Result<crate::plugin::oci::OciSettings, crate::plugin::oci::TrustError> {
+        Ok(crate::plugin::oci::OciSettings {
             cache_dir: self.artifact_cache_dir.clone(),
             cache_max_bytes: self.artifact_cache_mib << 20,
             max_artifact_bytes: self.max_artifact_mib << 20,
+            trust: RegistryTrust::load(&self.plugin_registry_cas, &self.plugin_insecure_registries)?,
             insecure_registries: self.plugin_insecure_registries.clone(),
             timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
-        }
+        })
     }
 }
 
@@ -483,5 +518,39 @@ impl PluginArgs {
             max_output_bytes: self.plugin_output_kib << 10,
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_cas_are_repeated_or_comma_separated() {
+        let cli = Cli::try_parse_from([
+            "mimeo",
+            "run",
+            "--plugin-registry-ca",
+            "harbor.corp:8443=/etc/harbor.pem,/etc/corp.pem",
+            "--plugin-registry-ca=/etc/more.pem",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let cas: Vec<(Option<&str>, &str)> = args
+            .oci
+            .plugin_registry_cas
+            .iter()
+            .map(|ca| (ca.registry.as_deref(), ca.path.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            cas,
+            [
+                (Some("harbor.corp:8443"), "/etc/harbor.pem"),
+                (None, "/etc/corp.pem"),
+                (None, "/etc/more.pem"),
+            ]
+        );
     }
 }

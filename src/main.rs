@@ -44,6 +44,7 @@ async fn main() -> anyhow::Result<ExitCode> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
     let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
+    let oci = args.oci.settings()?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the cluster (kubeconfig or in-cluster)")?;
@@ -76,7 +77,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         plugin_dir: args.plugins.plugin_dir.clone(),
         plugin_host: args.plugins.host_settings(),
         allowed_kinds: args.allow_kinds,
-        oci: args.oci.settings(),
+        oci,
         oci_policy: controller::OciPolicy {
             require_digest: args.oci.plugin_require_digest,
             allowed_registries: args.oci.plugin_allowed_registries.clone(),

@@ -19,7 +19,7 @@ const EXIT_SKIPPED: u8 = 3;
 /// The registry client for a command that names `references`.
 fn registry_client(args: &RegistryArgs, references: &[&OciReference]) -> anyhow::Result<Oci> {
     let registries: Vec<&str> = references.iter().map(|r| r.registry.as_str()).collect();
-    Ok(Oci::new(args.oci_settings(&registries))?)
+    Ok(Oci::new(args.oci_settings(&registries)?)?)
 }
 
 /// Credentials for `registry`: the flags (or their environment variables), else the Docker

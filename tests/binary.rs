@@ -1,5 +1,5 @@
-//! The `mimeo` binary as an operator runs it: refuses to start without CRDs, serves health and
-//! metrics, and shuts down cleanly on SIGTERM.
+//! The `mimeo` binary as an operator runs it: refuses to start without CRDs or with registry CAs
+//! it cannot use, serves health and metrics, and shuts down cleanly on SIGTERM.
 
 mod common;
 
@@ -56,6 +56,41 @@ async fn refuses_to_start_without_crds() {
         stderr.contains("mimeo crds | kubectl apply --server-side -f -"),
         "{stderr}"
     );
+}
+
+/// A registry CA that cannot be used stops `mimeo run` at once, naming the file and the fix,
+/// before it connects to any cluster.
+#[test]
+fn refuses_registry_cas_it_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    let not_pem = not_pem.to_str().unwrap();
+    for (args, expected) in [
+        (
+            vec!["--plugin-registry-ca", "/nonexistent/ca.pem"],
+            "registry CA file /nonexistent/ca.pem: No such file",
+        ),
+        (vec!["--plugin-registry-ca", not_pem], "holds no PEM certificate"),
+        (
+            vec!["--plugin-registry-ca", "harbor corp=/etc/ca.pem"],
+            "not a registry host",
+        ),
+    ] {
+        let output = mimeo()
+            .arg("run")
+            .args(&args)
+            .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("kubeconfig"),
+            "{args:?} got as far as the cluster: {stderr}"
+        );
+    }
 }
 
 #[tokio::test]

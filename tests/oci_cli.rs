@@ -255,6 +255,96 @@ async fn mimeo_pushes_what_oras_and_mimeo_pull_byte_for_byte() {
     assert_eq!(field(&inspected, "manifest"), digest);
 }
 
+/// A registry whose certificate comes from a private CA: `--ca-file` trusts that CA (and reaches
+/// the registry over HTTPS, on loopback too), oras reads what mimeo pushed with the same CA, and
+/// each wrong setting fails with a message that says what to change.
+#[tokio::test]
+async fn ca_file_trusts_a_registry_with_a_private_ca() {
+    let registry = Registry::start_tls().await.unwrap_or_else(|e| panic!("{e}"));
+    let other = Registry::start_tls().await.unwrap_or_else(|e| panic!("{e}"));
+    let cli = Cli::new();
+    let plugin = filter_keys();
+    let plugin = plugin.to_str().unwrap();
+    let original = std::fs::read(plugin).unwrap();
+    let target = format!("oci://{}/plugins/filter-keys:tls", registry.host());
+    let ca = registry.ca_path().unwrap().to_str().unwrap();
+    let failed = |args: &[&str], expected: &str| {
+        let output = cli.run(args);
+        let (stdout, stderr) = text(&output);
+        assert!(!output.status.success(), "{args:?} succeeded: {stdout}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+
+    // Loopback without a CA is plain HTTP, which the registry refuses.
+    failed(&["plugin", "push", plugin, &target], "the registry serves HTTPS");
+    // Another CA does not vouch for this registry's certificate.
+    let other_ca = other.ca_path().unwrap().to_str().unwrap();
+    failed(
+        &["plugin", "push", plugin, &target, "--ca-file", other_ca],
+        "private CA",
+    );
+    // Files that hold no CA, and settings that contradict each other, are refused before any
+    // request.
+    let work = tempfile::tempdir().unwrap();
+    let not_pem = work.path().join("not-a-ca.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    failed(
+        &[
+            "plugin",
+            "pull",
+            &target,
+            "-o",
+            "x.wasm",
+            "--ca-file",
+            not_pem.to_str().unwrap(),
+        ],
+        "holds no PEM certificate",
+    );
+    failed(
+        &[
+            "plugin",
+            "pull",
+            &target,
+            "-o",
+            "x.wasm",
+            "--ca-file",
+            ca,
+            "--insecure",
+        ],
+        "cannot be used with",
+    );
+
+    let pushed = succeeded(&cli.run(&["plugin", "push", plugin, &target, "--ca-file", ca]));
+    let digest = field(&pushed, "digest");
+    // oras, given the same CA, reads the very bytes.
+    oras(
+        &registry,
+        &["pull"],
+        &[
+            "-o",
+            "out",
+            &format!("{}/plugins/filter-keys@{digest}", registry.host()),
+        ],
+        work.path(),
+    );
+    assert_eq!(
+        std::fs::read(work.path().join("out/filter-keys.wasm")).unwrap(),
+        original
+    );
+    let file = work.path().join("pulled.wasm");
+    let pulled = succeeded(&cli.run(&[
+        "plugin",
+        "pull",
+        &target,
+        "-o",
+        file.to_str().unwrap(),
+        "--ca-file",
+        ca,
+    ]));
+    assert_eq!(field(&pulled, "digest"), digest);
+    assert_eq!(std::fs::read(&file).unwrap(), original);
+}
+
 /// Runs the filter-keys `include-one-key` fixture through `mimeo plugin test` with `plugin`.
 fn run_fixture(cli: &Cli, plugin: &str) -> Output {
     let case = fixture("include-one-key");

@@ -9,7 +9,7 @@ use common::{Harness, eventually, secret_value};
 use kube::api::{Api, Patch, PatchParams};
 use mimeo::api::SyncRule;
 use mimeo::controller::{ControllerConfig, OciPolicy};
-use mimeo::plugin::oci::OciSettings;
+use mimeo::plugin::oci::{OciSettings, RegistryTrust};
 use mimeo_envtest::Registry;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -305,6 +305,59 @@ async fn registry_failures_are_conditions_and_clear_up() {
     )
     .unwrap();
     assert!(!status.contains("pull-secret-distinctive"));
+}
+
+/// A registry whose certificate comes from a private CA: refused with a hint until the controller
+/// trusts that CA for it, then used over HTTPS (on loopback too, since it was given a CA).
+#[tokio::test]
+async fn a_registry_with_a_private_ca_is_used_once_its_ca_is_trusted() {
+    let registry = Registry::start_tls().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
+    setup(&h).await;
+    let host = registry.host();
+    registry
+        .push_wasm("plugins/filter-keys:1.0", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let plugin = format!("oci://{host}/plugins/filter-keys:1.0");
+    let ca = registry.ca_path().unwrap().display().to_string();
+
+    // Loopback without a CA of its own: plain HTTP, which a TLS registry does not answer.
+    h.apply(filter_rule("private", &plugin)).await;
+    let refused = h
+        .wait_ready("platform", "private", "False", "RegistryUnreachable")
+        .await;
+    let message = refused.status.unwrap().conditions[0].message.clone();
+    assert!(message.contains("the registry serves HTTPS"), "{message}");
+    eprintln!("no CA: {message}");
+
+    // A CA of its own switches the registry to HTTPS; another registry's CA does not vouch for
+    // its certificate.
+    h.stop_controller().await;
+    let other = Registry::start_tls().await.unwrap_or_else(|e| panic!("{e}"));
+    let wrong_ca = format!("{host}={}", other.ca_path().unwrap().display());
+    h.config_mut().oci.trust = RegistryTrust::load(&[wrong_ca.parse().unwrap()], &[]).unwrap();
+    h.start_controller().await;
+    let message = eventually("the untrusted certificate in the rule's status", || async {
+        let rule = h.rule("platform", "private").await?;
+        let condition = rule.status?.conditions.into_iter().next()?;
+        (condition.reason == "RegistryUnreachable" && condition.message.contains("https://"))
+            .then_some(condition.message)
+    })
+    .await;
+    assert!(message.contains("private CA"), "{message}");
+    eprintln!("another registry's CA: {message}");
+
+    h.stop_controller().await;
+    h.config_mut().oci.trust = RegistryTrust::load(&[format!("{host}={ca}").parse().unwrap()], &[]).unwrap();
+    h.start_controller().await;
+    wait_filtered(&h, "private", "k1").await;
+    h.wait_ready("platform", "private", "True", "Synced").await;
+    let log = std::fs::read_to_string(registry.log_path()).unwrap();
+    assert!(
+        log.contains("GET /v2/plugins/filter-keys/blobs/sha256:"),
+        "the layer came from the TLS registry:\n{log}"
+    );
 }
 
 /// The installation may require digests and limit registries.

@@ -15,18 +15,20 @@ mod cache;
 mod credentials;
 mod manifest;
 mod reference;
+mod trust;
 
 pub use credentials::{Credentials, credentials_from_docker_config};
 pub use manifest::{
     CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, LAYER_MEDIA_TYPES, MANIFEST_MEDIA_TYPE, accepts_layer_media_type,
 };
 pub use reference::{OciReference, is_loopback};
+pub use trust::{CaArgument, RegistryTrust, TrustError, certificates_from_pem};
 
 use crate::error_text::with_causes;
 use crate::sync::hash::digest_bytes;
 use cache::{Cache, Entry};
 use futures::StreamExt;
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
 use oci_wasm::{ToConfig, WasmConfig};
@@ -126,12 +128,27 @@ pub struct OciSettings {
     pub cache_max_bytes: u64,
     /// A layer (or manifest) over this is refused: [`OciError::TooLarge`].
     pub max_artifact_bytes: u64,
-    /// `host[:port]` reached over plain HTTP; loopback hosts (127.0.0.0/8, ::1, localhost) always
-    /// are.
+    /// `host[:port]` reached over plain HTTP; so are loopback hosts (127.0.0.0/8, ::1, localhost)
+    /// unless `trust` gives them a CA of their own.
     pub insecure_registries: Vec<String>,
+    /// CAs trusted for HTTPS registries beside the system's roots.
+    pub trust: RegistryTrust,
     /// The longest one registry exchange may take, connecting included: resolving a tag, reading
     /// a manifest, reading a layer, or a whole push.
     pub timeout: Duration,
+}
+
+impl OciSettings {
+    /// Whether `registry` is reached over plain HTTP: an insecure or loopback one, unless it was
+    /// given a CA of its own.
+    pub fn plain_http(&self, registry: &str) -> bool {
+        !self.trust.has_own_ca(registry)
+            && (is_loopback(registry)
+                || self
+                    .insecure_registries
+                    .iter()
+                    .any(|r| r.eq_ignore_ascii_case(registry)))
+    }
 }
 
 impl Default for OciSettings {
@@ -141,6 +158,7 @@ impl Default for OciSettings {
             cache_max_bytes: 1 << 30,
             max_artifact_bytes: 100 << 20,
             insecure_registries: vec![],
+            trust: RegistryTrust::default(),
             timeout: Duration::from_secs(60),
         }
     }
@@ -230,14 +248,10 @@ impl Oci {
     }
 
     /// The client for a registry and credentials: plain HTTP for loopback and the configured
-    /// insecure registries, HTTPS for the rest.
+    /// insecure registries, HTTPS for the rest and for any registry given a CA of its own.
     fn client_for(&self, registry: &str, credentials: &Credentials) -> Result<oci_client::Client, OciError> {
-        let plain_http = is_loopback(registry)
-            || self
-                .settings
-                .insecure_registries
-                .iter()
-                .any(|r| r.eq_ignore_ascii_case(registry));
+        let trust = &self.settings.trust;
+        let plain_http = self.settings.plain_http(registry);
         let key = ClientKey {
             registry: registry.to_ascii_lowercase(),
             plain_http,
@@ -255,6 +269,14 @@ impl Oci {
             },
             connect_timeout: Some(self.settings.timeout),
             read_timeout: Some(self.settings.timeout),
+            extra_root_certificates: trust
+                .certificates_for(registry)
+                .into_iter()
+                .map(|data| Certificate {
+                    encoding: CertificateEncoding::Der,
+                    data,
+                })
+                .collect(),
             user_agent: concat!("mimeo/", env!("CARGO_PKG_VERSION")),
             // A plugin is one manifest, never a multi-platform index: refuse those by name.
             platform_resolver: None,
@@ -584,6 +606,24 @@ impl std::fmt::Display for TooLargeMarker {
 
 impl std::error::Error for TooLargeMarker {}
 
+/// What to do about a failed TLS handshake, judged from the error's text (reqwest and rustls give
+/// no typed cause): a certificate nobody vouched for, or no TLS at all.
+fn tls_hint(message: &str) -> &'static str {
+    let lower = message.to_ascii_lowercase();
+    if !lower.contains("https://") {
+        ""
+    } else if lower.contains("certificate") {
+        " (is the registry's certificate from a private CA? then trust that CA for this registry)"
+    } else if ["corrupt message", "tls", "ssl"]
+        .iter()
+        .any(|hint| lower.contains(hint))
+    {
+        " (is it a registry served over plain HTTP? then mark it insecure)"
+    } else {
+        ""
+    }
+}
+
 /// oci-client's error, as what it means for a plugin reference.
 fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError {
     let registry = reference.registry.clone();
@@ -596,6 +636,15 @@ fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError 
         404 => OciError::NotFound {
             reference: shown.clone(),
         },
+        // Go's TLS servers answer a plain HTTP request with this 400.
+        400 if message.contains("HTTP request to an HTTPS server") => OciError::Unreachable {
+            registry: registry.clone(),
+            message: format!(
+                "{} (the registry serves HTTPS: do not mark it insecure; a loopback registry is \
+                 reached over HTTPS once given a CA of its own)",
+                message.trim_end()
+            ),
+        },
         _ => OciError::Registry(format!("{shown}: {message}")),
     };
     match error {
@@ -604,13 +653,7 @@ fn map_error(error: OciDistributionError, reference: &OciReference) -> OciError 
                 by_status(status.as_u16(), with_causes(&e))
             } else if e.is_connect() || e.is_timeout() || e.is_request() {
                 let mut message = with_causes(&e);
-                let lower = message.to_ascii_lowercase();
-                let tls_failed = ["corrupt message", "tls", "ssl", "certificate"]
-                    .iter()
-                    .any(|hint| lower.contains(hint));
-                if lower.contains("https://") && tls_failed {
-                    message.push_str(" (is it a registry served over plain HTTP? then mark it insecure)");
-                }
+                message.push_str(tls_hint(&message));
                 OciError::Unreachable { registry, message }
             } else {
                 OciError::Registry(format!("{shown}: {}", with_causes(&e)))
@@ -791,6 +834,17 @@ mod tests {
             "RegistryUnauthorized"
         );
         assert_eq!(map_error(server(500), &reference).reason(), "RegistryError");
+        let plain_to_tls = OciDistributionError::ServerError {
+            code: 400,
+            url: "http://r.example/v2/p/manifests/1".into(),
+            message: "Client sent an HTTP request to an HTTPS server.\n".into(),
+        };
+        let mapped = map_error(plain_to_tls, &reference);
+        assert_eq!(mapped.reason(), "RegistryUnreachable");
+        assert!(
+            mapped.to_string().contains("the registry serves HTTPS"),
+            "{mapped}"
+        );
         let mismatch =
             OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError {
                 expected: "sha256:a".into(),
@@ -815,6 +869,62 @@ mod tests {
             url: String::new(),
         };
         assert_eq!(map_error(unknown, &reference).reason(), "ArtifactNotFound");
+    }
+
+    #[test]
+    fn tls_failures_say_what_to_change() {
+        let url =
+            "error sending request for url (https://r.example/v2/p/manifests/1): client error (Connect)";
+        for (cause, hint) in [
+            ("invalid peer certificate: UnknownIssuer", "private CA"),
+            ("invalid peer certificate: Expired", "private CA"),
+            (
+                "received corrupt message of type InvalidContentType",
+                "plain HTTP",
+            ),
+            ("tcp connect error: Connection refused", ""),
+        ] {
+            let hint_given = tls_hint(&format!("{url}: {cause}"));
+            assert!(hint_given.contains(hint), "{cause}: {hint_given:?}");
+            assert_eq!(hint_given.is_empty(), hint.is_empty(), "{cause}: {hint_given:?}");
+        }
+        assert_eq!(tls_hint("http://r.example: invalid peer certificate"), "");
+    }
+
+    #[test]
+    fn loopback_and_insecure_registries_use_plain_http_unless_given_a_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = params
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap()
+            .pem();
+        std::fs::write(&ca, pem).unwrap();
+        let arguments: Vec<CaArgument> = [
+            ca.display().to_string(),
+            format!("127.0.0.1:5000={}", ca.display()),
+            format!("harbor.corp={}", ca.display()),
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        let settings = OciSettings {
+            insecure_registries: vec!["Plain.Corp:5000".into()],
+            trust: RegistryTrust::load(&arguments, &[]).unwrap(),
+            ..OciSettings::default()
+        };
+        for (registry, plain) in [
+            ("127.0.0.1:5001", true),
+            ("localhost:5000", true),
+            ("plain.corp:5000", true),
+            ("127.0.0.1:5000", false),
+            ("harbor.corp", false),
+            ("ghcr.io", false),
+        ] {
+            assert_eq!(settings.plain_http(registry), plain, "{registry}");
+        }
     }
 
     #[test]

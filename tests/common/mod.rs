@@ -82,6 +82,11 @@ impl Harness {
         self.running = Some((tx, task));
     }
 
+    /// The controller's configuration, to change before the next [`start_controller`](Self::start_controller).
+    pub fn config_mut(&mut self) -> &mut ControllerConfig {
+        &mut self.config
+    }
+
     pub async fn stop_controller(&mut self) {
         let (tx, task) = self.running.take().expect("the controller is running");
         tx.send(true).unwrap();

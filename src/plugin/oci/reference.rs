@@ -146,7 +146,7 @@ fn host_of(registry: &str) -> &str {
     }
 }
 
-fn check_registry(registry: &str) -> Result<(), String> {
+pub(super) fn check_registry(registry: &str) -> Result<(), String> {
     if registry.is_empty() {
         return Err(format!("the registry host is missing; {HOW}"));
     }

@@ -11,9 +11,9 @@
 //! [`ControlPlane::start_apiserver`]) to play an outage of a cluster that keeps its data.
 //!
 //! [`Registry`] is the same for OCI registries: a real CNCF distribution registry on a free loopback
-//! port with storage in a temporary directory, optionally behind basic auth, from which mimeo fetches
-//! Wasm plugins; [`oras()`] is the ORAS CLI that tests push artifacts with, and [`helm()`] the Helm
-//! CLI that tests install the chart with.
+//! port with storage in a temporary directory, optionally behind basic auth or serving HTTPS under a
+//! CA of its own, from which mimeo fetches Wasm plugins; [`oras()`] is the ORAS CLI that tests push
+//! artifacts with, and [`helm()`] the Helm CLI that tests install the chart with.
 
 mod binaries;
 mod pki;
@@ -92,6 +92,8 @@ pub enum Error {
     },
     #[error("registry request: {0}")]
     RegistryRequest(String),
+    #[error("registry TLS client: {0}")]
+    RegistryTls(String),
     #[error("oras unavailable: {0}")]
     Oras(String),
     #[error("helm unavailable: {0}")]

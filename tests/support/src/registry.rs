@@ -1,21 +1,31 @@
 //! A real OCI registry on loopback: the CNCF distribution registry (Debian's `docker-registry`,
 //! version 2.8), with filesystem storage in a temporary directory and, optionally, basic auth from
-//! an htpasswd file. Tests push artifacts to it with [`oras`](crate::oras) and point mimeo at it
-//! over plain HTTP, so fetching a plugin goes through a real registry's API, auth challenge and
-//! all, rather than a mock that agrees with the client by construction.
+//! an htpasswd file. Tests push artifacts to it with [`oras`](crate::oras) and point mimeo at it,
+//! so fetching a plugin goes through a real registry's API, auth challenge and all, rather than a
+//! mock that agrees with the client by construction.
+//!
+//! A registry serves plain HTTP, or HTTPS ([`Registry::start_tls`]) with a serving certificate
+//! from a CA generated for that registry alone: a client reaches it only if it was given that CA
+//! ([`Registry::ca_path`]), which is what a test of private-CA trust needs. Everything here that
+//! talks to a TLS registry (the readiness probe, [`Registry::get_status`],
+//! [`Registry::oras_command`]) trusts that CA and nothing else.
 //!
 //! The binary comes from a Debian package, not from this crate: `install-registry.sh` installs it
 //! (as root, through apt), and [`registry_binary`] only finds it.
 
+use crate::pki::ServingPki;
 use crate::process::Reaped;
 use crate::{Error, io, log_tail, oras, ports, random_token, start_logged};
 use base64::Engine as _;
+use rustls::pki_types::ServerName;
 use sha2::Digest as _;
 use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
 /// How long a registry may take to answer `GET /v2/` before start-up is called failed. It
 /// usually answers within a few hundred milliseconds.
@@ -38,6 +48,12 @@ const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
     application/vnd.oci.image.index.v1+json, \
     application/vnd.docker.distribution.manifest.v2+json, \
     application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// The files of a TLS registry, in its directory: the CA clients trust, and the registry's serving
+/// certificate and key.
+const CA_FILE: &str = "ca.crt";
+const CERT_FILE: &str = "registry.crt";
+const KEY_FILE: &str = "registry.key";
 
 /// The media types of a Wasm artifact in the layout the CNCF TAG Runtime's Wasm OCI artifact
 /// format specifies, as the manifest pushed by [`Registry::push_wasm`] has them.
@@ -94,15 +110,63 @@ pub struct Registry {
     dir: tempfile::TempDir,
     port: u16,
     credentials: Option<(String, String)>,
+    tls: Option<Tls>,
     log_path: PathBuf,
     startup: Duration,
+}
+
+/// What clients of a TLS registry need: its CA, as a file and as PEM, and a TLS connector that
+/// trusts that CA alone.
+struct Tls {
+    ca_path: PathBuf,
+    ca_pem: String,
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl Tls {
+    /// Writes the CA, the serving certificate and its key into `dir` under the names
+    /// [`config_yml`] gives the registry.
+    fn generate(dir: &Path) -> Result<Tls, Error> {
+        let pki = ServingPki::generate("mimeo-envtest-registry")?;
+        for (name, contents) in [
+            (CA_FILE, &pki.ca_cert),
+            (CERT_FILE, &pki.serving_cert),
+            (KEY_FILE, &pki.serving_key),
+        ] {
+            std::fs::write(dir.join(name), contents).map_err(io(format!("writing {name}")))?;
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(pki.ca_der)
+            .map_err(|e| Error::RegistryTls(format!("adding the CA to a root store: {e}")))?;
+        // An explicit provider: a process-wide default may be unset, or set to another one.
+        let config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| Error::RegistryTls(e.to_string()))?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        Ok(Tls {
+            ca_path: dir.join(CA_FILE),
+            ca_pem: pki.ca_cert,
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        })
+    }
 }
 
 impl Registry {
     /// Starts a registry that anyone may push to and pull from, and waits until `GET /v2/`
     /// answers 200.
     pub async fn start() -> Result<Registry, Error> {
-        Self::launch(None).await
+        Self::launch(None, false).await
+    }
+
+    /// Starts a registry like [`start`](Self::start), but serving HTTPS only, with a certificate
+    /// for `127.0.0.1` and `localhost` signed by a CA made for this registry alone
+    /// ([`ca_path`](Self::ca_path)), so a client gets through only if it trusts that CA. Waits
+    /// until `GET /v2/` over TLS, trusting that CA, answers 200.
+    pub async fn start_tls() -> Result<Registry, Error> {
+        Self::launch(None, true).await
     }
 
     /// Starts a registry behind basic auth that knows one user, and waits until an anonymous
@@ -115,10 +179,10 @@ impl Registry {
                 "{user:?} cannot be an htpasswd user name"
             )));
         }
-        Self::launch(Some((user.to_owned(), password.to_owned()))).await
+        Self::launch(Some((user.to_owned(), password.to_owned())), false).await
     }
 
-    async fn launch(credentials: Option<(String, String)>) -> Result<Registry, Error> {
+    async fn launch(credentials: Option<(String, String)>, tls: bool) -> Result<Registry, Error> {
         let binary = registry_binary()?;
         let started = Instant::now();
         let dir = tempfile::Builder::new()
@@ -137,10 +201,16 @@ impl Registry {
             }
             None => None,
         };
+        let tls = if tls {
+            Some(Tls::generate(dir.path())?)
+        } else {
+            None
+        };
+        let serves_tls = tls.is_some();
         // Writes config.yml for `port` and starts the registry with it, logging to registry.log.
         let spawn = |dir: &Path, port: u16| -> Result<Reaped, Error> {
             let config = dir.join("config.yml");
-            std::fs::write(&config, config_yml(dir, port, htpasswd.as_deref())?)
+            std::fs::write(&config, config_yml(dir, port, htpasswd.as_deref(), serves_tls)?)
                 .map_err(io("writing config.yml"))?;
             let mut command = Command::new(&binary);
             command.arg("serve").arg(&config).current_dir(dir);
@@ -154,6 +224,7 @@ impl Registry {
             dir,
             port,
             credentials,
+            tls,
             log_path,
             startup: Duration::ZERO,
         };
@@ -179,19 +250,24 @@ impl Registry {
         // Straight to stderr, past the test harness's capture, like the control plane's.
         let _ = writeln!(
             std::io::stderr(),
-            "envtest: OCI registry at {}{} ready in {:.2?}",
+            "envtest: OCI registry at {}{}{} ready in {:.2?}",
             registry.url(),
             if registry.credentials.is_some() {
                 " (basic auth)"
             } else {
                 ""
             },
+            match &registry.tls {
+                Some(tls) => format!(" (CA {})", tls.ca_path.display()),
+                None => String::new(),
+            },
             registry.startup
         );
         Ok(registry)
     }
 
-    /// Polls `GET /v2/` until it answers as this registry should: 200 without auth, 401 with.
+    /// Polls `GET /v2/` until it answers as this registry should: 200 without auth, 401 with; over
+    /// TLS for a TLS registry, so a certificate the CA does not vouch for fails start-up.
     async fn wait_ready(&mut self) -> Result<(), Error> {
         let expected = if self.credentials.is_some() { 401 } else { 200 };
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -231,10 +307,25 @@ impl Registry {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// `http://127.0.0.1:PORT`. The registry serves plain HTTP: clients need their insecure or
-    /// plain-HTTP switch (`oras --plain-http`).
+    /// `http://127.0.0.1:PORT`, or `https://127.0.0.1:PORT` for a registry started with
+    /// [`start_tls`](Self::start_tls). Over plain HTTP clients need their insecure or plain-HTTP
+    /// switch (`oras --plain-http`); over HTTPS they need [`ca_path`](Self::ca_path) instead.
     pub fn url(&self) -> String {
-        format!("http://{}", self.host())
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.host())
+    }
+
+    /// The PEM file of the CA that signed a TLS registry's certificate, in the registry's
+    /// directory (removed with it); `None` for a plain-HTTP registry. What a client is given to
+    /// trust this registry, such as `oras --ca-file`.
+    pub fn ca_path(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|tls| tls.ca_path.as_path())
+    }
+
+    /// The same CA as [`ca_path`](Self::ca_path), as PEM text, for configuration that takes the
+    /// certificate itself rather than a file, such as a Secret or ConfigMap; `None` without TLS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(|tls| tls.ca_pem.as_str())
     }
 
     /// The user and password the registry accepts, if it was started with auth.
@@ -265,6 +356,8 @@ impl Registry {
 
     /// The status code of `GET path` on the registry (`path` starts with `/`), with basic auth
     /// when `basic_auth` is given. Redirects are not followed: the status is the registry's own.
+    /// A TLS registry is asked over TLS, trusting its CA alone and checking that the certificate
+    /// is for `127.0.0.1`.
     ///
     /// The request accepts OCI and Docker v2 manifests and indexes. It has to: asked for an OCI
     /// manifest without an `Accept` that names its media type, distribution 2.8 answers 404
@@ -282,12 +375,14 @@ impl Registry {
         }
         request.push_str("\r\n");
         let exchange = async {
-            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
-            stream.write_all(request.as_bytes()).await?;
-            // The status line is all that is needed; the server closes after one response.
-            let mut response = Vec::new();
-            stream.read_to_end(&mut response).await?;
-            Ok::<_, std::io::Error>(response)
+            let stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).await?;
+            match &self.tls {
+                Some(tls) => {
+                    let name = ServerName::from(IpAddr::V4(Ipv4Addr::LOCALHOST));
+                    round_trip(tls.connector.connect(name, stream).await?, &request).await
+                }
+                None => round_trip(stream, &request).await,
+            }
         };
         let response = tokio::time::timeout(REQUEST_TIMEOUT, exchange)
             .await
@@ -303,14 +398,18 @@ impl Registry {
 
     /// An `oras` command for one of its subcommands that takes a single reference on this
     /// registry (`push`, `pull`, `manifest fetch`, `blob fetch`, `tag`, `repo tags`, ...), already
-    /// given `--plain-http`, this registry's credentials if it has any, and a credentials file of
-    /// its own, so that nothing in `~/.docker/config.json` leaks in and `oras login` leaks nothing
-    /// out. Add the reference and the rest, then run it.
+    /// given `--plain-http` (or, for a TLS registry, `--ca-file` with its CA, so oras checks the
+    /// certificate rather than skipping TLS), this registry's credentials if it has any, and a
+    /// credentials file of its own, so that nothing in `~/.docker/config.json` leaks in and
+    /// `oras login` leaks nothing out. Add the reference and the rest, then run it.
     pub fn oras_command(&self, subcommand: &[&str]) -> Result<Command, Error> {
         let mut command = Command::new(oras()?);
+        command.args(subcommand);
+        match &self.tls {
+            Some(tls) => command.arg("--ca-file").arg(&tls.ca_path),
+            None => command.arg("--plain-http"),
+        };
         command
-            .args(subcommand)
-            .arg("--plain-http")
             .arg("--registry-config")
             .arg(self.dir.path().join("oras-auth.json"))
             .stdin(Stdio::null());
@@ -351,6 +450,18 @@ impl Registry {
     }
 }
 
+/// Sends `request` on `stream` and reads the response to the end: the server closes after one
+/// response, as the request says `Connection: close`. Generic so plain TCP and TLS share it.
+async fn round_trip(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    request: &str,
+) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    Ok(response)
+}
+
 /// Runs a finished `oras` command and returns its stdout, or its stderr in the error.
 fn run(mut command: Command) -> Result<String, Error> {
     let described = format!("{command:?}");
@@ -365,9 +476,10 @@ fn run(mut command: Command) -> Result<String, Error> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// The registry's configuration: plain HTTP on loopback, storage under `dir`, deletes allowed (so
-/// tests can take an artifact away), no background upload purging, and htpasswd auth if given.
-fn config_yml(dir: &Path, port: u16, htpasswd: Option<&Path>) -> Result<String, Error> {
+/// The registry's configuration: plain HTTP on loopback, or HTTPS with the certificate and key
+/// [`Tls::generate`] wrote into `dir` if `tls`, storage under `dir`, deletes allowed (so tests can
+/// take an artifact away), no background upload purging, and htpasswd auth if given.
+fn config_yml(dir: &Path, port: u16, htpasswd: Option<&Path>, tls: bool) -> Result<String, Error> {
     // JSON strings are YAML double-quoted scalars: any temporary path stays one string.
     let quote =
         |path: &Path| serde_json::to_string(&path.display().to_string()).expect("a string serialises");
@@ -392,6 +504,17 @@ http:
         // Signs upload state; without one the registry makes one up and warns about it.
         secret = random_token()?,
     );
+    if tls {
+        // Indented under the `http:` section that ends the text so far.
+        yml.push_str(&format!(
+            "  tls:
+    certificate: {}
+    key: {}
+",
+            quote(&dir.join(CERT_FILE)),
+            quote(&dir.join(KEY_FILE))
+        ));
+    }
     if let Some(htpasswd) = htpasswd {
         yml.push_str(&format!(
             "auth:

@@ -1,6 +1,7 @@
 //! The OCI registry support: a real distribution registry takes a Wasm artifact pushed by the real
 //! `oras` CLI and gives back the same bytes in the CNCF Wasm layout; with auth it refuses anonymous
-//! and wrong-password requests and serves the right user; dropping it leaves no process behind.
+//! and wrong-password requests and serves the right user; with TLS it serves HTTPS only, to clients
+//! that trust its own CA; dropping it leaves no process behind.
 
 use mimeo_envtest::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, oras};
 use std::path::Path;
@@ -101,6 +102,7 @@ async fn oras_pushes_and_pulls_a_wasm_artifact_without_auth() {
     let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(registry.credentials(), None);
     assert_eq!(registry.url(), format!("http://{}", registry.host()));
+    assert_eq!(registry.ca_path(), None);
     assert_eq!(registry.get_status("/v2/", None).await.unwrap(), 200);
 
     let work = tempfile::tempdir().unwrap();
@@ -272,6 +274,89 @@ async fn a_registry_with_auth_serves_only_its_user() {
         .unwrap();
     assert_ok(&pulled, &registry);
     assert_eq!(std::fs::read(out.join("file.wasm")).unwrap(), bytes);
+}
+
+#[tokio::test]
+async fn a_tls_registry_serves_only_clients_that_trust_its_ca() {
+    let registry = Registry::start_tls().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(registry.url(), format!("https://{}", registry.host()));
+    let ca_path = registry.ca_path().expect("a TLS registry has a CA");
+    let ca_pem = registry.ca_pem().expect("a TLS registry has a CA");
+    assert!(ca_pem.starts_with("-----BEGIN CERTIFICATE-----"), "{ca_pem}");
+    assert_eq!(std::fs::read_to_string(ca_path).unwrap(), ca_pem);
+    // Over TLS, trusting that CA alone.
+    assert_eq!(registry.get_status("/v2/", None).await.unwrap(), 200);
+
+    // oras_command passes --ca-file, so oras checks the certificate and gets through.
+    let bytes = wasm(5);
+    let digest = registry
+        .push_wasm("plugins/tls:v1", &bytes)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let manifest = manifest(&registry, "plugins/tls:v1");
+    assert_wasm_layout(&manifest, bytes.len());
+    assert_eq!(
+        self::manifest(&registry, &format!("plugins/tls@{digest}")),
+        manifest
+    );
+    assert_eq!(
+        registry
+            .get_status("/v2/plugins/tls/manifests/v1", None)
+            .await
+            .unwrap(),
+        200
+    );
+
+    // Without the CA (and without --plain-http, so over HTTPS) oras refuses the certificate.
+    let work = tempfile::tempdir().unwrap();
+    let reference = format!("{}/plugins/tls:v1", registry.host());
+    let untrusting = oras_in(work.path(), &["manifest", "fetch", &reference]);
+    assert!(
+        !untrusting.status.success(),
+        "oras trusted a certificate from an unknown CA"
+    );
+    let stderr = String::from_utf8_lossy(&untrusting.stderr);
+    assert!(
+        stderr.contains("certificate signed by unknown authority"),
+        "{stderr}"
+    );
+
+    // Each TLS registry has a CA of its own: another registry's CA does not vouch for this one.
+    let other = Registry::start_tls().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(other.ca_pem(), registry.ca_pem());
+    let other_ca = other.ca_path().unwrap().to_str().unwrap();
+    let wrong_ca = oras_in(
+        work.path(),
+        &["manifest", "fetch", "--ca-file", other_ca, &reference],
+    );
+    assert!(
+        !wrong_ca.status.success(),
+        "oras trusted a certificate from another registry's CA"
+    );
+    let stderr = String::from_utf8_lossy(&wrong_ca.stderr);
+    assert!(
+        stderr.contains("certificate signed by unknown authority"),
+        "{stderr}"
+    );
+
+    // The port speaks TLS only: Go's server answers a plain HTTP request with a 400 of its own.
+    let mut plain = std::net::TcpStream::connect(registry.host()).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(
+        &mut plain,
+        format!(
+            "GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            registry.host()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut plain, &mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.0 400 Bad Request"), "{response:?}");
+    assert!(
+        response.contains("Client sent an HTTP request to an HTTPS server"),
+        "{response:?}"
+    );
 }
 
 #[tokio::test]
