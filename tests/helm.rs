@@ -495,6 +495,10 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
                 "plugins.oci.registryConfigSecret=registry-creds",
                 "--set-json",
                 r#"plugins.oci.allowedRegistries=["ghcr.io","registry.example.com:5000"]"#,
+                "--set-json",
+                r#"plugins.oci.insecureRegistries=["registry.example.com:5000"]"#,
+                "--set-json",
+                r#"plugins.oci.registryCAs=[{"configMap":"corp-ca"},{"configMap":"harbor-ca","key":"harbor.pem","registry":"harbor.example.com:8443"}]"#,
             ],
         ),
         (
@@ -775,11 +779,41 @@ fn check_variant(name: &str, docs: &[Value]) {
                 has_arg("--plugin-allowed-registry=registry.example.com:5000"),
                 "{args:?}"
             );
+            assert!(
+                has_arg("--plugin-insecure-registry=registry.example.com:5000"),
+                "{args:?}"
+            );
+            assert!(
+                has_arg("--plugin-registry-ca=/etc/mimeo/registry-ca/0/ca.crt"),
+                "{args:?}"
+            );
+            assert!(
+                has_arg("--plugin-registry-ca=harbor.example.com:8443=/etc/mimeo/registry-ca/1/ca.crt"),
+                "{args:?}"
+            );
+            assert!(mounts.contains(&"/etc/mimeo/registry-ca/1"), "{mounts:?}");
             let volumes = pod["volumes"].to_string();
             assert!(
                 volumes.contains("team-b-plugins") && volumes.contains("registry-creds"),
                 "{volumes}"
             );
+            let harbor = pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "registry-ca-1")
+                .unwrap_or_else(|| panic!("{volumes}"));
+            assert_eq!(
+                harbor["configMap"],
+                json!({"name": "harbor-ca", "items": [{"key": "harbor.pem", "path": "ca.crt"}]})
+            );
+            let corp = pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "registry-ca-0")
+                .unwrap_or_else(|| panic!("{volumes}"));
+            assert_eq!(corp["configMap"]["items"][0]["key"], "ca.crt");
         }
         "bringYourOwn" => {
             for absent in [
@@ -845,6 +879,17 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
                 &format!(r#"watchNamespaces=["{}"]"#, "a".repeat(64)),
             ],
             &["/watchNamespaces/0", "maxLength"],
+        ),
+        (
+            &["--set-json", r#"plugins.oci.registryCAs=[{"key":"ca.crt"}]"#],
+            &["/plugins/oci/registryCAs/0", "missing property 'configMap'"],
+        ),
+        (
+            &[
+                "--set-json",
+                r#"plugins.oci.registryCAs=[{"configMap":"ca","registry":"https://harbor.example.com"}]"#,
+            ],
+            &["/plugins/oci/registryCAs/0/registry", "does not match pattern"],
         ),
     ];
     for (values, messages) in cases {
