@@ -307,6 +307,84 @@ async fn registry_failures_are_conditions_and_clear_up() {
     assert!(!status.contains("pull-secret-distinctive"));
 }
 
+/// Pull secrets are read when the registry is asked, not on every reconcile: a missing one stops
+/// a rule whose plugin must be fetched, and does not stop one whose plugin is pinned and cached,
+/// also after a restart.
+#[tokio::test]
+async fn pull_secrets_are_read_only_when_the_registry_is_asked() {
+    let registry = Registry::start_with_auth("puller", "pull-secret-distinctive")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
+    setup(&h).await;
+    let host = registry.host();
+    registry
+        .push_wasm("plugins/filter-keys:1.0", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let private = |name: &str, tag: &str| {
+        let mut rule = filter_rule(name, &format!("oci://{host}/plugins/filter-keys:{tag}"));
+        rule["spec"]["pluginPullSecrets"] = json!([{"name": "registry-pull"}]);
+        rule
+    };
+
+    h.apply(private("private", "1.0")).await;
+    let missing = h
+        .wait_ready("platform", "private", "False", "PluginPullSecretNotFound")
+        .await;
+    let message = &missing.status.unwrap().conditions[0].message;
+    assert!(
+        message.contains("pull secret platform/registry-pull does not exist"),
+        "{message}"
+    );
+    assert!(h.secrets("tenant").get_opt("private").await.unwrap().is_none());
+
+    let auth = format!(
+        "{{\"auths\": {{\"{host}\": {{\"username\": \"puller\", \"password\": \"pull-secret-distinctive\"}}}}}}"
+    );
+    let pull_secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry-pull", "namespace": "platform"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": auth},
+    }))
+    .unwrap();
+    h.secrets("platform")
+        .patch(
+            "registry-pull",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&pull_secret),
+        )
+        .await
+        .unwrap();
+    wait_filtered(&h, "private", "k1").await;
+    h.wait_ready("platform", "private", "True", "Synced").await;
+
+    // Without the Secret, the pinned and compiled plugin still runs.
+    h.secrets("platform")
+        .delete("registry-pull", &Default::default())
+        .await
+        .unwrap();
+    h.put_secret("platform", "creds", &[("keep", "k2"), ("drop", "d2")])
+        .await;
+    wait_filtered(&h, "private", "k2").await;
+    // And after a restart, from the artifact cache on disk.
+    h.stop_controller().await;
+    h.start_controller().await;
+    h.put_secret("platform", "creds", &[("keep", "k3"), ("drop", "d3")])
+        .await;
+    wait_filtered(&h, "private", "k3").await;
+    let rule = h.wait_ready("platform", "private", "True", "Synced").await;
+    assert_eq!(rule.status.unwrap().plugins.len(), 1);
+
+    // A tag not pinned yet must be resolved, which needs the registry and so the Secret.
+    registry
+        .push_wasm("plugins/filter-keys:1.1", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    h.apply(private("newer", "1.1")).await;
+    h.wait_ready("platform", "newer", "False", "PluginPullSecretNotFound")
+        .await;
+}
+
 /// A registry whose certificate comes from a private CA: refused with a hint until the controller
 /// trusts that CA for it, then used over HTTPS (on loopback too, since it was given a CA).
 #[tokio::test]

@@ -242,10 +242,15 @@ impl Plugins {
         };
         let registry_problem = |e: OciError| problem(e.reason(), e.to_string());
         allowed(reference, &self.policy).map_err(|(reason, message)| problem(reason, message))?;
-        let credentials = self
-            .credentials(reference, rule_namespace, pull_secrets)
-            .await
-            .map_err(|(reason, message)| problem(reason, message))?;
+        // Read only when the registry is asked: a plugin pinned and compiled or cached needs no
+        // credentials, and reading the pull secrets on every reconcile would cost a GET each.
+        let credentials = tokio::sync::OnceCell::new();
+        let credentials = || async {
+            credentials
+                .get_or_try_init(|| self.credentials(reference, rule_namespace, pull_secrets))
+                .await
+                .map_err(|(reason, message)| problem(reason, message))
+        };
         let refresh = transform.refresh_interval.as_deref().and_then(parse_interval);
         let now = SystemTime::now();
         let (pin, due) = match &reference.digest {
@@ -264,7 +269,7 @@ impl Plugins {
                     None => {
                         let digest = self
                             .oci
-                            .resolve(reference, &credentials)
+                            .resolve(reference, credentials().await?)
                             .await
                             .map_err(registry_problem)?;
                         let pin = PluginPin {
@@ -280,11 +285,15 @@ impl Plugins {
         if let Some(plugin) = lock(&self.artifacts).get(&pin.digest) {
             return Ok((plugin.clone(), pin, due));
         }
-        let fetched = self
-            .oci
-            .fetch(&reference.pinned(&pin.digest), &credentials)
-            .await
-            .map_err(registry_problem)?;
+        let fetched = match self.oci.cached(&pin.digest).await {
+            Ok(Some(fetched)) => fetched,
+            // A cache that cannot be read costs a download (fetch says why), not the plugin.
+            Ok(None) | Err(_) => self
+                .oci
+                .fetch(&reference.pinned(&pin.digest), credentials().await?)
+                .await
+                .map_err(registry_problem)?,
+        };
         let plugin = self
             .compile(&name, fetched.bytes.to_vec())
             .await

@@ -391,7 +391,9 @@ impl Oci {
         result
     }
 
-    async fn cached(&self, manifest_digest: &str) -> Result<Option<Fetched>, OciError> {
+    /// The artifact with this manifest digest from the disk cache, if it is there: no registry
+    /// is asked.
+    pub async fn cached(&self, manifest_digest: &str) -> Result<Option<Fetched>, OciError> {
         let cache = self.cache.clone();
         let digest = manifest_digest.to_owned();
         let found = tokio::task::spawn_blocking(move || cache.get(&digest))
