@@ -1,5 +1,6 @@
 //! Transform plugins in rules, against a real apiserver: a chain shapes the copies, a skip leaves
-//! a namespace without one, and a failure leaves the previous copy as it was.
+//! a namespace without one, a failure leaves the previous copy as it was, and `configmap://`
+//! plugins follow their ConfigMap.
 
 mod common;
 
@@ -135,4 +136,147 @@ async fn a_failing_plugin_leaves_the_previous_copy() {
         h.secrets("tenant-a").get_opt("registry").await.unwrap().is_some(),
         "nothing lost"
     );
+}
+
+/// Puts `wasm` under `key` of the ConfigMap `platform/plugins`'s binaryData.
+async fn put_plugin(h: &Harness, key: &str, wasm: &[u8]) {
+    use base64::Engine as _;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "plugins", "namespace": "platform"},
+                    "binaryData": {key: base64::engine::general_purpose::STANDARD.encode(wasm)}});
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(h.client.clone(), "platform")
+        .patch(
+            "plugins",
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(&cm),
+        )
+        .await
+        .unwrap();
+}
+
+/// Bytes of the apiserver's answers to GETs of single ConfigMaps so far, from its own metrics.
+async fn config_map_get_bytes(h: &Harness) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = h.client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_response_sizes_sum{")
+                && l.contains("resource=\"configmaps\"")
+                && l.contains("verb=\"GET\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits for the copy in tenant-a to hold exactly `keys`, `username` being `user`.
+async fn wait_copy(h: &Harness, keys: &[&str], user: &str) {
+    eventually(&format!("a copy with {keys:?} and username {user}"), || async {
+        let copy = h.secrets("tenant-a").get_opt("registry").await.ok()??;
+        let found: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
+        (found == keys && secret_value(&copy, "username").as_deref() == Some(user)).then_some(())
+    })
+    .await;
+}
+
+/// `configmap://` plugins: read from a ConfigMap of the rule's namespace; while it is unchanged a
+/// reconcile reads its metadata only, not the component in it; a changed component is loaded at
+/// the next reconcile; a missing ConfigMap or key is a condition, and another namespace's
+/// ConfigMap is refused.
+#[tokio::test]
+async fn config_map_plugins_follow_their_config_map() {
+    let h = harness().await;
+    let read = |name: &str| std::fs::read(common::plugin_dir().join(name)).unwrap();
+    let filter = read("filter-keys.wasm");
+    let plugin = |reference: &str| rule(json!([{"plugin": reference, "config": {"include": ["username"]}}]));
+
+    h.apply(plugin("configmap://platform/plugins/transform.wasm"))
+        .await;
+    let missing = h
+        .wait_ready("platform", "registry", "False", "PluginUnavailable")
+        .await;
+    let message = &missing.status.unwrap().conditions[0].message;
+    assert!(
+        message.contains("ConfigMap platform/plugins does not exist"),
+        "{message}"
+    );
+
+    put_plugin(&h, "other.wasm", &filter).await;
+    let no_key = eventually("the missing key in the status", || async {
+        let rule = h.rule("platform", "registry").await?;
+        let message = rule.status?.conditions.into_iter().next()?.message;
+        message
+            .contains("has no binaryData key transform.wasm")
+            .then_some(message)
+    })
+    .await;
+    eprintln!("missing key: {no_key}");
+
+    put_plugin(&h, "transform.wasm", &filter).await;
+    wait_copy(&h, &["username"], "u").await;
+    h.wait_ready("platform", "registry", "True", "Synced").await;
+
+    // Unchanged: each reconcile reads the ConfigMap's metadata, not the component.
+    let before = config_map_get_bytes(&h).await;
+    let rounds = 5;
+    for round in 0..rounds {
+        let user = format!("u{round}");
+        h.put_secret(
+            "platform",
+            "registry",
+            &[
+                (".dockerconfigjson", "{}"),
+                ("username", user.as_str()),
+                ("password", "p"),
+            ],
+        )
+        .await;
+        wait_copy(&h, &["username"], &user).await;
+    }
+    let bytes = config_map_get_bytes(&h).await - before;
+    eprintln!(
+        "{rounds} source changes read {bytes} bytes of ConfigMaps; the component is {} bytes",
+        filter.len()
+    );
+    assert!(
+        bytes < filter.len() as f64,
+        "{bytes} bytes read for {rounds} reconciles: the component was read again"
+    );
+
+    // Changed: another component under the key is loaded at the next reconcile. rename-keys
+    // refuses filter-keys's config, which shows that it was loaded.
+    put_plugin(&h, "transform.wasm", &read("rename-keys.wasm")).await;
+    h.put_secret(
+        "platform",
+        "registry",
+        &[(".dockerconfigjson", "{}"), ("username", "v"), ("password", "p")],
+    )
+    .await;
+    let refused = eventually("rename-keys refusing the config", || async {
+        let rule = h.rule("platform", "registry").await?;
+        let condition = rule.status?.conditions.into_iter().next()?;
+        (condition.reason == "PluginUnavailable").then_some(condition.message)
+    })
+    .await;
+    assert!(refused.contains("rename"), "{refused}");
+    wait_copy(&h, &["username"], "u4").await;
+
+    put_plugin(&h, "transform.wasm", &filter).await;
+    h.put_secret(
+        "platform",
+        "registry",
+        &[(".dockerconfigjson", "{}"), ("username", "w"), ("password", "p")],
+    )
+    .await;
+    wait_copy(&h, &["username"], "w").await;
+
+    // A SyncRule reads plugins from its own namespace only.
+    h.apply(plugin("configmap://tenant-a/plugins/transform.wasm"))
+        .await;
+    let other = eventually("the other namespace refused", || async {
+        let rule = h.rule("platform", "registry").await?;
+        let message = rule.status?.conditions.into_iter().next()?.message;
+        message.contains("own namespace").then_some(message)
+    })
+    .await;
+    eprintln!("other namespace: {other}");
 }

@@ -120,6 +120,13 @@ fn pin_stands(
 /// A plugin file as loaded: its modification time and length, and the plugin.
 type LoadedFile = (SystemTime, u64, Arc<Plugin>);
 
+/// A ConfigMap plugin as loaded: the ConfigMap's uid and resourceVersion, and the plugin.
+type LoadedConfigMap = (String, String, Arc<Plugin>);
+
+/// Past this many ConfigMap plugins remembered, the map starts afresh (references of deleted
+/// rules are not removed one by one); each entry is a few strings and a shared plugin.
+const MAX_CONFIG_MAP_PLUGINS: usize = 1024;
+
 pub struct Plugins {
     host: Arc<PluginHost>,
     client: Client,
@@ -130,6 +137,10 @@ pub struct Plugins {
     artifacts: Mutex<HashMap<String, Arc<Plugin>>>,
     /// Files already loaded, by path, modification time and length: no re-hashing per reconcile.
     files: Mutex<HashMap<PathBuf, LoadedFile>>,
+    /// ConfigMap plugins already loaded, by reference, with the ConfigMap's uid and
+    /// resourceVersion: a reconcile reads only the ConfigMap's metadata, not its (up to 1 MiB of)
+    /// binaryData, unless it changed.
+    config_maps: Mutex<HashMap<String, LoadedConfigMap>>,
     /// (digest, config) pairs the plugin accepted.
     accepted_configs: Mutex<HashSet<(String, String)>>,
     calls: Arc<Semaphore>,
@@ -156,6 +167,7 @@ impl Plugins {
             policy,
             artifacts: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
+            config_maps: Mutex::new(HashMap::new()),
             accepted_configs: Mutex::new(HashSet::new()),
             calls: Arc::new(Semaphore::new(permits)),
         }
@@ -385,16 +397,40 @@ impl Plugins {
             PluginSource::Oci(reference) => Err(format!("{reference}: loaded through the registry")),
             PluginSource::ConfigMap { namespace, name, key } => {
                 let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-                let cm = api
-                    .get_opt(name)
+                let missing = || format!("ConfigMap {namespace}/{name} does not exist");
+                let unreadable = |e: kube::Error| format!("reading ConfigMap {namespace}/{name}: {e}");
+                let meta = api
+                    .get_metadata_opt(name)
                     .await
-                    .map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))?
-                    .ok_or_else(|| format!("ConfigMap {namespace}/{name} does not exist"))?;
+                    .map_err(unreadable)?
+                    .ok_or_else(missing)?
+                    .metadata;
+                let stamp = (
+                    meta.uid.unwrap_or_default(),
+                    meta.resource_version.unwrap_or_default(),
+                );
+                if let Some((_, _, plugin)) = lock(&self.config_maps)
+                    .get(reference)
+                    .filter(|(uid, version, _)| (uid, version) == (&stamp.0, &stamp.1))
+                {
+                    return Ok(plugin.clone());
+                }
+                let cm = api.get_opt(name).await.map_err(unreadable)?.ok_or_else(missing)?;
+                let read = (
+                    cm.metadata.uid.clone().unwrap_or_default(),
+                    cm.metadata.resource_version.clone().unwrap_or_default(),
+                );
                 let bytes = cm
                     .binary_data
                     .and_then(|mut d| d.remove(key))
                     .ok_or_else(|| format!("ConfigMap {namespace}/{name} has no binaryData key {key}"))?;
-                self.compile(reference, bytes.0).await
+                let plugin = self.compile(reference, bytes.0).await?;
+                let mut loaded = lock(&self.config_maps);
+                if loaded.len() >= MAX_CONFIG_MAP_PLUGINS {
+                    loaded.clear();
+                }
+                loaded.insert(reference.to_owned(), (read.0, read.1, plugin.clone()));
+                Ok(plugin)
             }
         }
     }
