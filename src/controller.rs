@@ -2,6 +2,7 @@
 //!
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
+mod chain_outputs;
 mod error;
 mod fleet;
 mod plugins;
@@ -68,6 +69,8 @@ pub struct Context {
     fleet: Arc<Fleet>,
     allowed_kinds: Vec<AllowedKind>,
     plugins: plugins::Plugins,
+    /// What each rule's chain made of each copy, reused while the input is the same.
+    chain_outputs: chain_outputs::ChainOutputs,
 }
 
 /// Fails with a clear message when the CRDs are not installed. Limited to namespaces, mimeo
@@ -143,6 +146,7 @@ pub async fn run(
             Oci::new(config.oci.clone()).map_err(|e| Error::PluginHost(e.to_string()))?,
             config.oci_policy.clone(),
         ),
+        chain_outputs: Default::default(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -36,6 +36,11 @@ struct VerbLabels {
     verb: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChainLabels {
+    result: String,
+}
+
 /// Every metric the controller keeps.
 pub struct Metrics {
     registry: Registry,
@@ -47,6 +52,7 @@ pub struct Metrics {
     propagation: Histogram,
     source_watches: Gauge,
     plugin_failures: Family<ErrorReason, Counter>,
+    plugin_chains: Family<ChainLabels, Counter>,
     /// Copies by state per rule, so the `copies` gauge is a sum that forgets deleted rules.
     copies_by_rule: Mutex<HashMap<String, HashMap<String, i64>>>,
 }
@@ -98,8 +104,16 @@ impl Metrics {
             "Transform chains that failed on a copy, by reason",
             plugin_failures.clone(),
         );
+        let plugin_chains = Family::<ChainLabels, Counter>::default();
+        registry.register(
+            "plugin_chains",
+            "Transform chains for one copy, by result: run (the plugins were called) or \
+             remembered (the outcome for the same input was reused)",
+            plugin_chains.clone(),
+        );
         let metrics = Metrics {
             plugin_failures,
+            plugin_chains,
             registry,
             reconciles,
             reconcile_errors,
@@ -150,6 +164,16 @@ impl Metrics {
         self.plugin_failures
             .get_or_create(&ErrorReason {
                 reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a transform chain for one copy: run, or its remembered outcome reused.
+    pub fn chain(&self, remembered: bool) {
+        let result = if remembered { "remembered" } else { "run" };
+        self.plugin_chains
+            .get_or_create(&ChainLabels {
+                result: result.to_owned(),
             })
             .inc();
     }

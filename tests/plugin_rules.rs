@@ -280,3 +280,96 @@ async fn config_map_plugins_follow_their_config_map() {
     .await;
     eprintln!("other namespace: {other}");
 }
+
+/// `mimeo_plugin_chains_total` by result: (run, remembered).
+fn chain_counts(h: &Harness) -> (u64, u64) {
+    let text = h.metrics.encode();
+    let count = |result: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("mimeo_plugin_chains_total{{result=\"{result}\"}} ")))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    };
+    (count("run"), count("remembered"))
+}
+
+/// A chain runs again only when its input changes: a reconcile that changes nothing for a copy
+/// (a namespace's labels, a repaired edit) reuses the outcome, a new copy or a changed source runs
+/// the plugins.
+#[tokio::test]
+async fn a_chain_runs_again_only_when_its_input_changes() {
+    let h = harness().await;
+    h.apply(rule(json!([
+        {"plugin": "file://filter-keys.wasm", "config": {"include": ["username", "password"]}},
+        {"plugin": "file://rename-keys.wasm", "config": {"rename": {"username": "user"}}},
+    ])))
+    .await;
+    let copy_with = |ns: &'static str, user: &'static str| {
+        let h = &h;
+        async move {
+            eventually(
+                &format!("the transformed copy in {ns} with user {user}"),
+                || async {
+                    let copy = h.secrets(ns).get_opt("registry").await.ok()??;
+                    let keys: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
+                    (keys == ["password", "user"] && secret_value(&copy, "user").as_deref() == Some(user))
+                        .then_some(())
+                },
+            )
+            .await
+        }
+    };
+    copy_with("tenant-a", "u").await;
+    copy_with("tenant-b", "u").await;
+    h.wait_ready("platform", "registry", "True", "Synced").await;
+    let (run, remembered) = chain_counts(&h);
+    assert!(run >= 2, "{run}");
+
+    // A namespace's labels change: the rule looks again, and nothing it feeds the chain changed.
+    h.patch_namespace("tenant-a", json!({"labels": {"touched": "1"}}))
+        .await;
+    eventually("the rule reconciled with remembered outcomes", || async {
+        (chain_counts(&h).1 >= remembered + 2).then_some(())
+    })
+    .await;
+    assert_eq!(chain_counts(&h).0, run, "no plugin was called");
+
+    // An edited copy is repaired from the remembered outcome.
+    let mut edited = h.secrets("tenant-b").get("registry").await.unwrap();
+    edited
+        .data
+        .get_or_insert_default()
+        .insert("extra".into(), k8s_openapi::ByteString(b"x".to_vec()));
+    h.secrets("tenant-b")
+        .replace("registry", &Default::default(), &edited)
+        .await
+        .unwrap();
+    copy_with("tenant-b", "u").await;
+    assert_eq!(chain_counts(&h).0, run, "no plugin was called for the repair");
+
+    // A new target runs the chain once, for that copy alone.
+    h.namespace(
+        "tenant-c",
+        &[("tier", "x")],
+        &[("mimeo.dev/accept-from", "platform")],
+    )
+    .await;
+    copy_with("tenant-c", "u").await;
+    h.wait_ready("platform", "registry", "True", "Synced").await;
+    assert_eq!(chain_counts(&h).0, run + 1, "one chain for the new copy");
+
+    // A changed source runs it for every copy.
+    h.put_secret(
+        "platform",
+        "registry",
+        &[(".dockerconfigjson", "{}"), ("username", "v"), ("password", "p")],
+    )
+    .await;
+    for ns in ["tenant-a", "tenant-b", "tenant-c"] {
+        copy_with(ns, "v").await;
+    }
+    assert_eq!(
+        chain_counts(&h).0,
+        run + 4,
+        "one chain per copy of the new source"
+    );
+}

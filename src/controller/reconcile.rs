@@ -1,8 +1,10 @@
 //! Reconciling one rule: gather (caches) -> decide (`sync`, pure) -> write -> status and events.
 
 use super::Context;
+use super::chain_outputs::{Remembered, chain_input};
 use super::error::{Error, short_message};
 use super::fleet::{ClusterHandle, ClusterProblem};
+use super::plugins::Chain;
 use super::rule::RuleResource;
 use super::status::{LastWritten, Readiness, needs_write, summarize, with_ready};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
@@ -10,7 +12,7 @@ use super::write;
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
 use crate::clusters;
 use crate::error_text::with_causes;
-use crate::plugin::{ChainOutcome, TransformContext};
+use crate::plugin::{ChainError, ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message};
 use crate::sync::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use crate::sync::hash::digest;
@@ -482,6 +484,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         .collect();
 
     // Decide: every (source, cluster, place) triple is one copy.
+    let chain_ids: Vec<(&str, &str)> = chain
+        .iter()
+        .map(|(plugin, config)| (plugin.digest.as_str(), config.as_str()))
+        .collect();
+    // The copies the chain ran for (or was remembered for): only theirs stay remembered.
+    let mut chained = BTreeSet::new();
     let mut planned = Vec::new();
     let mut unread = Vec::new();
     let mut taken = BTreeSet::new();
@@ -590,6 +598,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 }
                 let mut desired = template.copy_for(target.clone());
                 if !chain.is_empty() {
+                    chained.insert(target.clone());
                     let plugin_ctx = TransformContext {
                         rule: key.to_string(),
                         source_api_version: resource.api_version.clone(),
@@ -601,9 +610,11 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                         target_namespace: target.namespace.clone(),
                         target_name: target.name.clone(),
                     };
-                    match ctx.plugins.run(&chain, plugin_ctx, desired.object.clone()).await {
-                        Ok(ChainOutcome::Write(object)) => desired.replace_object(object),
-                        Ok(ChainOutcome::Skip { plugin, reason }) => {
+                    let input = chain_input(template.hash(), template.source_hash(), &chain_ids, &plugin_ctx);
+                    let outcome = transform(ctx, &key, &chain, input, &mut desired, plugin_ctx).await;
+                    match outcome {
+                        Ok(None) => {}
+                        Ok(Some((plugin, reason))) => {
                             let why = format!("skipped by plugin {plugin}: {reason}");
                             planned.push(Planned::blocked(
                                 target,
@@ -661,6 +672,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             }
         }
     }
+    ctx.chain_outputs.keep_only(&key, &chained);
     // Places with no copy of ours in the cache (first copies, or objects in the way): one GET
     // each, several in flight.
     let reads = futures::stream::iter(unread)
@@ -1161,12 +1173,58 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     };
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
     ctx.fleet.forget(&key);
+    ctx.chain_outputs.keep_only(&key, &BTreeSet::new());
     ctx.statuses
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&key);
     ctx.metrics.set_copies(&key.to_string(), None);
     Ok(Action::await_change())
+}
+
+/// Runs the rule's chain on one copy, or reuses what it made of the same `input` before.
+/// `Ok(None)`: `desired` is now what the chain made; `Ok(Some((plugin, reason)))`: a skip.
+async fn transform(
+    ctx: &Context,
+    key: &RuleKey,
+    chain: &Chain,
+    input: String,
+    desired: &mut DesiredCopy,
+    plugin_ctx: TransformContext,
+) -> Result<Option<(String, String)>, ChainError> {
+    let target = &desired.target;
+    if let Some(remembered) = ctx.chain_outputs.get(key, target, &input) {
+        ctx.metrics.chain(true);
+        return Ok(match remembered {
+            Remembered::Write { object, hash } => {
+                desired.object = (*object).clone();
+                desired.hash = hash;
+                None
+            }
+            Remembered::Skip { plugin, reason } => Some((plugin, reason)),
+        });
+    }
+    ctx.metrics.chain(false);
+    let (remembered, skip) = match ctx.plugins.run(chain, plugin_ctx, desired.object.clone()).await? {
+        ChainOutcome::Write(object) => {
+            desired.replace_object(object);
+            let written = Remembered::Write {
+                object: Arc::new(desired.object.clone()),
+                hash: desired.hash.clone(),
+            };
+            (written, None)
+        }
+        ChainOutcome::Skip { plugin, reason } => (
+            Remembered::Skip {
+                plugin: plugin.clone(),
+                reason: reason.clone(),
+            },
+            Some((plugin, reason)),
+        ),
+    };
+    ctx.chain_outputs
+        .put(key, desired.target.clone(), input, remembered);
+    Ok(skip)
 }
 
 /// The object now at a copy's place: from the copies cache if it is a copy, else from the API.

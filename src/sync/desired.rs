@@ -126,6 +126,11 @@ impl CopyTemplate {
         }
     }
 
+    /// The digest of what the copies hold (content and carried metadata), before any transform.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
     /// The digest of the source's content.
     pub fn source_hash(&self) -> &str {
         &self.source_hash
