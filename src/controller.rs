@@ -5,6 +5,7 @@
 mod chain_outputs;
 mod error;
 mod fleet;
+mod named_namespaces;
 mod plugins;
 mod reconcile;
 mod remote;

@@ -4,8 +4,8 @@
 //! - Namespaces: one metadata-only watch.
 //!
 //! Limited to namespaces ([`Scope::Namespaces`]), nothing is watched cluster-wide: copies are
-//! watched per kind and namespace, and each namespace object is read by name every
-//! [`NAMESPACE_POLL`] (Roles can grant that GET, not a cluster-wide namespace watch).
+//! watched per kind and namespace, and each namespace object is watched by name
+//! ([`named_namespaces`]: Roles can grant that, not a cluster-wide namespace watch).
 //! - Sources: one watch per (kind, namespace) that holds sources, started when the first rule
 //!   needs it and stopped when the last rule lets go. Never one watch per rule.
 //!
@@ -14,6 +14,7 @@
 //! wakes exactly the rules it may concern. Caches drop `managedFields`.
 
 use super::error::Error;
+use super::named_namespaces::{self, NamespaceEvent};
 use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
 use crate::metrics::Metrics;
@@ -25,7 +26,7 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, GetParams, PartialObjectMeta};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::utils::Backoff;
@@ -44,9 +45,6 @@ const REMOTE_CACHE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest pause between two attempts to re-open a watch on another cluster, so that a
 /// cluster back from an outage is watched again within seconds.
 const REMOTE_WATCH_BACKOFF_CAP: Duration = Duration::from_secs(4);
-/// How often each namespace is read when mimeo is limited to namespaces: a label or consent
-/// annotation change there is acted on within this long.
-pub const NAMESPACE_POLL: Duration = Duration::from_secs(10);
 /// How long a kind found by discovery is trusted when no CRD watch is there to say it changed
 /// (mimeo limited to namespaces may not watch CustomResourceDefinitions).
 const DISCOVERY_TTL: Duration = Duration::from_secs(60);
@@ -380,14 +378,14 @@ impl Watches {
         })
     }
 
-    /// Starts the metadata-only namespace watch (or, limited to namespaces, the poll of each
+    /// Starts the metadata-only namespace watch (or, limited to namespaces, the watch of each
     /// one), once.
     pub fn watch_namespaces(&self) {
         let Some((writer, listed)) = lock(&self.namespaces_start).take() else {
             return;
         };
         if let Some(names) = self.scope.namespaces() {
-            let task = self.poll_namespaces(names.clone(), writer, listed);
+            let task = self.follow_namespaces(names.clone(), writer, listed);
             lock(&self.tasks).push(task);
             return;
         }
@@ -412,76 +410,75 @@ impl Watches {
         lock(&self.tasks).push(task);
     }
 
-    /// Reads each namespace of the scope by name every [`NAMESPACE_POLL`] into the namespace
-    /// cache, waking the rules of those that came, went or changed. A round that fails keeps
-    /// the last one's cache and counts as a watch failure.
-    fn poll_namespaces(
+    /// Follows each namespace of the scope by name ([`named_namespaces`]) into the namespace
+    /// cache: it counts as listed once every namespace was read, and then each change wakes the
+    /// rules that care about that namespace.
+    fn follow_namespaces(
         &self,
         names: BTreeSet<String>,
         mut writer: Writer<PartialObjectMeta<Namespace>>,
         listed: tokio::sync::watch::Sender<bool>,
     ) -> AbortHandle {
-        let api = Api::<Namespace>::all(self.client.clone());
+        let (mut events, tasks) = named_namespaces::spawn(&self.client, &names);
+        lock(&self.tasks).extend(tasks);
         let weak = self.weak_self();
         let task = tokio::spawn(async move {
-            // The resource version (and whether it is being deleted) of each namespace last seen.
-            let mut last: Option<BTreeMap<String, (Option<String>, bool)>> = None;
-            loop {
-                let mut found = Vec::with_capacity(names.len());
-                let mut failed = None;
-                for name in &names {
-                    // resourceVersion=0: served from the apiserver's watch cache, not from etcd.
-                    match api.get_metadata_opt_with(name, &GetParams::any()).await {
-                        Ok(Some(mut ns)) => {
-                            ns.managed_fields_mut().clear();
-                            found.push(ns);
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
-                    }
-                }
+            // Until every namespace was read once: what was found, and what is still unread.
+            let mut first = BTreeMap::new();
+            let mut unread = names;
+            while let Some(event) = events.recv().await {
                 let Some(this) = weak.upgrade() else { break };
-                match failed {
-                    Some(e) => {
-                        tracing::warn!(error = %e, "reading a watched namespace failed; retrying");
-                        *lock(&this.failure) = Some(classify(&e));
+                let name = match &event {
+                    NamespaceEvent::Seen(ns) => ns.name_any(),
+                    NamespaceEvent::Gone(name) => name.clone(),
+                    NamespaceEvent::Failed(e) => {
+                        tracing::warn!(error = %e, "watching a namespace failed; retrying");
+                        *lock(&this.failure) = Some(classify(e));
+                        continue;
                     }
-                    None => {
-                        let now: BTreeMap<String, (Option<String>, bool)> = found
-                            .iter()
-                            .map(|ns| {
-                                let state = (ns.resource_version(), ns.metadata.deletion_timestamp.is_some());
-                                (ns.name_any(), state)
-                            })
-                            .collect();
+                };
+                if !unread.is_empty() {
+                    unread.remove(&name);
+                    match event {
+                        NamespaceEvent::Seen(ns) => first.insert(name, *ns),
+                        _ => first.remove(&name),
+                    };
+                    if unread.is_empty() {
                         writer.apply_watcher_event(&watcher::Event::Init);
-                        for ns in found {
+                        for ns in std::mem::take(&mut first).into_values() {
                             writer.apply_watcher_event(&watcher::Event::InitApply(ns));
                         }
                         writer.apply_watcher_event(&watcher::Event::InitDone);
                         *lock(&this.failure) = None;
-                        match &last {
-                            None => {
-                                tracing::debug!(watch = "namespaces", "namespaces read");
-                                listed.send_replace(true);
-                                this.on_namespaces_relisted();
-                            }
-                            Some(before) => {
-                                for name in &names {
-                                    if before.get(name) != now.get(name) {
-                                        this.on_namespace(name);
-                                    }
-                                }
-                            }
+                        tracing::debug!(watch = "namespaces", "namespaces read");
+                        listed.send_replace(true);
+                        this.on_namespaces_relisted();
+                    }
+                    continue;
+                }
+                *lock(&this.failure) = None;
+                let cached = this
+                    .namespaces
+                    .get(&ObjectRef::new(&name))
+                    .map(|ns| (ns.resource_version(), ns.metadata.deletion_timestamp.is_some()));
+                match event {
+                    NamespaceEvent::Seen(ns) => {
+                        // A read after an expired watch brings the same version again: no news.
+                        if cached == Some((ns.resource_version(), ns.metadata.deletion_timestamp.is_some())) {
+                            continue;
                         }
-                        last = Some(now);
+                        writer.apply_watcher_event(&watcher::Event::Apply(*ns));
+                    }
+                    _ => {
+                        if cached.is_none() {
+                            continue;
+                        }
+                        let mut gone = PartialObjectMeta::<Namespace>::default();
+                        gone.metadata.name = Some(name.clone());
+                        writer.apply_watcher_event(&watcher::Event::Delete(gone));
                     }
                 }
-                drop(this);
-                tokio::time::sleep(NAMESPACE_POLL).await;
+                this.on_namespace(&name);
             }
         });
         task.abort_handle()
