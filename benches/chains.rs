@@ -8,7 +8,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{Harness, eventually};
+use common::{Harness, chain_counts, eventually};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use mimeo::controller::ControllerConfig;
@@ -23,17 +23,6 @@ fn arg(name: &str, default: usize) -> usize {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(default)
-}
-
-/// `mimeo_plugin_chains_total` by result: (run, remembered).
-fn chains(h: &Harness) -> (u64, u64) {
-    let text = h.metrics.encode();
-    let count = |result: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("mimeo_plugin_chains_total{{result=\"{result}\"}} ")))
-            .map_or(0, |n| n.trim().parse().unwrap())
-    };
-    (count("run"), count("remembered"))
 }
 
 /// Waits until every copy carries the plugin's annotation with `value`.
@@ -107,22 +96,22 @@ async fn main() {
         all_annotated(&h, copies, &value).await;
         changed.push(started.elapsed());
     }
-    let (run_before, remembered_before) = chains(&h);
+    let (run_before, remembered_before) = chain_counts(&h.metrics);
 
     // A namespace's labels change: the rule looks at every copy again, and no chain input changed.
     let mut unchanged = Vec::new();
     for round in 0..rounds {
-        let (_, remembered) = chains(&h);
+        let (_, remembered) = chain_counts(&h.metrics);
         let started = Instant::now();
         h.patch_namespace("bench-t0", json!({"labels": {"poked": round.to_string()}}))
             .await;
         eventually("every outcome remembered", || async {
-            (chains(&h).1 >= remembered + copies as u64).then_some(())
+            (chain_counts(&h.metrics).1 >= remembered + copies as u64).then_some(())
         })
         .await;
         unchanged.push(started.elapsed());
     }
-    let (run_after, remembered_after) = chains(&h);
+    let (run_after, remembered_after) = chain_counts(&h.metrics);
     assert_eq!(
         run_after, run_before,
         "a chain ran though nothing it sees changed"

@@ -59,6 +59,28 @@ async fn wait_filtered(h: &Harness, name: &str, keep: &str) -> Instant {
     .await
 }
 
+/// The pull secret `platform/registry-pull`, with the credentials of the registries started
+/// with auth here (user `puller`) for `host`.
+async fn put_pull_secret(h: &Harness, host: &str) {
+    let auth = format!(
+        "{{\"auths\": {{\"{host}\": {{\"username\": \"puller\", \"password\": \"pull-secret-distinctive\"}}}}}}"
+    );
+    let pull_secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "registry-pull", "namespace": "platform"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": auth},
+    }))
+    .unwrap();
+    h.secrets("platform")
+        .patch(
+            "registry-pull",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&pull_secret),
+        )
+        .await
+        .unwrap();
+}
+
 /// When the copy `tenant/<name>` carries the Python plugin's annotation, if it does.
 async fn annotated(h: &Harness, name: &str) -> Option<Instant> {
     let copy = h.secrets("tenant").get_opt(name).await.ok()??;
@@ -276,23 +298,7 @@ async fn registry_failures_are_conditions_and_clear_up() {
     open.push_wasm("plugins/filter-keys:2.0", &filter).unwrap();
     wait_filtered(&h, "missing", "k2").await;
     registry.push_wasm("plugins/filter-keys:1.0", &filter).unwrap();
-    let auth = format!(
-        "{{\"auths\": {{\"{host}\": {{\"username\": \"puller\", \"password\": \"pull-secret-distinctive\"}}}}}}"
-    );
-    let pull_secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "registry-pull", "namespace": "platform"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": auth},
-    }))
-    .unwrap();
-    h.secrets("platform")
-        .patch(
-            "registry-pull",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&pull_secret),
-        )
-        .await
-        .unwrap();
+    put_pull_secret(&h, &host).await;
     let mut locked = filter_rule("locked", &format!("oci://{host}/plugins/filter-keys:1.0"));
     locked["spec"]["pluginPullSecrets"] = json!([{"name": "registry-pull"}]);
     h.apply(locked).await;
@@ -339,23 +345,7 @@ async fn pull_secrets_are_read_only_when_the_registry_is_asked() {
     );
     assert!(h.secrets("tenant").get_opt("private").await.unwrap().is_none());
 
-    let auth = format!(
-        "{{\"auths\": {{\"{host}\": {{\"username\": \"puller\", \"password\": \"pull-secret-distinctive\"}}}}}}"
-    );
-    let pull_secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "registry-pull", "namespace": "platform"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": auth},
-    }))
-    .unwrap();
-    h.secrets("platform")
-        .patch(
-            "registry-pull",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&pull_secret),
-        )
-        .await
-        .unwrap();
+    put_pull_secret(&h, &host).await;
     wait_filtered(&h, "private", "k1").await;
     h.wait_ready("platform", "private", "True", "Synced").await;
 

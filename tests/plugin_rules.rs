@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Harness, eventually, secret_value};
+use common::{Harness, chain_counts, eventually, secret_value};
 use mimeo::controller::ControllerConfig;
 use serde_json::json;
 use std::time::Duration;
@@ -281,17 +281,6 @@ async fn config_map_plugins_follow_their_config_map() {
     eprintln!("other namespace: {other}");
 }
 
-/// `mimeo_plugin_chains_total` by result: (run, remembered).
-fn chain_counts(h: &Harness) -> (u64, u64) {
-    let text = h.metrics.encode();
-    let count = |result: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("mimeo_plugin_chains_total{{result=\"{result}\"}} ")))
-            .map_or(0, |n| n.trim().parse().unwrap())
-    };
-    (count("run"), count("remembered"))
-}
-
 /// A chain runs again only when its input changes: a reconcile that changes nothing for a copy
 /// (a namespace's labels, a repaired edit) reuses the outcome, a new copy or a changed source runs
 /// the plugins.
@@ -321,17 +310,17 @@ async fn a_chain_runs_again_only_when_its_input_changes() {
     copy_with("tenant-a", "u").await;
     copy_with("tenant-b", "u").await;
     h.wait_ready("platform", "registry", "True", "Synced").await;
-    let (run, remembered) = chain_counts(&h);
+    let (run, remembered) = chain_counts(&h.metrics);
     assert!(run >= 2, "{run}");
 
     // A namespace's labels change: the rule looks again, and nothing it feeds the chain changed.
     h.patch_namespace("tenant-a", json!({"labels": {"touched": "1"}}))
         .await;
     eventually("the rule reconciled with remembered outcomes", || async {
-        (chain_counts(&h).1 >= remembered + 2).then_some(())
+        (chain_counts(&h.metrics).1 >= remembered + 2).then_some(())
     })
     .await;
-    assert_eq!(chain_counts(&h).0, run, "no plugin was called");
+    assert_eq!(chain_counts(&h.metrics).0, run, "no plugin was called");
 
     // An edited copy is repaired from the remembered outcome.
     let mut edited = h.secrets("tenant-b").get("registry").await.unwrap();
@@ -344,7 +333,11 @@ async fn a_chain_runs_again_only_when_its_input_changes() {
         .await
         .unwrap();
     copy_with("tenant-b", "u").await;
-    assert_eq!(chain_counts(&h).0, run, "no plugin was called for the repair");
+    assert_eq!(
+        chain_counts(&h.metrics).0,
+        run,
+        "no plugin was called for the repair"
+    );
 
     // A new target runs the chain once, for that copy alone.
     h.namespace(
@@ -355,7 +348,7 @@ async fn a_chain_runs_again_only_when_its_input_changes() {
     .await;
     copy_with("tenant-c", "u").await;
     h.wait_ready("platform", "registry", "True", "Synced").await;
-    assert_eq!(chain_counts(&h).0, run + 1, "one chain for the new copy");
+    assert_eq!(chain_counts(&h.metrics).0, run + 1, "one chain for the new copy");
 
     // A changed source runs it for every copy.
     h.put_secret(
@@ -368,7 +361,7 @@ async fn a_chain_runs_again_only_when_its_input_changes() {
         copy_with(ns, "v").await;
     }
     assert_eq!(
-        chain_counts(&h).0,
+        chain_counts(&h.metrics).0,
         run + 4,
         "one chain per copy of the new source"
     );

@@ -6,7 +6,7 @@ use super::error::{Error, short_message};
 use super::fleet::{ClusterHandle, ClusterProblem};
 use super::plugins::Chain;
 use super::rule::RuleResource;
-use super::status::{LastWritten, Readiness, needs_write, summarize, with_ready};
+use super::status::{LastWritten, Readiness, known_copies, needs_write, summarize, with_ready};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
@@ -283,8 +283,12 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     let mut by_cluster =
         targets_by_cluster(&spec.targets, |labels| ctx.fleet.matching_clusters(labels)).unwrap_or_default();
     let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
-    let previous_copies = previous.map(|p| p.targets.as_slice()).unwrap_or_default();
-    for copy in previous_copies {
+    let uid = rule.meta().uid.clone().unwrap_or_default();
+    let previous_copies = {
+        let last = ctx.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        known_copies(previous, last.get(&key), &uid)
+    };
+    for copy in &previous_copies {
         by_cluster.entry(copy.cluster.clone()).or_default();
     }
     by_cluster.entry(None).or_default();
@@ -1103,10 +1107,11 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     let spec = rule.rule_spec();
     ctx.fleet.wait_ready().await?;
     let kind = validate::check(spec, &ctx.allowed_kinds).ok();
-    let recorded = rule
-        .rule_status()
-        .map(|s| s.targets.as_slice())
-        .unwrap_or_default();
+    let uid = rule.meta().uid.clone().unwrap_or_default();
+    let recorded = {
+        let last = ctx.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        known_copies(rule.rule_status(), last.get(&key), &uid)
+    };
     let remote: BTreeSet<String> = recorded.iter().filter_map(|c| c.cluster.clone()).collect();
     ctx.fleet.uses(&key, remote.clone(), false);
     let mut failures = Vec::new();

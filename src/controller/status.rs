@@ -119,13 +119,15 @@ pub fn ready_condition(
 /// What mimeo last wrote to one rule's status. The rule in the cache can predate that write (the
 /// rule's own watch event not in yet when a copy's event wakes it again); deciding on the cached
 /// status alone would then write the same status once more, with a new transition time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LastWritten {
     /// The rule's uid: a rule deleted and made again under the same name starts afresh.
     uid: String,
     ready: Option<(String, Time)>,
     /// Digest of the status without the `Ready` transition time.
     digest: String,
+    /// The inventory written: copies the cache may not show yet must still be cleaned up.
+    targets: Vec<CopyStatus>,
 }
 
 impl LastWritten {
@@ -134,8 +136,30 @@ impl LastWritten {
             uid: uid.to_owned(),
             ready: ready_of(status).map(|c| (c.status.clone(), c.last_transition_time.clone())),
             digest: timeless_digest(status),
+            targets: status.targets.clone(),
         }
     }
+}
+
+/// The copies a rule holds, as far as mimeo knows: the inventory it last wrote for this rule
+/// (`uid`), and any other in the cached status. A reconcile woken before the rule's cache shows
+/// mimeo's last status write would otherwise miss the copies that write added, and a copy no
+/// longer wanted there would stay behind for good. Where both name a copy, the last written wins.
+pub fn known_copies(cached: Option<&RuleStatus>, last: Option<&LastWritten>, uid: &str) -> Vec<CopyStatus> {
+    let mut copies: Vec<CopyStatus> = last
+        .filter(|l| l.uid == uid)
+        .map(|l| l.targets.clone())
+        .unwrap_or_default();
+    let place = |c: &CopyStatus| (c.cluster.clone(), c.namespace.clone(), c.name.clone());
+    let known: std::collections::BTreeSet<_> = copies.iter().map(place).collect();
+    copies.extend(
+        cached
+            .into_iter()
+            .flat_map(|s| s.targets.iter())
+            .filter(|c| !known.contains(&place(c)))
+            .cloned(),
+    );
+    copies
 }
 
 /// Whether `status` has to be written, given the status in the cache and what was last written
@@ -193,6 +217,34 @@ mod tests {
             hash: None,
             message: message.map(str::to_owned),
         }
+    }
+
+    #[test]
+    fn known_copies_add_what_was_last_written_to_what_the_cache_shows() {
+        let with = |targets: Vec<CopyStatus>| RuleStatus {
+            targets,
+            ..Default::default()
+        };
+        let cached = with(vec![copy("a", CopyState::Synced, None)]);
+        let written = LastWritten::of(
+            "uid-1",
+            &with(vec![
+                copy("a", CopyState::Failed, Some("newer")),
+                copy("c", CopyState::Synced, None),
+            ]),
+        );
+        let known = known_copies(Some(&cached), Some(&written), "uid-1");
+        let places: Vec<(&str, CopyState)> = known
+            .iter()
+            .map(|c| (c.namespace.as_deref().unwrap(), c.state))
+            .collect();
+        assert_eq!(places, [("a", CopyState::Failed), ("c", CopyState::Synced)]);
+        // Another rule of the same name (a new uid) starts from the cache alone.
+        assert_eq!(
+            known_copies(Some(&cached), Some(&written), "uid-2"),
+            cached.targets
+        );
+        assert_eq!(known_copies(None, None, "uid-1"), vec![]);
     }
 
     #[test]

@@ -230,6 +230,17 @@ impl Harness {
     }
 }
 
+/// The controller's `mimeo_plugin_chains_total` by result: (run, remembered).
+pub fn chain_counts(metrics: &Metrics) -> (u64, u64) {
+    let text = metrics.encode();
+    let count = |result: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("mimeo_plugin_chains_total{{result=\"{result}\"}} ")))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    };
+    (count("run"), count("remembered"))
+}
+
 /// Total write requests an apiserver has served for these resources since it started, from its
 /// own metrics.
 pub async fn apiserver_writes(client: &Client, resources: &[&str]) -> u64 {
