@@ -20,11 +20,19 @@ async fn registry_credentials_follow_rotation() {
     h.namespace("platform-helm", &[], &[]).await;
     h.namespace("cluster-a", &[], &[("mimeo.dev/accept-from", "platform-helm")])
         .await;
-    let creds = secret(
+    let mut creds = secret(
         "platform-helm",
         "registry-creds",
         "kubernetes.io/dockerconfigjson",
         &[(".dockerconfigjson", r#"{"auths":{"r.example":{"auth":"djE="}}}"#)],
+    );
+    // As `kubectl apply` leaves it: the whole Secret again, which no copy takes along.
+    creds.metadata.annotations = Some(
+        [(
+            "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
+            serde_json::to_string(&creds).unwrap(),
+        )]
+        .into(),
     );
     h.secrets("platform-helm")
         .create(&PostParams::default(), &creds)
@@ -62,6 +70,10 @@ async fn registry_credentials_follow_rotation() {
     assert_eq!(
         annotations["mimeo.dev/source"],
         "Secret/platform-helm/registry-creds"
+    );
+    assert!(
+        !annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"),
+        "{annotations:?}"
     );
     let managers: Vec<String> = copy
         .metadata

@@ -18,6 +18,7 @@ use super::named_namespaces::{self, NamespaceEvent};
 use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
 use crate::metrics::Metrics;
+use crate::sync::desired::strip_uncarried;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
 use crate::sync::scope::Scope;
@@ -748,7 +749,7 @@ impl Watches {
         };
         let stream = watcher(api, watcher::Config::default())
             .backoff(self.reach.backoff())
-            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .modify(|o: &mut DynamicObject| strip_uncarried(&mut o.metadata))
             .reflect(writer);
         let watched = key.clone();
         let task = spawn_consumer(

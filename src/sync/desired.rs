@@ -7,6 +7,7 @@ use super::ownership::{
     SOURCE_HASH_ANNOTATION,
 };
 use crate::api::{KeyFilter, MetadataPolicy, SourceRef};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -14,6 +15,16 @@ use std::collections::BTreeMap;
 const NOT_CONTENT: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
 /// Annotations that describe the source object itself and would mislead on a copy.
 const NEVER_CARRIED: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// Drops from a source what no copy can ever take from it, before it is cached: managedFields,
+/// and the annotations never carried (kubectl's last-applied-configuration repeats the whole
+/// object, a Secret's data included, so a source applied with kubectl would be cached twice over).
+pub fn strip_uncarried(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| !NEVER_CARRIED.contains(&k.as_str()));
+    }
+}
 
 /// Where one copy goes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -230,6 +241,20 @@ mod tests {
             namespace: Some("platform-helm".into()),
             name: "registry-creds".into(),
         }
+    }
+
+    #[test]
+    fn sources_are_cached_without_what_no_copy_takes() {
+        let mut meta: ObjectMeta = serde_json::from_value(registry_secret()["metadata"].clone()).unwrap();
+        strip_uncarried(&mut meta);
+        assert_eq!(meta.managed_fields, None);
+        let annotations = meta.annotations.unwrap();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["note"]);
+        assert_eq!(
+            meta.labels.unwrap().len(),
+            3,
+            "labels stay: filters and selectors read them"
+        );
     }
 
     #[test]
