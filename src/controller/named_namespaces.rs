@@ -182,3 +182,111 @@ async fn watch_once(
     }
     Ok(Ended::Closed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::json;
+
+    fn namespace(version: &str, label: &str) -> serde_json::Value {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+               "metadata": {"name": "team-a", "resourceVersion": version, "labels": {"l": label},
+                            "managedFields": [{"manager": "kubectl"}]}})
+    }
+
+    fn watch_events(events: &[serde_json::Value]) -> Body {
+        let lines: Vec<String> = events.iter().map(|e| e.to_string() + "\n").collect();
+        Body::from(lines.concat().into_bytes())
+    }
+
+    /// Seen events as (resourceVersion, label), Gone as ("gone", "").
+    fn seen(event: NamespaceEvent) -> (String, String) {
+        match event {
+            NamespaceEvent::Seen(ns) => {
+                assert!(ns.metadata.managed_fields.is_none_or(|m| m.is_empty()));
+                (
+                    ns.metadata.resource_version.unwrap_or_default(),
+                    ns.metadata.labels.unwrap_or_default()["l"].clone(),
+                )
+            }
+            NamespaceEvent::Gone(name) => ("gone".into(), name),
+            NamespaceEvent::Failed(e) => panic!("failed: {e}"),
+        }
+    }
+
+    /// Read, watch from that version, follow a change; an expired version (410) means reading
+    /// again; a namespace that is gone is watched without a version, and a closed watch is made
+    /// again from the last version seen. Every watch asks for metadata only.
+    #[tokio::test]
+    async fn a_namespace_is_read_then_watched_and_read_again_when_its_version_expires() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let (mut events, tasks) = spawn(&client, &BTreeSet::from(["team-a".to_owned()]));
+        let apiserver = tokio::spawn(async move {
+            futures::pin_mut!(handle);
+            let mut next = async || {
+                let (request, respond) = handle.next_request().await.expect("a request");
+                (request.uri().to_string(), request.headers().clone(), respond)
+            };
+            let ok = |body: Body| Response::builder().body(body).unwrap();
+
+            let (uri, _, respond) = next().await;
+            assert_eq!(uri, "/api/v1/namespaces/team-a?&resourceVersion=0");
+            respond.send_response(ok(Body::from(namespace("5", "a").to_string().into_bytes())));
+
+            let (uri, headers, respond) = next().await;
+            assert!(uri.starts_with("/api/v1/watch/namespaces/team-a?"), "{uri}");
+            assert!(
+                uri.contains("allowWatchBookmarks=true") && uri.ends_with("&resourceVersion=5"),
+                "{uri}"
+            );
+            assert_eq!(headers[http::header::ACCEPT], METADATA_ONLY);
+            respond.send_response(ok(watch_events(&[
+                json!({"type": "MODIFIED", "object": namespace("6", "b")}),
+                json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                   "reason": "Expired", "code": 410, "message": "too old"}}),
+            ])));
+
+            let (uri, _, respond) = next().await;
+            assert_eq!(uri, "/api/v1/namespaces/team-a?&resourceVersion=0");
+            let missing = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                 "reason": "NotFound", "code": 404, "message": "not found"});
+            respond.send_response(
+                Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Body::from(missing.to_string().into_bytes()))
+                    .unwrap(),
+            );
+
+            let (uri, _, respond) = next().await;
+            assert!(
+                !uri.contains("resourceVersion"),
+                "a namespace that is gone: {uri}"
+            );
+            respond.send_response(ok(watch_events(&[
+                json!({"type": "ADDED", "object": namespace("9", "c")}),
+                json!({"type": "BOOKMARK", "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                                      "metadata": {"resourceVersion": "12"}}}),
+            ])));
+
+            let (uri, _, _) = next().await;
+            assert!(
+                uri.ends_with("&resourceVersion=12"),
+                "again from the bookmark: {uri}"
+            );
+        });
+
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(seen(events.recv().await.expect("an event")));
+        }
+        let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(got, [("5", "a"), ("6", "b"), ("gone", "team-a"), ("9", "c")]);
+        apiserver.await.unwrap();
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
