@@ -216,9 +216,10 @@ pub async fn run(
                     tracing::debug!(error = %e, "ClusterSyncRule controller");
                 }
             });
-            let remote_loop = Controller::new(
-                Api::<RemoteCluster>::all(client.clone()),
-                watcher::Config::default(),
+            // The fleet's RemoteCluster watch fills the cache and triggers this controller.
+            let remote_loop = Controller::for_stream(
+                futures::stream::pending::<Result<RemoteCluster, watcher::Error>>(),
+                ctx.fleet.remote_clusters(),
             )
             .reconcile_on(streams.remote_clusters)
             .graceful_shutdown_on(stopped())

@@ -512,6 +512,11 @@ impl Fleet {
         }
     }
 
+    /// The `RemoteCluster` cache, which the status controller reads too: one watch serves both.
+    pub fn remote_clusters(&self) -> Store<RemoteCluster> {
+        self.remote_clusters.clone()
+    }
+
     fn on_remote_cluster(&self, name: &str) {
         let current = self.remote_clusters.get(&ObjectRef::new(name));
         let stale = lock(&self.connections).get(name).is_some_and(|c| {
@@ -523,11 +528,15 @@ impl Fleet {
             self.disconnect(name);
         }
         self.fire_users(name, true);
+        self.triggers.fire_cluster(name);
     }
 
     fn on_remote_clusters_relisted(&self) {
         for rule in lock(&self.usage).keys() {
             self.triggers.fire(rule);
+        }
+        for cluster in self.remote_clusters.state() {
+            self.triggers.fire_cluster(&cluster.name_any());
         }
     }
 }
