@@ -103,6 +103,22 @@ fn oras(registry: &Registry, subcommand: &[&str], args: &[&str], dir: &Path) -> 
     stdout
 }
 
+/// `oras pull` of `plugins/filter-keys@<digest>` into `dir` writes the titled layer, byte for byte
+/// `original`.
+fn oras_pulls(registry: &Registry, digest: &str, dir: &Path, original: &[u8]) {
+    oras(
+        registry,
+        &["pull"],
+        &[
+            "-o",
+            "out",
+            &format!("{}/plugins/filter-keys@{digest}", registry.host()),
+        ],
+        dir,
+    );
+    assert_eq!(std::fs::read(dir.join("out/filter-keys.wasm")).unwrap(), original);
+}
+
 /// Pushes `wasm` with oras under `reference` (`repo:tag`) with the given config and layer media
 /// types; returns the manifest digest.
 fn oras_push(
@@ -215,20 +231,7 @@ async fn mimeo_pushes_what_oras_and_mimeo_pull_byte_for_byte() {
     assert!(exports.contains("mimeo:transform/transformer@0.1.0"), "{config}");
 
     // oras pull writes the titled layer: the very bytes pushed.
-    oras(
-        &registry,
-        &["pull"],
-        &[
-            "-o",
-            "out",
-            &format!("{}/plugins/filter-keys@{digest}", registry.host()),
-        ],
-        work.path(),
-    );
-    assert_eq!(
-        std::fs::read(work.path().join("out/filter-keys.wasm")).unwrap(),
-        original
-    );
+    oras_pulls(&registry, &digest, work.path(), &original);
 
     // mimeo pull, by tag and by digest.
     for source in [target.clone(), format!("{target}@{digest}")] {
@@ -317,20 +320,7 @@ async fn ca_file_trusts_a_registry_with_a_private_ca() {
     let pushed = succeeded(&cli.run(&["plugin", "push", plugin, &target, "--ca-file", ca]));
     let digest = field(&pushed, "digest");
     // oras, given the same CA, reads the very bytes.
-    oras(
-        &registry,
-        &["pull"],
-        &[
-            "-o",
-            "out",
-            &format!("{}/plugins/filter-keys@{digest}", registry.host()),
-        ],
-        work.path(),
-    );
-    assert_eq!(
-        std::fs::read(work.path().join("out/filter-keys.wasm")).unwrap(),
-        original
-    );
+    oras_pulls(&registry, &digest, work.path(), &original);
     let file = work.path().join("pulled.wasm");
     let pulled = succeeded(&cli.run(&[
         "plugin",

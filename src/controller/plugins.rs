@@ -399,21 +399,19 @@ impl Plugins {
                 let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
                 let missing = || format!("ConfigMap {namespace}/{name} does not exist");
                 let unreadable = |e: kube::Error| format!("reading ConfigMap {namespace}/{name}: {e}");
-                let meta = api
-                    .get_metadata_opt(name)
-                    .await
-                    .map_err(unreadable)?
-                    .ok_or_else(missing)?
-                    .metadata;
-                let stamp = (
-                    meta.uid.unwrap_or_default(),
-                    meta.resource_version.unwrap_or_default(),
-                );
-                if let Some((_, _, plugin)) = lock(&self.config_maps)
-                    .get(reference)
-                    .filter(|(uid, version, _)| (uid, version) == (&stamp.0, &stamp.1))
-                {
-                    return Ok(plugin.clone());
+                // Only a plugin loaded before can be kept: without one, read the whole ConfigMap
+                // at once rather than its metadata first.
+                let loaded = lock(&self.config_maps).get(reference).cloned();
+                if let Some((uid, version, plugin)) = loaded {
+                    let meta = api
+                        .get_metadata_opt(name)
+                        .await
+                        .map_err(unreadable)?
+                        .ok_or_else(missing)?
+                        .metadata;
+                    if (meta.uid.as_ref(), meta.resource_version.as_ref()) == (Some(&uid), Some(&version)) {
+                        return Ok(plugin);
+                    }
                 }
                 let cm = api.get_opt(name).await.map_err(unreadable)?.ok_or_else(missing)?;
                 let read = (

@@ -22,7 +22,7 @@ pub use manifest::{
     CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, LAYER_MEDIA_TYPES, MANIFEST_MEDIA_TYPE, accepts_layer_media_type,
 };
 pub use reference::{OciReference, is_loopback};
-pub use trust::{CaArgument, RegistryTrust, TrustError, certificates_from_pem};
+pub use trust::{CaArgument, RegistryTrust, TrustError};
 
 use crate::error_text::with_causes;
 use crate::sync::hash::digest_bytes;

@@ -9,7 +9,7 @@ use super::reference::check_registry;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Why a CA given on the command line cannot be used. Start-up stops on it: a registry that would
 /// then fail its TLS handshake on every fetch is worse than a clear error at once.
@@ -105,17 +105,6 @@ impl RegistryTrust {
         Ok(trust)
     }
 
-    /// Trusts `certificates` (PEM) for `registry` alone; for the plugin commands' `--ca-file`.
-    pub fn for_one_registry(registry: &str, path: &Path) -> Result<RegistryTrust, TrustError> {
-        RegistryTrust::load(
-            &[CaArgument {
-                registry: Some(registry.to_ascii_lowercase()),
-                path: path.to_owned(),
-            }],
-            &[],
-        )
-    }
-
     /// Whether `registry` was given a CA of its own, and so is reached over HTTPS.
     pub fn has_own_ca(&self, registry: &str) -> bool {
         self.by_registry.contains_key(&registry.to_ascii_lowercase())
@@ -130,16 +119,11 @@ impl RegistryTrust {
             .flatten();
         self.everywhere.iter().chain(own).cloned().collect()
     }
-
-    /// Whether no CA was given at all.
-    pub fn is_empty(&self) -> bool {
-        self.everywhere.is_empty() && self.by_registry.is_empty()
-    }
 }
 
 /// Every certificate in a PEM file, each checked to be one a TLS client can trust as a root. Other
 /// PEM sections (a private key put in the same file by mistake) are skipped, as TLS tools do.
-pub fn certificates_from_pem(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+fn certificates_from_pem(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let mut certificates = Vec::new();
     for (index, certificate) in CertificateDer::pem_slice_iter(pem).enumerate() {
         let certificate =
@@ -242,7 +226,6 @@ mod tests {
         assert!(!trust.has_own_ca("ghcr.io"));
         assert_eq!(trust.certificates_for("harbor.corp").len(), 2);
         assert_eq!(trust.certificates_for("ghcr.io").len(), 1);
-        assert!(RegistryTrust::default().is_empty());
 
         let contradiction = RegistryTrust::load(&arguments, &["Harbor.Corp".into()]).unwrap_err();
         assert!(
