@@ -9,6 +9,7 @@ pub mod hash;
 pub mod kinds;
 pub mod ownership;
 pub mod plan;
+pub mod protected;
 pub mod scope;
 pub mod targets;
 pub mod validate;

@@ -448,13 +448,16 @@ pub enum CopyState {
     /// The target namespace is outside the namespaces this installation of mimeo is limited to
     /// (`--watch-namespace`); the copy is not attempted.
     NotWatched,
+    /// mimeo never writes a copy like this one (a Secret of type
+    /// `kubernetes.io/service-account-token` or `helm.sh/release.v1`); `message` says why.
+    Refused,
     /// Writing the copy failed; `message` says why.
     Failed,
 }
 
 impl CopyState {
     /// Every state, for metrics that report each one (zero included).
-    pub const ALL: [CopyState; 12] = [
+    pub const ALL: [CopyState; 13] = [
         CopyState::Synced,
         CopyState::Conflict,
         CopyState::NotAccepted,
@@ -467,6 +470,7 @@ impl CopyState {
         CopyState::ClusterMissing,
         CopyState::KindNotServed,
         CopyState::NotWatched,
+        CopyState::Refused,
     ];
 }
 

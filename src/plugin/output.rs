@@ -1,11 +1,14 @@
 //! What a plugin may and may not change in the object it returns.
 
 use crate::sync::ownership::PREFIX;
+use crate::sync::protected::{WRITABLE_METADATA, is_protected_key};
 use serde_json::Value;
 
 /// Checks a plugin's output against its input: it may change data, labels, annotations and
-/// spec, never `apiVersion`, `kind`, the name or namespace, or mimeo's own labels and
-/// annotations. Returns what was broken.
+/// spec, never `apiVersion`, `kind`, the name or namespace, a Secret's `type`, any other
+/// metadata (`ownerReferences`, `finalizers`, `managedFields`...), mimeo's own labels and
+/// annotations, or the protected ones (other tools' ownership marks, a ServiceAccount binding,
+/// kubectl's last-applied record). Returns what was broken.
 pub fn check_output(input: &Value, output: &Value) -> Result<(), String> {
     if !output.is_object() {
         return Err("the output is not a JSON object".into());
@@ -20,14 +23,33 @@ pub fn check_output(input: &Value, output: &Value) -> Result<(), String> {
             return Err(format!("it changed {what}, which plugins may not change"));
         }
     }
+    let is_secret = input["kind"] == "Secret" && input["apiVersion"] == "v1";
+    if is_secret && input.get("type") != output.get("type") {
+        return Err("it changed the Secret's type, which plugins may not change".into());
+    }
+    let no_metadata = serde_json::Map::new();
+    let metadata = |v: &Value| {
+        v["metadata"]
+            .as_object()
+            .cloned()
+            .unwrap_or_else(|| no_metadata.clone())
+    };
+    let (before, after) = (metadata(input), metadata(output));
+    for field in before.keys().chain(after.keys()) {
+        if !WRITABLE_METADATA.contains(&field.as_str()) && before.get(field) != after.get(field) {
+            return Err(format!(
+                "it set metadata.{field}, which plugins may not set (only labels and annotations)"
+            ));
+        }
+    }
     for field in ["labels", "annotations"] {
-        let ours = |v: &Value| -> Vec<(String, Value)> {
+        let guarded = |v: &Value, keep: &dyn Fn(&str) -> bool| -> Vec<(String, Value)> {
             let mut kv: Vec<(String, Value)> = v
                 .pointer(&format!("/metadata/{field}"))
                 .and_then(Value::as_object)
                 .map(|m| {
                     m.iter()
-                        .filter(|(k, _)| k.starts_with(PREFIX))
+                        .filter(|(k, _)| keep(k))
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect()
                 })
@@ -35,9 +57,27 @@ pub fn check_output(input: &Value, output: &Value) -> Result<(), String> {
             kv.sort_by(|a, b| a.0.cmp(&b.0));
             kv
         };
-        if ours(input) != ours(output) {
+        let ours = |k: &str| k.starts_with(PREFIX);
+        if guarded(input, &ours) != guarded(output, &ours) {
             return Err(format!(
                 "it changed mimeo's own {field} (those starting with {PREFIX})"
+            ));
+        }
+        let (was, now) = (
+            guarded(input, &is_protected_key),
+            guarded(output, &is_protected_key),
+        );
+        if was != now {
+            let key = now
+                .iter()
+                .chain(&was)
+                .find(|kv| !was.contains(kv) || !now.contains(kv))
+                .map(|(k, _)| k.clone())
+                .unwrap_or_default();
+            return Err(format!(
+                "it set or changed the {} {key}, which no copy may carry (another tool's \
+                 ownership, a ServiceAccount binding or kubectl's last-applied record)",
+                &field[..field.len() - 1]
             ));
         }
     }
@@ -102,5 +142,85 @@ mod tests {
         assert!(edit(&|v| v["metadata"]["annotations"]["mimeo.dev/rule"] = json!("x")).is_err());
         assert!(edit(&|v| v["metadata"]["labels"]["mimeo.dev/extra"] = json!("x")).is_err());
         assert!(check_output(&copy(), &json!("a string")).is_err());
+    }
+
+    #[test]
+    fn a_plugin_cannot_hand_the_copy_to_anyone_or_make_it_a_token() {
+        let secret = || {
+            let mut v = copy();
+            v["type"] = json!("Opaque");
+            v
+        };
+        let edit = |f: &dyn Fn(&mut Value)| {
+            let mut v = secret();
+            f(&mut v);
+            check_output(&secret(), &v)
+        };
+        // (what the plugin did, what the refusal must name)
+        type Change<'a> = &'a dyn Fn(&mut Value);
+        let refused: [(Change, &str); 12] = [
+            (
+                &|v| v["type"] = json!("kubernetes.io/service-account-token"),
+                "type",
+            ),
+            (&|v| v["type"] = json!("helm.sh/release.v1"), "type"),
+            (
+                &|v| {
+                    v.as_object_mut().unwrap().remove("type");
+                },
+                "type",
+            ),
+            (
+                &|v| {
+                    v["metadata"]["ownerReferences"] =
+                        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "1"}])
+                },
+                "metadata.ownerReferences",
+            ),
+            (
+                &|v| v["metadata"]["finalizers"] = json!(["x/y"]),
+                "metadata.finalizers",
+            ),
+            (
+                &|v| v["metadata"]["managedFields"] = json!([{"manager": "helm"}]),
+                "metadata.managedFields",
+            ),
+            (
+                &|v| v["metadata"]["generateName"] = json!("x-"),
+                "metadata.generateName",
+            ),
+            (
+                &|v| v["metadata"]["annotations"]["kubernetes.io/service-account.name"] = json!("default"),
+                "kubernetes.io/service-account.name",
+            ),
+            (
+                &|v| v["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("Helm"),
+                "app.kubernetes.io/managed-by",
+            ),
+            (
+                &|v| v["metadata"]["annotations"]["meta.helm.sh/release-name"] = json!("r"),
+                "meta.helm.sh/release-name",
+            ),
+            (
+                &|v| v["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] = json!("a"),
+                "argocd.argoproj.io/tracking-id",
+            ),
+            (
+                &|v| v["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] = json!("apps"),
+                "kustomize.toolkit.fluxcd.io/name",
+            ),
+        ];
+        for (change, named) in refused {
+            let why = edit(change).unwrap_err();
+            assert!(why.contains(named), "{named}: {why}");
+        }
+        assert!(edit(&|v| v["data"]["new"] = json!("eA==")).is_ok());
+        assert!(edit(&|v| v["metadata"]["labels"]["app.kubernetes.io/name"] = json!("x")).is_ok());
+        // A ConfigMap has no type to guard: a top-level field of another kind is content.
+        let mut policy =
+            json!({"apiVersion": "kyverno.io/v1", "kind": "Policy", "metadata": {"name": "p"}, "type": "a"});
+        let before = policy.clone();
+        policy["type"] = json!("b");
+        assert!(check_output(&before, &policy).is_ok());
     }
 }

@@ -6,6 +6,7 @@ use super::ownership::{
     HASH_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PREFIX, RULE_ANNOTATION, RuleKey, SOURCE_ANNOTATION,
     SOURCE_HASH_ANNOTATION,
 };
+use super::protected::is_protected_key;
 use crate::api::{KeyFilter, MetadataPolicy, SourceRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
@@ -13,7 +14,8 @@ use std::collections::BTreeMap;
 
 /// Top-level fields that describe an object rather than hold its content; never copied.
 const NOT_CONTENT: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
-/// Annotations that describe the source object itself and would mislead on a copy.
+/// Annotations that describe the source object itself and would mislead on a copy, dropped
+/// before a source is cached. They are among the keys no copy carries (`protected`).
 const NEVER_CARRIED: [&str; 1] = ["kubectl.kubernetes.io/last-applied-configuration"];
 
 /// Drops from a source what no copy can ever take from it, before it is cached: managedFields,
@@ -71,9 +73,7 @@ fn carried(map: Option<&Value>, filter: &KeyFilter) -> BTreeMap<String, String> 
     map.and_then(Value::as_object)
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| {
-                    !k.starts_with(PREFIX) && !NEVER_CARRIED.contains(&k.as_str()) && keeps(filter, k)
-                })
+                .filter(|(k, _)| !k.starts_with(PREFIX) && !is_protected_key(k) && keeps(filter, k))
                 .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
                 .collect()
         })
@@ -315,6 +315,35 @@ mod tests {
                 .get("kubectl.kubernetes.io/last-applied-configuration")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn other_tools_ownership_never_travels() {
+        let mut source = registry_secret();
+        source["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
+        source["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] = json!("apps");
+        source["metadata"]["annotations"]["meta.helm.sh/release-name"] = json!("registry");
+        source["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"] = json!("app:/Secret:x/y");
+        let everything = KeyFilter {
+            include: vec!["*".into()],
+            exclude: vec![],
+        };
+        let policy = MetadataPolicy {
+            labels: everything.clone(),
+            annotations: everything,
+        };
+        let rule = RuleKey::sync_rule("platform-helm", "creds");
+        let copy = desired_copy(&rule, &policy, &source, &source_ref(), target());
+        let meta = &copy.object["metadata"];
+        assert_eq!(meta["labels"]["team"], "platform", "other labels travel");
+        for (field, key) in [
+            ("labels", "app.kubernetes.io/managed-by"),
+            ("labels", "kustomize.toolkit.fluxcd.io/name"),
+            ("annotations", "meta.helm.sh/release-name"),
+            ("annotations", "argocd.argoproj.io/tracking-id"),
+        ] {
+            assert!(meta[field].get(key).is_none(), "{key} must not travel");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::hint::black_box;
 
 /// Everything `do` may say.
-const ACTIONS: [&str; 13] = [
+const ACTIONS: [&str; 14] = [
     "ok",
     "loop",
     "alloc",
@@ -22,6 +22,7 @@ const ACTIONS: [&str; 13] = [
     "error",
     "log",
     "unchanged",
+    "merge",
 ];
 
 /// What `validate-config` can be made to do too (with `"during": "validate-config"`).
@@ -46,6 +47,46 @@ struct Config {
     /// Number of lines `log` logs (default 1000).
     #[serde(default)]
     lines: Option<usize>,
+    /// What `merge` merges into the object (a JSON merge patch: `null` removes a field).
+    #[serde(default)]
+    patch: Option<Value>,
+    /// The text of `skip`'s reason and `error`'s message instead of the usual one; `{data}` in it
+    /// becomes the object's `data`, as a plugin that leaks its input would write it.
+    #[serde(default)]
+    say: Option<String>,
+}
+
+/// A JSON merge patch (RFC 7386) applied to `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let map = target.as_object_mut().expect("made an object above");
+    for (key, value) in patch {
+        if value.is_null() {
+            map.remove(key);
+        } else {
+            merge(map.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+impl Config {
+    /// `say` with `{data}` filled in from `object`, or `usual`.
+    fn said(&self, object: &str, usual: &str) -> String {
+        let Some(say) = &self.say else {
+            return usual.to_owned();
+        };
+        let data = serde_json::from_str::<Value>(object)
+            .ok()
+            .and_then(|o| o.get("data").cloned())
+            .unwrap_or(Value::Null);
+        say.replace("{data}", &data.to_string())
+    }
 }
 
 fn ok() -> String {
@@ -175,12 +216,20 @@ impl Guest for Misbehave {
         if config.during != "transform" {
             return Ok(Outcome::Unchanged);
         }
+        if config.action == "error" {
+            return Err(config.said(&object, "asked to fail"));
+        }
         if let Some(result) = common(&config) {
             return result.map(|()| Outcome::Unchanged);
         }
         let mut o = parse_object(&object)?;
         match config.action.as_str() {
-            "skip" => return Ok(Outcome::Skip("asked to skip".into())),
+            "skip" => return Ok(Outcome::Skip(config.said(&object, "asked to skip"))),
+            "merge" => {
+                let mut whole = Value::Object(o);
+                merge(&mut whole, config.patch.as_ref().unwrap_or(&Value::Null));
+                return Ok(Outcome::Write(whole.to_string()));
+            }
             "invalid-json" => return Ok(Outcome::Write(r#"{"apiVersion": "v1", "kind": not json"#.into())),
             "huge-output" => {
                 // Valid JSON, so that only the size is wrong.
