@@ -12,7 +12,8 @@ mod remote;
 mod rule;
 mod status;
 mod watches;
-mod write;
+// Public for the integration tests that race a first write against another writer.
+pub mod write;
 
 pub use error::Error;
 pub use plugins::OciPolicy;

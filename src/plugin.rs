@@ -101,6 +101,30 @@ pub enum PluginError {
 }
 
 impl PluginError {
+    /// What went wrong in mimeo's own words, with none of the text the plugin (or the component
+    /// it came in) chose: Events are readable by many who may not read a copy's source, and a
+    /// plugin holds the source's data, so this is all an Event may say about a plugin's failure.
+    pub fn summary(&self) -> String {
+        match self {
+            PluginError::NotAComponent(_) => "the plugin is not a WebAssembly component".into(),
+            PluginError::NotAPlugin(_) => "the component is not a mimeo plugin".into(),
+            PluginError::UnsupportedInterface { .. } => {
+                "the plugin implements an interface version this mimeo does not run".into()
+            }
+            PluginError::Compile(_) => "compiling the plugin failed".into(),
+            PluginError::Link(_) => "the plugin needs imports this host does not provide".into(),
+            PluginError::Timeout(_) | PluginError::OutOfMemory(_) | PluginError::OutputTooLarge(..) => {
+                self.to_string()
+            }
+            PluginError::Trap(_) => "the plugin trapped".into(),
+            PluginError::InvalidOutput(_) => "the plugin returned invalid JSON".into(),
+            PluginError::Violation(_) => "the plugin broke a rule of what it may change".into(),
+            PluginError::Failed(_) => "the plugin reported an error".into(),
+            PluginError::InvalidConfig(_) => "the plugin refused its config".into(),
+            PluginError::Host(_) => "the plugin host failed".into(),
+        }
+    }
+
     /// A short label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
@@ -193,6 +217,14 @@ pub struct ChainError {
     pub plugin: String,
     #[source]
     pub error: PluginError,
+}
+
+impl ChainError {
+    /// The failure for an Event: the plugin's reference (the rule's own words) and
+    /// [`PluginError::summary`].
+    pub fn summary(&self) -> String {
+        format!("plugin {}: {}", self.plugin, self.error.summary())
+    }
 }
 
 /// One engine, its compiled plugins, and the limits every call runs under.

@@ -13,12 +13,13 @@ use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, So
 use crate::clusters;
 use crate::error_text::with_causes;
 use crate::plugin::{ChainError, ChainOutcome, TransformContext};
-use crate::sync::consent::{accepts, not_accepted_message};
+use crate::sync::consent::{accepts, not_accepted_message, not_shared_message, shares};
 use crate::sync::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use crate::sync::hash::digest;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
+use crate::sync::protected::refused_copy;
 use crate::sync::scope::{self, Scope};
 use crate::sync::targets::{Placement, placements, selector, targets_by_cluster};
 use crate::sync::validate;
@@ -111,6 +112,11 @@ struct Planned {
     decision: Option<Decision>,
     /// Whatever copy is there now stays (a plugin failed: nothing is lost).
     keeps_previous: bool,
+    /// What an Event may say about the copy when `message` quotes a plugin: plugin text goes
+    /// into the rule's status and the log only, never into Events, which more people may read.
+    event_note: Option<String>,
+    /// Whether `Adopt`/`Overwrite` apply in the copy's place, for deciding again after a race.
+    may_take_over: bool,
 }
 
 impl Planned {
@@ -126,6 +132,22 @@ impl Planned {
             live: None,
             decision: None,
             keeps_previous: false,
+            event_note: None,
+            may_take_over: false,
+        }
+    }
+
+    /// Like [`Planned::blocked`], with a message quoting a plugin and what Events say instead.
+    fn quoting_plugin(
+        target: CopyTarget,
+        source: SourceRef,
+        state: CopyState,
+        message: String,
+        event_note: String,
+    ) -> Self {
+        Planned {
+            event_note: Some(event_note),
+            ..Planned::blocked(target, source, state, message)
         }
     }
 
@@ -140,6 +162,7 @@ impl Planned {
         may_take_over: bool,
     ) {
         let decision = decide(rule, &desired, live.as_deref(), conflict, may_take_over);
+        self.may_take_over = may_take_over;
         if matches!(decision, Decision::Write(_)) {
             self.live = live;
             self.desired = Some(desired);
@@ -238,6 +261,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     ctx.fleet.wait_ready().await?;
 
     let kind = match validate::check(spec, &ctx.allowed_kinds)
+        .and_then(|kind| validate::check_authority(key.kind, spec).map(|()| kind))
         .and_then(|kind| scope::check(&ctx.scope, spec).map(|()| kind))
     {
         Ok(kind) => kind,
@@ -265,6 +289,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     {
         Ok(resolved) => resolved,
         Err(problem) => {
+            // The message may quote the plugin (its refusal of the config, a trap): the Event
+            // names only the reference and the reason.
+            let note = format!(
+                "the transform chain cannot be set up: plugin {}: {}; the message is in the rule's \
+                 Ready condition",
+                problem.reference, problem.reason
+            );
             let ready = Readiness::not_ready(problem.reason, problem.to_string());
             // The status is about to record this generation: pins of tags made for an earlier
             // one must not pass for this one's, or the next look would keep them.
@@ -272,7 +303,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             if spec_changed && let Some(status) = kept.as_mut() {
                 status.plugins.retain(|pin| pin.resolved_at.is_none());
             }
-            refuse(&*rule, ctx, kept.as_ref(), ready).await?;
+            refuse_with_note(&*rule, ctx, kept.as_ref(), ready, note).await?;
             // A plugin file, ConfigMap or artifact that appears later is noticed on the next look.
             return Ok(Action::requeue(RETRY_FAILED));
         }
@@ -470,6 +501,11 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     source_side
         .watches
         .set_matched(&key, sources.iter().map(|o| o.name_any()).collect());
+    // Another cluster's objects are read only where their owner consents.
+    let (sources, unshared): (Vec<_>, Vec<_>) = sources
+        .into_iter()
+        .partition(|o| shares(&key, source_cluster.is_some(), o.annotations()));
+    let unshared = unshared.len();
     let reachable: Vec<Reachable> = clusters
         .iter()
         .filter_map(|c| {
@@ -554,7 +590,9 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     ));
                     continue;
                 }
-                if !place.exists && !place.create {
+                // Only a ClusterSyncRule creates namespaces (checked above too: not left to the CRD).
+                let create = place.create && key.kind == RuleKind::ClusterSyncRule;
+                if !place.exists && !create {
                     let why = format!("namespace {namespace} does not exist or is being deleted");
                     planned.push(Planned::blocked(
                         target,
@@ -620,27 +658,47 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                         Ok(None) => {}
                         Ok(Some((plugin, reason))) => {
                             let why = format!("skipped by plugin {plugin}: {reason}");
-                            planned.push(Planned::blocked(
+                            let note = format!(
+                                "skipped by plugin {plugin}; its reason is in the rule's status.targets"
+                            );
+                            planned.push(Planned::quoting_plugin(
                                 target,
                                 source_ref.clone(),
                                 CopyState::Skipped,
                                 why,
+                                note,
                             ));
                             continue;
                         }
                         Err(e) => {
                             ctx.metrics.plugin_failed(e.error.label());
-                            let mut failed = Planned::blocked(
+                            let note = format!(
+                                "{}; the previous copy stays; the plugin's message is in the rule's \
+                                 status.targets",
+                                e.summary()
+                            );
+                            let mut failed = Planned::quoting_plugin(
                                 target,
                                 source_ref.clone(),
                                 CopyState::PluginFailed,
                                 short_message(&e.to_string()),
+                                note,
                             );
                             failed.keeps_previous = true;
                             planned.push(failed);
                             continue;
                         }
                     }
+                }
+                // Whatever the source or the chain made of it, some objects are never written.
+                if let Some(why) = refused_copy(&desired.object) {
+                    planned.push(Planned::blocked(
+                        target,
+                        source_ref.clone(),
+                        CopyState::Refused,
+                        why,
+                    ));
+                    continue;
                 }
                 let mut plan = Planned {
                     target,
@@ -653,6 +711,8 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     live: None,
                     decision: None,
                     keeps_previous: false,
+                    event_note: None,
+                    may_take_over: false,
                 };
                 let may_take_over = key.kind == RuleKind::ClusterSyncRule
                     || (cluster.name.is_none() && key.namespace == place.namespace);
@@ -779,6 +839,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         Option<Arc<DynamicObject>>,
         (Client, ApiResource),
         Option<String>,
+        bool,
     );
     let jobs: Vec<Job> = planned
         .iter_mut()
@@ -793,35 +854,50 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     p.live.clone(),
                     (cluster.handle.client.clone(), cluster.resource.clone()),
                     p.target.cluster.clone(),
+                    p.may_take_over,
                 ))
             }
             _ => None,
         })
         .collect();
-    let results: Vec<(usize, Write, kube::Result<DynamicObject>)> = futures::stream::iter(jobs)
+    let (key_ref, conflict) = (&key, spec.conflict);
+    let results: Vec<(usize, kube::Result<WriteDone>)> = futures::stream::iter(jobs)
         .map(
-            move |(i, how, desired, live, (client, kind), cluster)| async move {
-                let result = remote_call(
-                    &cluster,
-                    write::write(&client, &kind, &desired, live.as_deref(), how),
-                )
+            move |(i, how, desired, live, (client, kind), cluster, may_take_over)| async move {
+                let done = remote_call(&cluster, async {
+                    write_copy(
+                        &client,
+                        &kind,
+                        key_ref,
+                        &desired,
+                        (live, how),
+                        conflict,
+                        may_take_over,
+                    )
+                    .await
+                })
                 .await;
-                (i, how, result)
+                (i, done)
             },
         )
         .buffer_unordered(WRITE_CONCURRENCY)
         .collect()
         .await;
-    for (i, how, result) in results {
+    for (i, done) in results {
         let plan = &mut planned[i];
         let place = place_of(&plan.target);
-        match result {
-            Ok(stored) => {
+        match done {
+            Ok(WriteDone::Conflict(why)) => {
+                tracing::info!(rule = %key, copy = %place, "an object appeared in the copy's place before it was created; left alone");
+                plan.decision = Some(Decision::Conflict(why));
+            }
+            Ok(WriteDone::Stored { how, over, stored }) => {
+                plan.live = over;
                 if let Some(cluster) = reachable.iter().find(|c| *c.name == plan.target.cluster) {
                     cluster
                         .handle
                         .watches
-                        .wrote(cluster.resource, plan.live.as_deref(), stored);
+                        .wrote(cluster.resource, plan.live.as_deref(), *stored);
                 }
                 ctx.metrics.wrote(verb(how));
                 tracing::info!(rule = %key, copy = %place, verb = verb(how), "wrote a copy");
@@ -935,6 +1011,18 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     }
 
     // Status.
+    let event_notes: HashMap<(Option<String>, Option<String>, String), String> = planned
+        .iter_mut()
+        .filter_map(|p| {
+            let note = p.event_note.take()?;
+            let place = (
+                p.target.cluster.clone(),
+                p.target.namespace.clone(),
+                p.target.name.clone(),
+            );
+            Some((place, note))
+        })
+        .collect();
     let mut inventory: Vec<CopyStatus> = planned
         .iter()
         .map(|p| CopyStatus {
@@ -977,6 +1065,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         },
         _ => summarize(&inventory),
     };
+    let ready = match &source_cluster {
+        Some(cluster) if unshared > 0 && (ready.ready || sources.is_empty()) => Readiness::not_ready(
+            "SourceNotShared",
+            not_shared_message(&key, cluster, spec.source.name.is_some(), unshared),
+        ),
+        _ => ready,
+    };
     let synced = inventory.iter().filter(|c| c.state == CopyState::Synced).count();
     let mut by_state: HashMap<String, i64> = HashMap::new();
     for copy in &inventory {
@@ -994,7 +1089,14 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 name: copy.name.clone(),
             };
             let place = place_of(&target);
-            let note = format!("copy {place}: {}", copy.message.clone().unwrap_or_default());
+            let said = event_notes
+                .get(&(
+                    target.cluster.clone(),
+                    target.namespace.clone(),
+                    target.name.clone(),
+                ))
+                .or(copy.message.as_ref());
+            let note = format!("copy {place}: {}", said.cloned().unwrap_or_default());
             tracing::warn!(rule = %key, copy = %place, state = ?copy.state, message = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
             // A skip is the plugin's decision, reported as information rather than a warning.
             let type_ = if copy.state == CopyState::Skipped {
@@ -1005,8 +1107,8 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             events.note_copy(type_, &format!("{:?}", copy.state), note, &resource, &target);
         }
     }
-    if ready.reason == "SourceNotFound" {
-        publish_problem(&*rule, ctx, previous, &ready).await;
+    if ready.reason == "SourceNotFound" || ready.reason == "SourceNotShared" {
+        publish_problem(&*rule, ctx, previous, &ready, ready.message.clone()).await;
     }
     events.publish(&*rule, ctx).await;
 
@@ -1232,6 +1334,61 @@ async fn transform(
     Ok(skip)
 }
 
+/// What became of one write.
+enum WriteDone {
+    /// The copy was written this way over `over` (the object that was there, if any).
+    Stored {
+        how: Write,
+        over: Option<Arc<DynamicObject>>,
+        stored: Box<DynamicObject>,
+    },
+    /// An object appeared in the copy's place after it was read, and the rule's conflict policy
+    /// leaves it alone.
+    Conflict(String),
+}
+
+/// Writes one copy. When its create finds an object that appeared since the place was read, the
+/// copy is decided again against that object (once), as if it had been there all along: it is
+/// taken over only as the rule's conflict policy says, never merged into.
+async fn write_copy(
+    client: &Client,
+    resource: &ApiResource,
+    key: &RuleKey,
+    desired: &DesiredCopy,
+    (live, how): (Option<Arc<DynamicObject>>, Write),
+    conflict: ConflictPolicy,
+    may_take_over: bool,
+) -> kube::Result<WriteDone> {
+    let there = match write::write(client, resource, desired, live.as_deref(), how).await? {
+        write::Written::Stored(stored) => {
+            return Ok(WriteDone::Stored {
+                how,
+                over: live,
+                stored: Box::new(stored),
+            });
+        }
+        write::Written::Raced(there) => Arc::new(there),
+    };
+    match decide(key, desired, Some(&there), conflict, may_take_over) {
+        Decision::InSync => Ok(WriteDone::Stored {
+            how,
+            over: None,
+            stored: Box::new((*there).clone()),
+        }),
+        Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
+        Decision::Write(again) => match write::write(client, resource, desired, Some(&there), again).await? {
+            write::Written::Stored(stored) => Ok(WriteDone::Stored {
+                how: again,
+                over: Some(there),
+                stored: Box::new(stored),
+            }),
+            write::Written::Raced(_) => Err(kube::Error::Service(
+                "objects keep appearing in the copy's place as it is written; trying again later".into(),
+            )),
+        },
+    }
+}
+
 /// The object now at a copy's place: from the copies cache if it is a copy, else from the API.
 async fn live_object(
     cluster: &ClusterHandle,
@@ -1347,7 +1504,19 @@ async fn refuse<R: RuleResource>(
     previous: Option<&RuleStatus>,
     ready: Readiness,
 ) -> Result<(), Error> {
-    publish_problem(rule, ctx, previous, &ready).await;
+    let note = ready.message.clone();
+    refuse_with_note(rule, ctx, previous, ready, note).await
+}
+
+/// Like [`refuse`], with the Event saying `note` instead of the condition's message.
+async fn refuse_with_note<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    previous: Option<&RuleStatus>,
+    ready: Readiness,
+    note: String,
+) -> Result<(), Error> {
+    publish_problem(rule, ctx, previous, &ready, note).await;
     let keep = previous.cloned().unwrap_or_default();
     write_status(
         rule,
@@ -1395,6 +1564,7 @@ async fn publish_problem<R: RuleResource>(
     ctx: &Context,
     previous: Option<&RuleStatus>,
     ready: &Readiness,
+    note: String,
 ) {
     tracing::warn!(rule = %rule.key(), reason = %ready.reason, message = %ready.message, "rule cannot be acted on");
     let before = previous
@@ -1404,7 +1574,7 @@ async fn publish_problem<R: RuleResource>(
         return;
     }
     let mut log = EventLog::default();
-    log.note(EventType::Warning, &ready.reason, ready.message.clone());
+    log.note(EventType::Warning, &ready.reason, note);
     log.publish(rule, ctx).await;
 }
 

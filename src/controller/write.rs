@@ -33,21 +33,35 @@ pub async fn get(
     Ok(found)
 }
 
+/// What a write did: stored the copy, or found that an object appeared in its place since the
+/// place was read (a create raced someone else's).
+#[derive(Debug)]
+pub enum Written {
+    Stored(DynamicObject),
+    /// The object now in the copy's place, to decide about again: it is never merged into.
+    Raced(DynamicObject),
+}
+
 /// Writes `desired` over `live` the way `how` says; returns the copy as the apiserver stored it.
+///
+/// A copy where nothing was is created with a create-only request, never a server-side apply:
+/// an apply would merge into an object someone created between mimeo's read and its write, and
+/// stamp it as mimeo's. When that happens the object there is returned to decide about again.
 pub async fn write(
     client: &Client,
     resource: &ApiResource,
     desired: &DesiredCopy,
     live: Option<&DynamicObject>,
     how: Write,
-) -> kube::Result<DynamicObject> {
+) -> kube::Result<Written> {
     let api = api(client, resource, desired.target.namespace.as_deref());
     let name = &desired.target.name;
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let mut stored = match (how, live) {
-        (Write::Create | Write::Apply, _) | (Write::Replace | Write::Recreate, None) => {
-            api.patch(name, &apply, &Patch::Apply(&desired.object)).await?
+        (Write::Create, _) | (Write::Replace | Write::Recreate, None) => {
+            return create(&api, desired).await;
         }
+        (Write::Apply, _) => api.patch(name, &apply, &Patch::Apply(&desired.object)).await?,
         (Write::Replace, Some(live)) => {
             api.replace(
                 name,
@@ -61,11 +75,38 @@ pub async fn write(
         }
         (Write::Recreate, Some(live)) => {
             delete_exact(&api, live).await?;
-            api.patch(name, &apply, &Patch::Apply(&desired.object)).await?
+            return create(&api, desired).await;
         }
     };
     stored.metadata.managed_fields = None;
-    Ok(stored)
+    Ok(Written::Stored(stored))
+}
+
+/// Creates the copy; if an object of that name exists by now, returns it instead.
+async fn create(api: &Api<DynamicObject>, desired: &DesiredCopy) -> kube::Result<Written> {
+    let object: DynamicObject =
+        serde_json::from_value(desired.object.clone()).map_err(kube::Error::SerdeError)?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(mut stored) => {
+            stored.metadata.managed_fields = None;
+            Ok(Written::Stored(stored))
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
+            match api.get_opt(&desired.target.name).await? {
+                Some(mut there) => {
+                    there.metadata.managed_fields = None;
+                    Ok(Written::Raced(there))
+                }
+                // Gone again already: the error stands, and the next look writes the copy.
+                None => Err(kube::Error::Api(e)),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes a copy, or strips mimeo's ownership from it, as `policy` says. Gone already is fine.

@@ -23,6 +23,8 @@ pub const SOURCE_HASH_ANNOTATION: &str = "mimeo.dev/source-hash";
 pub const HASH_ANNOTATION: &str = "mimeo.dev/hash";
 /// On a namespace: which namespaces' `SyncRule`s may write copies into it (`a,b` or `*`).
 pub const ACCEPT_FROM_ANNOTATION: &str = "mimeo.dev/accept-from";
+/// On a source object in another cluster: which namespaces' `SyncRule`s may read it (`a,b` or `*`).
+pub const SHARE_WITH_ANNOTATION: &str = "mimeo.dev/share-with";
 
 /// The two rule kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

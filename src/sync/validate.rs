@@ -46,6 +46,38 @@ pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RulePr
     Ok(kind)
 }
 
+/// Refuses in a `SyncRule` what only a `ClusterSyncRule` may do: read pull secrets from other
+/// namespaces, and create namespaces. The CRD's CEL rules refuse both at admission; this check
+/// holds where they do not run (a CRD installed without them, or an older one).
+pub fn check_authority(rule: RuleKind, spec: &RuleSpec) -> Result<(), RuleProblem> {
+    if rule != RuleKind::SyncRule {
+        return Ok(());
+    }
+    let problem = |message: &str| RuleProblem {
+        reason: "NotAllowedInSyncRule",
+        message: message.to_owned(),
+    };
+    if spec.plugin_pull_secrets.iter().any(|s| s.namespace.is_some()) {
+        return Err(problem(
+            "a SyncRule reads plugin pull secrets from its own namespace: remove \
+             pluginPullSecrets[].namespace (or use a ClusterSyncRule)",
+        ));
+    }
+    if spec.targets.iter().any(|t| t.create_namespace) {
+        return Err(problem(
+            "createNamespace is only for ClusterSyncRules: a SyncRule's author may not create \
+             namespaces; remove targets[].createNamespace",
+        ));
+    }
+    if spec.source.namespace.is_some() {
+        return Err(problem(
+            "a SyncRule copies from its own namespace: remove spec.source.namespace (or use a \
+             ClusterSyncRule)",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the rule's targets against the scope of its kind, once discovery has told it.
 /// A cluster-scoped kind (such as `ClusterPolicy`) goes to other clusters only, without
 /// namespaces, and only from a `ClusterSyncRule`; a namespaced kind needs a namespace per target.
@@ -236,5 +268,44 @@ mod tests {
             "targets": [{"cluster": "eu1"}],
         }));
         assert!(check_scope(cluster, &source_namespace, &widget, false).is_err());
+    }
+
+    #[test]
+    fn a_sync_rule_may_not_do_what_its_crd_rules_refuse_even_without_them() {
+        let (sync, cluster) = (RuleKind::SyncRule, RuleKind::ClusterSyncRule);
+        // (spec, what the message names)
+        let refused = [
+            (
+                serde_json::json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
+                                   "pluginPullSecrets": [{"name": "p", "namespace": "kube-system"}]}),
+                "pluginPullSecrets[].namespace",
+            ),
+            (
+                serde_json::json!({"source": {"kind": "Secret", "name": "a"},
+                                   "targets": [{"namespace": "new", "createNamespace": true}]}),
+                "createNamespace",
+            ),
+            (
+                serde_json::json!({"source": {"kind": "Secret", "name": "a", "namespace": "kube-system"},
+                                   "targets": [{"namespace": "b"}]}),
+                "spec.source.namespace",
+            ),
+        ];
+        for (value, named) in refused {
+            let spec = rule(value);
+            let problem = check_authority(sync, &spec).unwrap_err();
+            assert_eq!(problem.reason, "NotAllowedInSyncRule");
+            assert!(problem.message.contains(named), "{named}: {}", problem.message);
+            assert_eq!(
+                check_authority(cluster, &spec),
+                Ok(()),
+                "a ClusterSyncRule may: {named}"
+            );
+        }
+        let own = rule(
+            serde_json::json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
+                                          "pluginPullSecrets": [{"name": "p"}]}),
+        );
+        assert_eq!(check_authority(sync, &own), Ok(()));
     }
 }

@@ -26,6 +26,8 @@ pub struct Harness {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     config: ControllerConfig,
+    /// The controller holds only the Helm chart's RBAC, whatever `MIMEO_TEST_CONTROLLER_RBAC` says.
+    chart_rbac: bool,
     running: Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>,
 }
 
@@ -39,6 +41,16 @@ impl Harness {
     pub async fn start_with(config: ControllerConfig) -> Self {
         let mut h = Self::without_controller().await;
         h.config = config;
+        h.start_controller().await;
+        h
+    }
+
+    /// Like [`Harness::start_with`], the controller holding only the Helm chart's RBAC: for tests
+    /// of what a tenant can make mimeo do with the rights an installation gives it.
+    pub async fn start_with_chart_rbac(config: ControllerConfig) -> Self {
+        let mut h = Self::without_controller().await;
+        h.config = config;
+        h.chart_rbac = true;
         h.start_controller().await;
         h
     }
@@ -62,6 +74,7 @@ impl Harness {
             metrics: Arc::new(Metrics::new()),
             running: None,
             config: ControllerConfig::default(),
+            chart_rbac: false,
         }
     }
 
@@ -72,7 +85,11 @@ impl Harness {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         self.metrics = Arc::new(Metrics::new());
-        let (client, metrics) = (controller_client(&self.plane).await, self.metrics.clone());
+        let client = match self.chart_rbac {
+            true => chart_client(&self.plane).await,
+            false => controller_client(&self.plane).await,
+        };
+        let metrics = self.metrics.clone();
         let config = self.config.clone();
         let task = tokio::spawn(async move {
             controller::run(client, config, metrics, Readiness::default(), shutdown)
@@ -353,6 +370,75 @@ async fn chart_client(plane: &ControlPlane) -> Client {
         .await
         .unwrap();
     Client::try_from(config).unwrap()
+}
+
+/// A tenant: a ServiceAccount `tenant` of `namespace` whose Role there allows Secrets,
+/// ConfigMaps and `SyncRule`s, and nothing else anywhere. Returns its client, authenticated
+/// with a token of its own.
+pub async fn tenant_client(h: &Harness, namespace: &str) -> Client {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    h.apply(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "tenant", "namespace": namespace}}))
+        .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "tenant", "namespace": namespace},
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["*"]},
+            {"apiGroups": ["mimeo.dev"], "resources": ["syncrules"], "verbs": ["*"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list"]},
+        ]}),
+    )
+    .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "tenant", "namespace": namespace},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}]}),
+    )
+    .await;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(h.client.clone(), namespace)
+        .create_token_request("tenant", &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .expect("a TokenRequest answer has a status")
+        .token;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&h.plane.token_kubeconfig_yaml(&token)).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Applies an object as `client` (a tenant), with server-side apply.
+pub async fn apply_as(client: &Client, object: Value) -> kube::Result<()> {
+    let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+        api_version: object["apiVersion"].as_str().unwrap().into(),
+        kind: object["kind"].as_str().unwrap().into(),
+    })
+    .unwrap();
+    let resource = kube::core::ApiResource::from_gvk(&gvk);
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("tenant").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .map(|_| ())
 }
 
 pub fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
