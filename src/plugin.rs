@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod bindings {
-    wasmtime::component::bindgen!({ world: "plugin", path: "wit" });
+    // Exports are async: a call runs as a future under a deadline that holds even while the
+    // guest waits in a WASI call (a sleep, a poll), where epoch interruption cannot reach it.
+    wasmtime::component::bindgen!({ world: "plugin", path: "wit", exports: { default: async } });
 }
 
 use bindings::exports::mimeo::transform::transformer as guest;
@@ -289,7 +291,7 @@ impl PluginHost {
     }
 
     fn describe(&self, plugin: &Plugin) -> Result<PluginInfo, PluginError> {
-        self.call(plugin, "", |store, t| t.call_describe(store))
+        self.call(plugin, "", async |store, t| t.call_describe(store).await)
             .map(|info| PluginInfo {
                 name: info.name,
                 version: info.version,
@@ -300,8 +302,10 @@ impl PluginHost {
 
     /// Asks the plugin whether a rule's config for it is acceptable.
     pub fn validate_config(&self, plugin: &Plugin, config: &str) -> Result<(), PluginError> {
-        self.call(plugin, "", |store, t| t.call_validate_config(store, config))?
-            .map_err(PluginError::InvalidConfig)
+        self.call(plugin, "", async |store, t| {
+            t.call_validate_config(store, config).await
+        })?
+        .map_err(PluginError::InvalidConfig)
     }
 
     /// Runs one plugin on one object, with the host's limits. Blocking.
@@ -328,8 +332,8 @@ impl PluginHost {
             },
             config: config.to_owned(),
         };
-        let result = self.call(plugin, &ctx.rule, |store, t| {
-            t.call_transform(store, &wit_ctx, object)
+        let result = self.call(plugin, &ctx.rule, async |store, t| {
+            t.call_transform(store, &wit_ctx, object).await
         })?;
         match result {
             Ok(wit::Outcome::Unchanged) => Ok(Outcome::Unchanged),
@@ -377,25 +381,29 @@ impl PluginHost {
         Ok(ChainOutcome::Write(current))
     }
 
-    /// Instantiates the plugin in a fresh store and runs `f` on its exports, mapping traps to
-    /// the limit that caused them.
+    /// Instantiates the plugin in a fresh store and runs `f` on its exports, within the deadline
+    /// whatever the guest does (computing, or waiting in a WASI call), mapping traps to the limit
+    /// that caused them. Blocking.
     fn call<R>(
         &self,
         plugin: &Plugin,
         rule: &str,
-        f: impl FnOnce(&mut wasmtime::Store<HostState>, &guest::Guest) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&mut wasmtime::Store<HostState>, &guest::Guest) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let mut store = self.engine.store(&self.settings, &plugin.name, rule);
-        let outcome = plugin
-            .compiled
-            .pre
-            .instantiate(&mut store)
-            .and_then(|instance| f(&mut store, instance.mimeo_transform_transformer()));
+        let deadline = self.settings.deadline;
+        let outcome = self.engine.run_until(deadline, async {
+            let instance = plugin.compiled.pre.instantiate_async(&mut store).await?;
+            f(&mut store, instance.mimeo_transform_transformer()).await
+        });
+        let Some(outcome) = outcome else {
+            return Err(PluginError::Timeout(deadline));
+        };
         outcome.map_err(|e| {
             if store.data().limiter.denied_memory() {
                 PluginError::OutOfMemory(self.settings.max_memory_bytes)
             } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-                PluginError::Timeout(self.settings.deadline)
+                PluginError::Timeout(deadline)
             } else {
                 PluginError::Trap(truncate(&format!("{e:#}"), 512))
             }

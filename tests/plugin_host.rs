@@ -128,7 +128,12 @@ fn misbehaving_plugins_are_contained_and_the_host_goes_on() {
     ];
     for (behaviour, expected) in cases {
         let started = Instant::now();
-        let step = (bad.clone(), json!({"do": behaviour}).to_string());
+        // Just over the output cap: the size is what is wrong, not the time it takes to make.
+        let config = match behaviour {
+            "huge-output" => json!({"do": behaviour, "bytes": (4 << 20) + 1024}),
+            _ => json!({"do": behaviour}),
+        };
+        let step = (bad.clone(), config.to_string());
         let err = host.run_chain(&[step], &ctx(), copy()).expect_err(behaviour);
         assert!(
             expected(&err.error),
@@ -164,6 +169,58 @@ fn misbehaving_plugins_are_contained_and_the_host_goes_on() {
         noisy,
         Outcome::Unchanged,
         "a plugin that logs a lot is rate-limited, not failed"
+    );
+}
+
+/// A guest blocked in a WASI call (a sleep is a monotonic-clock pollable and a poll) is where
+/// epoch interruption cannot reach; the deadline must hold there too, in every export: transform,
+/// validate-config, and describe (which loading calls).
+#[test]
+fn the_deadline_holds_while_a_plugin_waits_in_wasi() {
+    let host = host();
+    let deadline = host.settings().deadline;
+    let bad = load(&host, "misbehave");
+    let good = load(&host, "filter-keys");
+    // Well past the deadline, far short of the hour the guest asks for.
+    let bound = deadline * 5;
+    for (config, export) in [
+        (json!({"do": "sleep"}), "transform"),
+        (json!({"do": "poll-clock"}), "transform"),
+        (
+            json!({"do": "sleep", "during": "validate-config"}),
+            "validate-config",
+        ),
+        (
+            json!({"do": "poll-clock", "during": "validate-config"}),
+            "validate-config",
+        ),
+    ] {
+        let started = Instant::now();
+        let err = match export {
+            "transform" => host
+                .transform(&bad, &ctx(), &config.to_string(), &copy().to_string())
+                .unwrap_err(),
+            _ => host.validate_config(&bad, &config.to_string()).unwrap_err(),
+        };
+        let took = started.elapsed();
+        println!("{config} in {export}: {err} after {took:?}");
+        assert!(matches!(err, PluginError::Timeout(_)), "{config}: {err}");
+        assert!(
+            took >= deadline && took < bound,
+            "{config} in {export} took {took:?}"
+        );
+        let step = (good.clone(), json!({"include": ["username"]}).to_string());
+        assert!(host.run_chain(&[step], &ctx(), copy()).is_ok(), "after {config}");
+    }
+    let bytes = std::fs::read(common::plugin_dir().join("stall-describe.wasm")).unwrap();
+    let started = Instant::now();
+    let err = host.load("stall-describe", &bytes).unwrap_err();
+    let took = started.elapsed();
+    println!("stall-describe: {err} after {took:?}");
+    assert!(matches!(err, PluginError::Timeout(_)), "{err}");
+    assert!(
+        took < bound + Duration::from_secs(30),
+        "loading took {took:?} (compiling included)"
     );
 }
 

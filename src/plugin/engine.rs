@@ -44,6 +44,37 @@ pub(super) struct Engine {
     cache_dir: PathBuf,
     cache_max_bytes: u64,
     stop_ticker: Arc<AtomicBool>,
+    /// Drives the timers of calls: each call's deadline, and the clocks a guest waits on.
+    timers: Timers,
+}
+
+/// A runtime of one worker thread that only drives timers. Calls are polled on the caller's
+/// thread (a blocking one), so a busy guest never holds an async worker of the controller.
+struct Timers(Option<tokio::runtime::Runtime>);
+
+impl Timers {
+    fn start() -> Result<Self, PluginError> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("plugin-timers")
+            .enable_time()
+            .build()
+            .map(|rt| Timers(Some(rt)))
+            .map_err(|e| PluginError::Host(format!("starting the plugin timers: {e}")))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("present until dropped").handle()
+    }
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        // Without blocking: the host may be dropped on an async worker.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl Drop for Engine {
@@ -81,7 +112,7 @@ impl Engine {
         let engine = wasmtime::Engine::new(&config).map_err(|e| PluginError::Host(format!("{e:#}")))?;
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| PluginError::Host(format!("{e:#}")))?;
         super::bindings::mimeo::transform::log::add_to_linker::<
             HostState,
@@ -112,6 +143,7 @@ impl Engine {
             cache_dir: settings.cache_dir.clone(),
             cache_max_bytes: settings.cache_max_bytes,
             stop_ticker,
+            timers: Timers::start()?,
         })
     }
 
@@ -237,15 +269,23 @@ impl Engine {
         }
     }
 
-    /// A fresh store with the call's limits and deadline.
+    /// A fresh store with the call's limits. A running guest yields at every epoch tick, so
+    /// that [`Engine::run_until`] can end it at its deadline.
     pub fn store(&self, settings: &HostSettings, plugin: &str, rule: &str) -> wasmtime::Store<HostState> {
         let state = HostState::new(Limiter::new(settings.max_memory_bytes), plugin, rule);
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
-        let ticks = settings.deadline.as_millis().div_ceil(TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
         store
+    }
+
+    /// Runs a call on this thread until it ends or `deadline` passes (`None`); the call's
+    /// future, the guest's instance with it, is dropped then, wherever the guest was: in its own
+    /// code, which yields at every tick, or waiting in a WASI call, which is a timer here.
+    pub fn run_until<T>(&self, deadline: Duration, call: impl std::future::Future<Output = T>) -> Option<T> {
+        let _timers = self.timers.handle().enter();
+        futures::executor::block_on(tokio::time::timeout(deadline, call)).ok()
     }
 }
 

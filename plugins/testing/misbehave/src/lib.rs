@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::hint::black_box;
 
 /// Everything `do` may say.
-const ACTIONS: [&str; 14] = [
+const ACTIONS: [&str; 16] = [
     "ok",
     "loop",
     "alloc",
@@ -23,10 +23,24 @@ const ACTIONS: [&str; 14] = [
     "log",
     "unchanged",
     "merge",
+    "sleep",
+    "poll-clock",
 ];
 
 /// What `validate-config` can be made to do too (with `"during": "validate-config"`).
-const IN_VALIDATE: [&str; 6] = ["ok", "loop", "alloc", "trap", "error", "log"];
+const IN_VALIDATE: [&str; 8] = [
+    "ok",
+    "loop",
+    "alloc",
+    "trap",
+    "error",
+    "log",
+    "sleep",
+    "poll-clock",
+];
+
+/// How long `sleep` sleeps and `poll-clock` polls: far past any deadline.
+const AN_HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 const HUGE_DEFAULT: usize = 64 << 20;
 
@@ -146,6 +160,17 @@ fn common(config: &Config) -> Option<Result<(), String>> {
                 }
                 hoard.push(black_box(chunk));
             }
+        }
+        "sleep" => {
+            // Blocks in WASI (a monotonic-clock pollable), where epoch interruption cannot reach.
+            std::thread::sleep(AN_HOUR);
+            Some(Ok(()))
+        }
+        "poll-clock" => {
+            // Asks the host for the time without end: many short host calls, no blocking.
+            let start = std::time::Instant::now();
+            while black_box(start.elapsed()) < AN_HOUR {}
+            Some(Ok(()))
         }
         "trap" => panic!("asked to trap"),
         "error" => Some(Err("asked to fail".into())),
