@@ -514,3 +514,63 @@ async fn a_moved_tag_is_followed_only_when_the_rule_asks() {
         "no refreshInterval: the pin stays"
     );
 }
+
+/// A hostile registry's token realm, pointing at a sidecar on loopback in plain HTTP or at the
+/// cloud metadata service, reaches the rule's status as `TokenRealmRefused`, naming the realm;
+/// the sidecar gets not even a connection, and nothing is written.
+// Multi-threaded: the scripted servers answer while the controller runs beside the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_token_realm_is_refused_in_the_rules_status() {
+    use mimeo_envtest::{Answer, Scripted};
+    let sidecar = Scripted::start(|_| Answer::new(200).body(r#"{"token": "stolen"}"#))
+        .await
+        .unwrap();
+    let realms = [
+        format!("http://127.0.0.1:{}/token", sidecar.port()),
+        "https://169.254.169.254/latest/api/token".to_owned(),
+    ];
+    let mut hostiles = Vec::new();
+    for realm in &realms {
+        let challenge = format!(r#"Bearer realm="{realm}",service="hostile""#);
+        hostiles.push(
+            Scripted::start_tls(move |_| Answer::new(401).header("WWW-Authenticate", &challenge))
+                .await
+                .unwrap(),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = config(dir.path(), OciPolicy::default());
+    // Each registry is reached over HTTPS under its own CA, as a registry elsewhere would be.
+    let cas: Vec<_> = hostiles
+        .iter()
+        .map(|h| {
+            format!("{}={}", h.host(), h.ca_path().unwrap().display())
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    settings.oci.trust = RegistryTrust::load(&cas, &[]).unwrap();
+    let h = Harness::start_with(settings).await;
+    setup(&h).await;
+
+    for (index, (hostile, realm)) in hostiles.iter().zip(&realms).enumerate() {
+        let name = format!("hostile-{index}");
+        h.apply(filter_rule(
+            &name,
+            &format!("oci://{}/plugins/filter-keys:1.0", hostile.host()),
+        ))
+        .await;
+        let rule = h
+            .wait_ready("platform", &name, "False", "TokenRealmRefused")
+            .await;
+        let message = rule.status.unwrap().conditions[0].message.clone();
+        assert!(
+            message.contains(&format!("named the token service {realm}")),
+            "{message}"
+        );
+        assert!(!hostile.requests().is_empty(), "the registry was asked");
+        assert!(h.secrets("tenant").get_opt(&name).await.unwrap().is_none());
+        eprintln!("{name}: {message}");
+    }
+    assert_eq!(sidecar.connections(), 0, "the sidecar was reached");
+}
