@@ -414,9 +414,14 @@ pub struct OciRunArgs {
     )]
     pub plugin_allowed_registries: Vec<String>,
     /// A Docker config file ({"auths": ...}) with the controller's own registry credentials,
-    /// used for a registry none of a rule's pluginPullSecrets covers.
+    /// used for a registry none of a rule's pluginPullSecrets covers: by ClusterSyncRules, and by
+    /// SyncRules only with --plugin-registry-config-for-sync-rules.
     #[arg(long, env = "MIMEO_PLUGIN_REGISTRY_CONFIG", value_name = "PATH")]
     pub plugin_registry_config: Option<PathBuf>,
+    /// Let SyncRules use the credentials of --plugin-registry-config too. Off: a SyncRule's
+    /// author could otherwise pull whatever the controller's credentials may read.
+    #[arg(long, env = "MIMEO_PLUGIN_REGISTRY_CONFIG_FOR_SYNC_RULES")]
+    pub plugin_registry_config_for_sync_rules: bool,
     /// A registry (host[:port]) reached over plain HTTP, as loopback registries are unless given a
     /// CA; repeat it or separate with commas.
     #[arg(
@@ -524,6 +529,19 @@ impl PluginArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_controllers_credentials_serve_sync_rules_only_when_asked() {
+        let run = |extra: &[&str]| {
+            let cli = Cli::try_parse_from(["mimeo", "run"].iter().chain(extra)).unwrap();
+            let Command::Run(args) = cli.command else {
+                panic!("not run")
+            };
+            args.oci.plugin_registry_config_for_sync_rules
+        };
+        assert!(!run(&[]));
+        assert!(run(&["--plugin-registry-config-for-sync-rules"]));
+    }
 
     #[test]
     fn registry_cas_are_repeated_or_comma_separated() {

@@ -85,6 +85,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 Some(path) => Some(read_registry_config(path)?),
                 None => None,
             },
+            docker_config_for_sync_rules: args.oci.plugin_registry_config_for_sync_rules,
         },
     };
     if !args.leader.leader_elect {

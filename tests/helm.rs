@@ -493,6 +493,8 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
                 "plugins.oci.requireDigest=true",
                 "--set",
                 "plugins.oci.registryConfigSecret=registry-creds",
+                "--set",
+                "plugins.oci.registryConfigForSyncRules=true",
                 "--set-json",
                 r#"plugins.oci.allowedRegistries=["ghcr.io","registry.example.com:5000"]"#,
                 "--set-json",
@@ -621,6 +623,10 @@ fn check_variant(name: &str, docs: &[Value]) {
             assert!(
                 !args.iter().any(|a| a.starts_with("--watch-namespace")),
                 "{args:?}"
+            );
+            assert!(
+                !args.iter().any(|a| a.starts_with("--plugin-registry-config")),
+                "no controller credentials, for SyncRules or any: {args:?}"
             );
             let lease = find(docs, "Role", "mimeo-leader-election");
             assert_eq!(lease["metadata"]["namespace"], NAMESPACE);
@@ -775,6 +781,7 @@ fn check_variant(name: &str, docs: &[Value]) {
                 has_arg("--plugin-registry-config=/etc/mimeo/registry/config.json"),
                 "{args:?}"
             );
+            assert!(has_arg("--plugin-registry-config-for-sync-rules"), "{args:?}");
             assert!(
                 has_arg("--plugin-allowed-registry=registry.example.com:5000"),
                 "{args:?}"

@@ -5,7 +5,7 @@
 mod common;
 
 use mimeo::plugin::oci::{Credentials, Oci, OciError, OciReference, OciSettings};
-use mimeo_envtest::Registry;
+use mimeo_envtest::{Answer, Asked, Registry, Scripted};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -707,4 +707,440 @@ async fn wrong_digests_and_oversized_artifacts_are_refused() {
             .is_none(),
         "nothing refused is cached"
     );
+}
+
+// Hostile registries. A rule's author names the registry, and the registry names its token
+// service and where its redirects go; these are scripted servers (`mimeo_envtest::Scripted`)
+// doing what a hostile registry would, each beside a "sidecar" that must not be reached at all.
+
+/// A plugin as a scripted registry serves it at `p:1`: the manifest, its digest and the layer.
+struct Artifact {
+    manifest: Vec<u8>,
+    digest: String,
+    layer: Vec<u8>,
+    layer_digest: String,
+}
+
+fn artifact() -> Artifact {
+    use mimeo::sync::hash::digest_bytes;
+    let layer = std::fs::read(filter_keys()).unwrap();
+    let config = br#"{"architecture":"wasm","os":"wasip2"}"#;
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json",
+                   "digest": digest_bytes(config), "size": config.len()},
+        "layers": [{"mediaType": "application/wasm", "digest": digest_bytes(&layer), "size": layer.len()}],
+    })
+    .to_string()
+    .into_bytes();
+    Artifact {
+        digest: digest_bytes(&manifest),
+        layer_digest: digest_bytes(&layer),
+        manifest,
+        layer,
+    }
+}
+
+impl Artifact {
+    /// What a registry that holds only this artifact, as `p:1`, answers.
+    fn serve(&self, asked: &Asked) -> Answer {
+        let manifest_paths = [
+            "/v2/p/manifests/1".to_owned(),
+            format!("/v2/p/manifests/{}", self.digest),
+        ];
+        if manifest_paths.iter().any(|p| p == asked.path()) {
+            return Answer::new(200)
+                .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                .header("Docker-Content-Digest", &self.digest)
+                .body(self.manifest.clone());
+        }
+        if asked.path() == format!("/v2/p/blobs/{}", self.layer_digest) {
+            return Answer::new(200).body(self.layer.clone());
+        }
+        Answer::new(404)
+    }
+}
+
+/// A 401 with a Bearer challenge naming `realm`.
+fn challenge(realm: &str) -> Answer {
+    Answer::new(401).header(
+        "WWW-Authenticate",
+        &format!(r#"Bearer realm="{realm}",service="scripted",scope="repository:p:pull""#),
+    )
+}
+
+/// A token service that hands out `token`.
+fn token_service(token: &'static str) -> impl Fn(&Asked) -> Answer + Send + Sync + 'static {
+    move |_| Answer::new(200).body(format!(r#"{{"token": "{token}", "expires_in": 300}}"#))
+}
+
+/// A registry that wants `Bearer <token>` from the realm `realm`, and serves `artifact`.
+fn token_registry(
+    artifact: Arc<Artifact>,
+    realm: String,
+    token: &'static str,
+) -> impl Fn(&Asked) -> Answer + Send + Sync + 'static {
+    move |asked| {
+        if asked.header("authorization") == Some(&format!("Bearer {token}")) {
+            artifact.serve(asked)
+        } else {
+            challenge(&realm)
+        }
+    }
+}
+
+/// The sidecar a hostile registry points at: it would hand out anything, and must never be asked.
+async fn sidecar() -> Scripted {
+    Scripted::start(token_service("stolen")).await.unwrap()
+}
+
+/// One PEM file with the CAs of these TLS servers, for `--ca-file`.
+fn ca_bundle(dir: &Path, servers: &[&Scripted]) -> PathBuf {
+    let bundle: String = servers
+        .iter()
+        .map(|s| std::fs::read_to_string(s.ca_path().unwrap()).unwrap())
+        .collect();
+    let path = dir.join("bundle.pem");
+    std::fs::write(&path, bundle).unwrap();
+    path
+}
+
+/// `mimeo plugin pull oci://<host>/<path>` with `extra` flags, with an artifact cache of its own
+/// (a cached artifact would need no registry); its output.
+fn pull_path(cli: &Cli, host: &str, path: &str, dir: &Path, extra: &[&str]) -> Output {
+    let out = dir.join("pulled.wasm");
+    let cache = tempfile::tempdir().unwrap();
+    let reference = format!("oci://{host}/{path}");
+    let mut args = vec![
+        "plugin",
+        "pull",
+        &reference,
+        "-o",
+        out.to_str().unwrap(),
+        "--artifact-cache-dir",
+        cache.path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    cli.run(&args)
+}
+
+fn pull(cli: &Cli, host: &str, dir: &Path, extra: &[&str]) -> Output {
+    pull_path(cli, host, "p:1", dir, extra)
+}
+
+fn failed_with(output: &Output, expected: &[&str]) -> String {
+    let (stdout, stderr) = text(output);
+    assert!(!output.status.success(), "succeeded: {stdout}");
+    for expected in expected {
+        assert!(stderr.contains(expected), "no {expected:?} in: {stderr}");
+    }
+    stderr
+}
+
+/// A registry reached over HTTPS may not send mimeo to a plain-HTTP token service, nor to a
+/// metadata or link-local one: the realm is refused before anything is sent, and the sidecar it
+/// names gets not even a connection. Its twin: a token service over HTTPS on the same kind of
+/// address as the registry (loopback) is asked, with the scope, and the pull completes.
+// Multi-threaded: the scripted servers answer while the test waits for the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_realms_an_https_registry_names_are_checked_before_they_are_asked() {
+    let sidecar = sidecar().await;
+    let artifact = Arc::new(artifact());
+    let cli = Cli::new();
+    let work = tempfile::tempdir().unwrap();
+
+    for (realm, why) in [
+        (
+            format!("http://127.0.0.1:{}/token", sidecar.port()),
+            "it is plain HTTP, and the registry is reached over HTTPS",
+        ),
+        (
+            format!("http://localhost:{}/token", sidecar.port()),
+            "it is plain HTTP",
+        ),
+        (
+            "https://169.254.169.254/latest/api/token".to_owned(),
+            "a cloud metadata address",
+        ),
+        (
+            "https://metadata.google.internal/computeMetadata/v1/token".to_owned(),
+            "a cloud metadata address",
+        ),
+        ("https://169.254.7.7/token".to_owned(), "a link-local address"),
+    ] {
+        let script_realm = realm.clone();
+        let hostile = Scripted::start_tls(move |_| challenge(&script_realm))
+            .await
+            .unwrap();
+        let ca = hostile.ca_path().unwrap().to_str().unwrap().to_owned();
+        let output = pull(&cli, &hostile.host(), work.path(), &["--ca-file", &ca]);
+        failed_with(&output, &["named the token service", &realm, why]);
+        assert!(!hostile.requests().is_empty(), "the registry was asked");
+    }
+    assert_eq!(sidecar.connections(), 0, "the sidecar was reached");
+
+    // The twin: a token service over HTTPS beside the registry on loopback.
+    let realm = Scripted::start_tls(token_service("good")).await.unwrap();
+    let registry = Scripted::start_tls(token_registry(
+        artifact.clone(),
+        format!("https://127.0.0.1:{}/token", realm.port()),
+        "good",
+    ))
+    .await
+    .unwrap();
+    let bundle = ca_bundle(work.path(), &[&registry, &realm]);
+    let output = pull(
+        &cli,
+        &registry.host(),
+        work.path(),
+        &["--ca-file", bundle.to_str().unwrap()],
+    );
+    assert_eq!(field(&succeeded(&output), "digest"), artifact.digest);
+    assert_eq!(
+        std::fs::read(work.path().join("pulled.wasm")).unwrap(),
+        artifact.layer
+    );
+    let asked = realm.requests();
+    assert_eq!(asked.len(), 1, "one token for the pull: {asked:?}");
+    assert!(
+        asked[0].target.contains("scope=repository%3Ap%3Apull")
+            && asked[0].target.contains("service=scripted"),
+        "{asked:?}"
+    );
+}
+
+/// A registry that is not on loopback may not send mimeo to loopback: a realm there is refused
+/// (plain HTTP is allowed, the registry being marked insecure), and the sidecar gets nothing. Its
+/// twin: a realm on the registry's own address is asked, and the pull completes.
+// Multi-threaded: the scripted servers answer while the test waits for the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_elsewhere_may_not_name_a_realm_on_loopback() {
+    let ip = mimeo_envtest::local_address()
+        .expect("this test needs an IPv4 address of this machine other than loopback");
+    let sidecar = sidecar().await;
+    let artifact = Arc::new(artifact());
+    let cli = Cli::new();
+    let work = tempfile::tempdir().unwrap();
+
+    let realm = format!("http://127.0.0.1:{}/token", sidecar.port());
+    let hostile = Scripted::start_on(ip, token_registry(artifact.clone(), realm.clone(), "good"))
+        .await
+        .unwrap();
+    let output = pull(&cli, &hostile.host(), work.path(), &["--insecure"]);
+    failed_with(
+        &output,
+        &[
+            &realm,
+            "it is on this machine (loopback), and the registry is not",
+        ],
+    );
+    assert!(!hostile.requests().is_empty(), "the registry was asked");
+    assert_eq!(sidecar.connections(), 0, "the sidecar was reached");
+
+    let realm = Scripted::start_on(ip, token_service("good")).await.unwrap();
+    let registry = Scripted::start_on(
+        ip,
+        token_registry(artifact.clone(), format!("http://{}/token", realm.host()), "good"),
+    )
+    .await
+    .unwrap();
+    let output = pull(&cli, &registry.host(), work.path(), &["--insecure"]);
+    assert_eq!(field(&succeeded(&output), "digest"), artifact.digest);
+    assert_eq!(realm.requests().len(), 1);
+}
+
+/// Redirects: a blob may be sent on to storage (the twin), but not more than five times, not
+/// from HTTPS to plain HTTP, and not to loopback from a registry elsewhere; a refused one reaches
+/// nobody.
+// Multi-threaded: the scripted servers answer while the test waits for the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_few_and_checked() {
+    let sidecar = sidecar().await;
+    let artifact = Arc::new(artifact());
+    let cli = Cli::new();
+    let work = tempfile::tempdir().unwrap();
+    let blob = format!("/v2/p/blobs/{}", artifact.layer_digest);
+
+    // To storage beside the registry: followed.
+    let layer = artifact.layer.clone();
+    let storage = Scripted::start_tls(move |_| Answer::new(200).body(layer.clone()))
+        .await
+        .unwrap();
+    let (served, location, to) = (artifact.clone(), blob.clone(), storage.port());
+    let registry = Scripted::start_tls(move |asked| {
+        if asked.path() == location {
+            Answer::new(307).header("Location", &format!("https://127.0.0.1:{to}/bucket/layer?sig=1"))
+        } else {
+            served.serve(asked)
+        }
+    })
+    .await
+    .unwrap();
+    let bundle = ca_bundle(work.path(), &[&registry, &storage]);
+    let output = pull(
+        &cli,
+        &registry.host(),
+        work.path(),
+        &["--ca-file", bundle.to_str().unwrap()],
+    );
+    assert_eq!(field(&succeeded(&output), "digest"), artifact.digest);
+    assert_eq!(storage.requests().len(), 1);
+
+    // Round and round: the sixth redirect is not followed.
+    let (served, location) = (artifact.clone(), blob.clone());
+    let circular = Scripted::start_tls(move |asked| {
+        if asked.path() == location || asked.path().starts_with("/hop/") {
+            let hop: u32 = asked
+                .path()
+                .strip_prefix("/hop/")
+                .map_or(0, |n| n.parse().unwrap());
+            Answer::new(302).header("Location", &format!("/hop/{}", hop + 1))
+        } else {
+            served.serve(asked)
+        }
+    })
+    .await
+    .unwrap();
+    let ca = circular.ca_path().unwrap().to_str().unwrap().to_owned();
+    failed_with(
+        &pull(&cli, &circular.host(), work.path(), &["--ca-file", &ca]),
+        &["sent mimeo to", "more than 5 redirects"],
+    );
+    let hops = circular
+        .requests()
+        .iter()
+        .filter(|a| a.path().starts_with("/hop/"))
+        .count();
+    assert_eq!(hops, 5, "five redirects followed, no more");
+
+    // HTTPS to plain HTTP, to the sidecar.
+    let (served, location, to) = (artifact.clone(), blob.clone(), sidecar.port());
+    let downgrading = Scripted::start_tls(move |asked| {
+        if asked.path() == location {
+            Answer::new(302).header("Location", &format!("http://127.0.0.1:{to}/steal"))
+        } else {
+            served.serve(asked)
+        }
+    })
+    .await
+    .unwrap();
+    let ca = downgrading.ca_path().unwrap().to_str().unwrap().to_owned();
+    failed_with(
+        &pull(&cli, &downgrading.host(), work.path(), &["--ca-file", &ca]),
+        &["sent mimeo to http://127.0.0.1", "it is plain HTTP"],
+    );
+
+    // From a registry elsewhere to loopback, over plain HTTP as the registry is.
+    if let Some(ip) = mimeo_envtest::local_address() {
+        let (served, location, to) = (artifact.clone(), blob.clone(), sidecar.port());
+        let elsewhere = Scripted::start_on(ip, move |asked| {
+            if asked.path() == location {
+                Answer::new(302).header("Location", &format!("http://127.0.0.1:{to}/steal"))
+            } else {
+                served.serve(asked)
+            }
+        })
+        .await
+        .unwrap();
+        failed_with(
+            &pull(&cli, &elsewhere.host(), work.path(), &["--insecure"]),
+            &["sent mimeo to http://127.0.0.1", "on this machine (loopback)"],
+        );
+    }
+    assert_eq!(sidecar.connections(), 0, "the sidecar was reached");
+}
+
+/// What a registry writes in an error's body never reaches the message: only the status code,
+/// in mimeo's words. The same for its token service and for a manifest that is not one.
+// Multi-threaded: the scripted servers answer while the test waits for the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrys_error_bodies_are_never_shown() {
+    const MARKER: &str = "MARKER-7c1e-give-me-your-credentials";
+    let artifact = Arc::new(artifact());
+    let cli = Cli::new();
+    let work = tempfile::tempdir().unwrap();
+    let envelope = format!(r#"{{"errors": [{{"code": "DENIED", "message": "{MARKER}"}}]}}"#);
+    let pinned = format!("p@{}", artifact.digest);
+
+    let answering = |status: u16| {
+        let envelope = envelope.clone();
+        move |_: &Asked| {
+            Answer::new(status)
+                .header("Content-Type", "application/json")
+                .body(envelope.clone())
+        }
+    };
+    let bad_manifest = format!(r#"{{"schemaVersion": "{MARKER}", "layers": []}}"#);
+    let token_refused = {
+        let envelope = envelope.clone();
+        move |_: &Asked| Answer::new(401).body(envelope.clone())
+    };
+    let no_token = move |_: &Asked| Answer::new(200).body(format!("<html>{MARKER}</html>"));
+    let token_services = [
+        Scripted::start(token_refused).await.unwrap(),
+        Scripted::start(no_token).await.unwrap(),
+    ];
+    let mut cases: Vec<(Scripted, &str, &str)> = vec![
+        (
+            Scripted::start(answering(403)).await.unwrap(),
+            "p:1",
+            "answered 403 Forbidden",
+        ),
+        (
+            Scripted::start(answering(500)).await.unwrap(),
+            "p:1",
+            "answered 500 Internal Server Error",
+        ),
+        (
+            Scripted::start(answering(403)).await.unwrap(),
+            &pinned,
+            "answered 403 Forbidden to GET",
+        ),
+        (
+            Scripted::start(answering(400)).await.unwrap(),
+            &pinned,
+            "answered 400 Bad Request to GET",
+        ),
+    ];
+    let served = artifact.clone();
+    let layer_path = format!("/v2/p/blobs/{}", artifact.layer_digest);
+    let layer_fails = move |asked: &Asked| {
+        if asked.path() == layer_path {
+            Answer::new(500).body(MARKER)
+        } else {
+            served.serve(asked)
+        }
+    };
+    cases.push((
+        Scripted::start(layer_fails).await.unwrap(),
+        "p:1",
+        "answered 500 Internal Server Error to GET /v2/p/blobs/",
+    ));
+    let not_a_manifest = {
+        let body = bad_manifest.clone();
+        move |_: &Asked| Answer::new(200).body(body.clone())
+    };
+    cases.push((
+        Scripted::start(not_a_manifest).await.unwrap(),
+        "p:1",
+        "is not an image manifest",
+    ));
+    for (service, expected) in token_services
+        .iter()
+        .zip(["the token service at", "answered with no token"])
+    {
+        let realm = format!("http://{}/token", service.host());
+        cases.push((
+            Scripted::start(move |_: &Asked| challenge(&realm)).await.unwrap(),
+            "p:1",
+            expected,
+        ));
+    }
+    for (server, path, expected) in &cases {
+        let output = pull_path(&cli, &server.host(), path, work.path(), &[]);
+        let stderr = failed_with(&output, &[expected]);
+        assert!(!stderr.contains("MARKER"), "the body was shown: {stderr}");
+        assert!(!server.requests().is_empty());
+    }
 }

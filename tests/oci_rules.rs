@@ -436,7 +436,7 @@ async fn the_installation_requires_digests_and_limits_registries() {
     let policy = OciPolicy {
         require_digest: true,
         allowed_registries: vec![registry.host()],
-        docker_config: None,
+        ..OciPolicy::default()
     };
     let h = Harness::start_with(config(dir.path(), policy)).await;
     setup(&h).await;
@@ -513,4 +513,119 @@ async fn a_moved_tag_is_followed_only_when_the_rule_asks() {
         first,
         "no refreshInterval: the pin stays"
     );
+}
+
+/// A hostile registry's token realm, pointing at a sidecar on loopback in plain HTTP or at the
+/// cloud metadata service, reaches the rule's status as `TokenRealmRefused`, naming the realm;
+/// the sidecar gets not even a connection, and nothing is written.
+// Multi-threaded: the scripted servers answer while the controller runs beside the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_token_realm_is_refused_in_the_rules_status() {
+    use mimeo_envtest::{Answer, Scripted};
+    let sidecar = Scripted::start(|_| Answer::new(200).body(r#"{"token": "stolen"}"#))
+        .await
+        .unwrap();
+    let realms = [
+        format!("http://127.0.0.1:{}/token", sidecar.port()),
+        "https://169.254.169.254/latest/api/token".to_owned(),
+    ];
+    let mut hostiles = Vec::new();
+    for realm in &realms {
+        let challenge = format!(r#"Bearer realm="{realm}",service="hostile""#);
+        hostiles.push(
+            Scripted::start_tls(move |_| Answer::new(401).header("WWW-Authenticate", &challenge))
+                .await
+                .unwrap(),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = config(dir.path(), OciPolicy::default());
+    // Each registry is reached over HTTPS under its own CA, as a registry elsewhere would be.
+    let cas: Vec<_> = hostiles
+        .iter()
+        .map(|h| {
+            format!("{}={}", h.host(), h.ca_path().unwrap().display())
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    settings.oci.trust = RegistryTrust::load(&cas, &[]).unwrap();
+    let h = Harness::start_with(settings).await;
+    setup(&h).await;
+
+    for (index, (hostile, realm)) in hostiles.iter().zip(&realms).enumerate() {
+        let name = format!("hostile-{index}");
+        h.apply(filter_rule(
+            &name,
+            &format!("oci://{}/plugins/filter-keys:1.0", hostile.host()),
+        ))
+        .await;
+        let rule = h
+            .wait_ready("platform", &name, "False", "TokenRealmRefused")
+            .await;
+        let message = rule.status.unwrap().conditions[0].message.clone();
+        assert!(
+            message.contains(&format!("named the token service {realm}")),
+            "{message}"
+        );
+        assert!(!hostile.requests().is_empty(), "the registry was asked");
+        assert!(h.secrets("tenant").get_opt(&name).await.unwrap().is_none());
+        eprintln!("{name}: {message}");
+    }
+    assert_eq!(sidecar.connections(), 0, "the sidecar was reached");
+}
+
+/// The controller's own registry credentials serve a ClusterSyncRule, not a SyncRule (which is
+/// refused, with a message saying why and what to do), until the installation allows them for
+/// SyncRules too.
+#[tokio::test]
+async fn the_controllers_credentials_serve_sync_rules_only_when_the_installation_says_so() {
+    let registry = Registry::start_with_auth("puller", "pull-secret-distinctive")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let host = registry.host();
+    registry
+        .push_wasm("plugins/filter-keys:1.0", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let docker_config = format!(
+        r#"{{"auths": {{"{host}": {{"username": "puller", "password": "pull-secret-distinctive"}}}}}}"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let policy = OciPolicy {
+        docker_config: Some(docker_config.into_bytes()),
+        ..OciPolicy::default()
+    };
+    let mut h = Harness::start_with(config(dir.path(), policy)).await;
+    setup(&h).await;
+    let plugin = format!("oci://{host}/plugins/filter-keys:1.0");
+
+    h.apply(filter_rule("tenant-rule", &plugin)).await;
+    let refused = h
+        .wait_ready("platform", "tenant-rule", "False", "RegistryUnauthorized")
+        .await;
+    let message = refused.status.unwrap().conditions[0].message.clone();
+    assert!(
+        message.contains("--plugin-registry-config-for-sync-rules") && message.contains("pluginPullSecrets"),
+        "{message}"
+    );
+    assert!(!message.contains("pull-secret-distinctive"), "{message}");
+    eprintln!("SyncRule: {message}");
+
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
+                   "metadata": {"name": "platform-rule"},
+                   "spec": {"source": {"kind": "Secret", "namespace": "platform", "name": "creds"},
+                            "targets": [{"namespace": "tenant", "name": "platform-rule"}],
+                            "transforms": [{"plugin": plugin, "config": {"include": ["keep"]}}]}}),
+    )
+    .await;
+    wait_filtered(&h, "platform-rule", "k1").await;
+
+    h.stop_controller().await;
+    h.config_mut().oci_policy.docker_config_for_sync_rules = true;
+    // A fresh artifact cache: the ClusterSyncRule's download must not serve the SyncRule.
+    h.config_mut().oci.cache_dir = dir.path().join("artifacts-2");
+    h.start_controller().await;
+    wait_filtered(&h, "tenant-rule", "k1").await;
+    h.wait_ready("platform", "tenant-rule", "True", "Synced").await;
 }

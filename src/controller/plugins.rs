@@ -48,8 +48,53 @@ pub struct OciPolicy {
     /// Registries (`host[:port]`) plugins may come from; empty: any.
     pub allowed_registries: Vec<String>,
     /// A Docker config (`{"auths": ...}`) with the controller's own registry credentials, used
-    /// when a rule's pull secrets have none for a registry.
+    /// when a rule's pull secrets have none for a registry: always for a `ClusterSyncRule`, for
+    /// a `SyncRule` only with `docker_config_for_sync_rules`.
     pub docker_config: Option<Vec<u8>>,
+    /// Whether `docker_config` serves `SyncRule`s too. Off by default: whoever may write a
+    /// `SyncRule` in any namespace would otherwise pull, with the installation's credentials,
+    /// whatever those credentials may read.
+    pub docker_config_for_sync_rules: bool,
+}
+
+/// The controller's own credentials as a rule may use them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ControllerCredentials {
+    /// They have an entry for the registry, and this rule may use it.
+    Given(Credentials),
+    /// They have an entry for the registry, which this `SyncRule` may not use.
+    Withheld,
+    /// They have no entry for the registry (or there are none).
+    Absent,
+}
+
+/// The controller's credentials for `registry`, for a `SyncRule` (`sync_rule`) or a
+/// `ClusterSyncRule`.
+fn controller_credentials(policy: &OciPolicy, registry: &str, sync_rule: bool) -> ControllerCredentials {
+    // Checked at start-up: a config that does not read is not given here.
+    let Some(Ok(Some(credentials))) = policy
+        .docker_config
+        .as_ref()
+        .map(|config| credentials_from_docker_config(config, registry))
+    else {
+        return ControllerCredentials::Absent;
+    };
+    if sync_rule && !policy.docker_config_for_sync_rules {
+        ControllerCredentials::Withheld
+    } else {
+        ControllerCredentials::Given(credentials)
+    }
+}
+
+/// What a refusal by the registry adds when the controller's credentials were withheld: what to
+/// do about it.
+fn withheld_hint(registry: &str) -> String {
+    format!(
+        "; the controller's own registry credentials (--plugin-registry-config) have an entry for \
+         {registry}, but serve ClusterSyncRules only, unless the installation allows them for \
+         SyncRules (--plugin-registry-config-for-sync-rules): give this rule a pull secret for \
+         {registry} in pluginPullSecrets"
+    )
 }
 
 /// Whether the installation allows this reference.
@@ -252,16 +297,24 @@ impl Plugins {
             reason,
             message,
         };
-        let registry_problem = |e: OciError| problem(e.reason(), e.to_string());
         allowed(reference, &self.policy).map_err(|(reason, message)| problem(reason, message))?;
         // Read only when the registry is asked: a plugin pinned and compiled or cached needs no
         // credentials, and reading the pull secrets on every reconcile would cost a GET each.
-        let credentials = tokio::sync::OnceCell::new();
+        let chosen = tokio::sync::OnceCell::new();
         let credentials = || async {
-            credentials
+            chosen
                 .get_or_try_init(|| self.credentials(reference, rule_namespace, pull_secrets))
                 .await
+                .map(|(credentials, _)| credentials)
                 .map_err(|(reason, message)| problem(reason, message))
+        };
+        let registry_problem = |e: OciError| {
+            let mut message = e.to_string();
+            let withheld = chosen.get().is_some_and(|(_, withheld)| *withheld);
+            if withheld && matches!(e, OciError::Unauthorized { .. }) {
+                message.push_str(&withheld_hint(&reference.registry));
+            }
+            problem(e.reason(), message)
         };
         let refresh = transform.refresh_interval.as_deref().and_then(parse_interval);
         let now = SystemTime::now();
@@ -315,13 +368,14 @@ impl Plugins {
     }
 
     /// Credentials for a registry: the first of the rule's pull secrets with an entry for it, else
-    /// the controller's own, else none.
+    /// the controller's own if the rule may use them, else none; and whether the controller's
+    /// were withheld from this `SyncRule`.
     async fn credentials(
         &self,
         reference: &OciReference,
         rule_namespace: Option<&str>,
         pull_secrets: &[PullSecretRef],
-    ) -> Result<Credentials, (&'static str, String)> {
+    ) -> Result<(Credentials, bool), (&'static str, String)> {
         for secret in pull_secrets {
             let Some(namespace) = secret.namespace.as_deref().or(rule_namespace) else {
                 continue;
@@ -352,7 +406,7 @@ impl Plugins {
                 ));
             };
             match credentials_from_docker_config(&config.0, &reference.registry) {
-                Ok(Some(credentials)) => return Ok(credentials),
+                Ok(Some(credentials)) => return Ok((credentials, false)),
                 Ok(None) => {}
                 Err(e) => {
                     return Err((
@@ -362,12 +416,14 @@ impl Plugins {
                 }
             }
         }
-        if let Some(config) = &self.policy.docker_config
-            && let Ok(Some(credentials)) = credentials_from_docker_config(config, &reference.registry)
-        {
-            return Ok(credentials);
-        }
-        Ok(Credentials::Anonymous)
+        // A SyncRule has a namespace; a ClusterSyncRule has none.
+        Ok(
+            match controller_credentials(&self.policy, &reference.registry, rule_namespace.is_some()) {
+                ControllerCredentials::Given(credentials) => (credentials, false),
+                ControllerCredentials::Withheld => (Credentials::Anonymous, true),
+                ControllerCredentials::Absent => (Credentials::Anonymous, false),
+            },
+        )
     }
 
     async fn load(&self, reference: &str, source: &PluginSource) -> Result<Arc<Plugin>, String> {
@@ -503,7 +559,7 @@ mod tests {
         let strict = OciPolicy {
             require_digest: true,
             allowed_registries: vec!["registry.example".into()],
-            docker_config: None,
+            ..OciPolicy::default()
         };
         assert_eq!(allowed(&tagged, &strict).unwrap_err().0, "PluginDigestRequired");
         assert!(allowed(&pinned, &strict).is_ok());
@@ -515,5 +571,41 @@ mod tests {
             allowed(&other, &strict).unwrap_err().0,
             "PluginRegistryNotAllowed"
         );
+    }
+
+    #[test]
+    fn the_controllers_credentials_serve_sync_rules_only_when_allowed() {
+        let config = br#"{"auths": {"registry.example": {"username": "platform", "password": "pw"}}}"#;
+        let platform = Credentials::Basic {
+            username: "platform".into(),
+            password: "pw".into(),
+        };
+        let closed = OciPolicy {
+            docker_config: Some(config.to_vec()),
+            ..OciPolicy::default()
+        };
+        let open = OciPolicy {
+            docker_config_for_sync_rules: true,
+            ..closed.clone()
+        };
+        use ControllerCredentials::*;
+        for (policy, registry, sync_rule, expected) in [
+            (&closed, "registry.example", false, Given(platform.clone())),
+            (&closed, "registry.example", true, Withheld),
+            (&open, "registry.example", true, Given(platform.clone())),
+            (&open, "registry.example", false, Given(platform.clone())),
+            (&closed, "elsewhere.example", true, Absent),
+            (&closed, "elsewhere.example", false, Absent),
+            (&OciPolicy::default(), "registry.example", true, Absent),
+        ] {
+            assert_eq!(
+                controller_credentials(policy, registry, sync_rule),
+                expected,
+                "{registry}, SyncRule {sync_rule}"
+            );
+        }
+        let hint = withheld_hint("registry.example");
+        assert!(hint.contains("--plugin-registry-config-for-sync-rules"), "{hint}");
+        assert!(hint.contains("pluginPullSecrets"), "{hint}");
     }
 }

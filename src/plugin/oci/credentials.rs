@@ -32,15 +32,6 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
-    pub(super) fn to_client(&self) -> oci_client::secrets::RegistryAuth {
-        match self {
-            Credentials::Anonymous => oci_client::secrets::RegistryAuth::Anonymous,
-            Credentials::Basic { username, password } => {
-                oci_client::secrets::RegistryAuth::Basic(username.clone(), password.clone())
-            }
-        }
-    }
-
     /// The secrets a message must never contain: the password and the basic-auth header value.
     pub(super) fn secrets(&self) -> Vec<String> {
         match self {

@@ -1,6 +1,7 @@
 //! What a fetched manifest must look like to be a plugin: pure checks on its bytes.
 
 use super::OciError;
+use super::address::shorten;
 use super::reference::is_digest;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -72,7 +73,7 @@ pub(super) fn check_manifest(
 ) -> Result<(Layer, BTreeMap<String, String>), OciError> {
     let invalid = |why: String| OciError::Registry(format!("{reference}: the manifest {why}"));
     let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| invalid(format!("is not JSON: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| invalid(format!("is not JSON{}", where_wrong(&e))))?;
     let media_type = value
         .get("mediaType")
         .and_then(|m| m.as_str())
@@ -83,12 +84,12 @@ pub(super) fn check_manifest(
             found: if media_type.is_empty() {
                 INDEX_MEDIA_TYPES[0].to_owned()
             } else {
-                media_type.to_owned()
+                shorten(media_type)
             },
         });
     }
-    let manifest: Manifest =
-        serde_json::from_value(value).map_err(|e| invalid(format!("is not an image manifest: {e}")))?;
+    let manifest: Manifest = serde_json::from_value(value)
+        .map_err(|_| invalid("is not an image manifest: a field is missing or of the wrong type".into()))?;
     if manifest.schema_version != 2 {
         return Err(invalid(format!("has schemaVersion {}", manifest.schema_version)));
     }
@@ -98,13 +99,13 @@ pub(super) fn check_manifest(
     {
         return Err(OciError::WrongMediaType {
             reference: reference.to_owned(),
-            found,
+            found: shorten(&found),
         });
     }
     let layer = match manifest.layers.as_slice() {
         [layer] if accepts_layer_media_type(&layer.media_type) => layer,
         layers => {
-            let found: Vec<&str> = layers.iter().map(|l| l.media_type.as_str()).collect();
+            let found: Vec<String> = layers.iter().map(|l| shorten(&l.media_type)).collect();
             return Err(OciError::WrongMediaType {
                 reference: reference.to_owned(),
                 found: if found.is_empty() {
@@ -118,7 +119,7 @@ pub(super) fn check_manifest(
     if !is_digest(&layer.digest) {
         return Err(invalid(format!(
             "names its layer by {:?}; mimeo accepts sha256 digests only",
-            layer.digest
+            shorten(&layer.digest)
         )));
     }
     let size = u64::try_from(layer.size).map_err(|_| invalid("gives a negative layer size".into()))?;
@@ -133,6 +134,15 @@ pub(super) fn check_manifest(
         },
         manifest.annotations,
     ))
+}
+
+/// Where a manifest stopped being JSON, never what it held there: serde's own messages quote the
+/// offending text, which is the registry's to choose.
+fn where_wrong(error: &serde_json::Error) -> String {
+    match error.line() {
+        0 => String::new(),
+        line => format!(" (line {line}, column {})", error.column()),
+    }
 }
 
 #[cfg(test)]
@@ -226,5 +236,22 @@ mod tests {
             check_manifest(b"{", "r", 100).unwrap_err().reason(),
             "RegistryError"
         );
+    }
+
+    #[test]
+    fn errors_do_not_quote_the_manifest() {
+        for body in [
+            r#"{"schemaVersion": "MARKER", "layers": []}"#,
+            r#"{"schemaVersion": 2, "layers": [{"mediaType": 7, "digest": "MARKER", "size": 1}]}"#,
+            r#"{"schemaVersion": 2, MARKER}"#,
+            "MARKER",
+        ] {
+            let err = check_manifest(body.as_bytes(), "r", 100).unwrap_err();
+            assert_eq!(err.reason(), "RegistryError", "{body}");
+            assert!(!err.to_string().contains("MARKER"), "{err}");
+        }
+        let long = format!("application/{}", "x".repeat(1000));
+        let err = check_manifest(&manifest(None, &[(&long, 1)]), "r", 100).unwrap_err();
+        assert!(err.to_string().len() < 300, "{err}");
     }
 }

@@ -101,26 +101,6 @@ impl OciReference {
     pub fn host(&self) -> &str {
         host_of(&self.registry)
     }
-
-    /// What oci-client works with; the digest wins over the tag, as in ours.
-    pub(super) fn to_client(&self) -> oci_client::Reference {
-        match (&self.digest, &self.tag) {
-            (Some(digest), _) => oci_client::Reference::with_digest(
-                self.registry.clone(),
-                self.repository.clone(),
-                digest.clone(),
-            ),
-            (None, Some(tag)) => {
-                oci_client::Reference::with_tag(self.registry.clone(), self.repository.clone(), tag.clone())
-            }
-            // Parsing refuses this; a hand-built value gets what a registry calls the default.
-            (None, None) => oci_client::Reference::with_tag(
-                self.registry.clone(),
-                self.repository.clone(),
-                "latest".into(),
-            ),
-        }
-    }
 }
 
 /// Whether `host[:port]` is a loopback address, which may always be reached over plain HTTP:
@@ -272,7 +252,6 @@ mod tests {
         assert_eq!(r.repository, "a_b/c__d/e--f.g");
         assert_eq!(r.tag.as_deref(), Some("v1"));
         assert_eq!(r.to_string(), format!("oci://localhost/a_b/c__d/e--f.g:v1@{D}"));
-        assert_eq!(r.to_client().digest(), Some(D), "the digest wins");
 
         let r = parse("oci://[::1]:5000/p:1").unwrap();
         assert_eq!(r.registry, "[::1]:5000");

@@ -3,7 +3,8 @@
 //! credential. Several can run at once; each stands for a separate cluster.
 //!
 //! The processes are killed and reaped when the [`ControlPlane`] is dropped, and die with the test
-//! process if it is killed. Nothing here ever talks to anything but 127.0.0.1.
+//! process if it is killed. Nothing here ever talks to anything but this machine: 127.0.0.1, or
+//! for a [`Scripted`] server asked to, another address of its own ([`local_address`]).
 //!
 //! Besides the admin client certificate, each apiserver accepts one random bearer token
 //! ([`ControlPlane::admin_token`]), so tests can tell a valid token from a revoked one. The
@@ -13,16 +14,20 @@
 //! [`Registry`] is the same for OCI registries: a real CNCF distribution registry on a free loopback
 //! port with storage in a temporary directory, optionally behind basic auth or serving HTTPS under a
 //! CA of its own, from which mimeo fetches Wasm plugins; [`oras()`] is the ORAS CLI that tests push
-//! artifacts with, and [`helm()`] the Helm CLI that tests install the chart with.
+//! artifacts with, and [`helm()`] the Helm CLI that tests install the chart with. [`Scripted`] is
+//! an HTTP(S) server that answers what a test scripts: a hostile registry, a token service, a
+//! sidecar that must receive nothing.
 
 mod binaries;
 mod pki;
 mod ports;
 mod process;
 mod registry;
+mod scripted;
 
 pub use binaries::{Binaries, binaries, helm, oras};
 pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, registry_binary};
+pub use scripted::{Answer, Asked, Scripted, local_address};
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Namespace;
