@@ -818,3 +818,105 @@ async fn a_crd_without_its_rules_opens_nothing() {
         Some("v")
     );
 }
+
+/// 5. A tenant's `oci://` reference cannot make mimeo fetch what the registry points at: a token
+/// realm on loopback named by a registry elsewhere (here one reached over HTTPS under its own
+/// CA) is never asked, and a registry's error body never reaches the tenant's status.
+// Multi-threaded: the scripted servers answer while the controller runs beside the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_cannot_send_mimeo_to_a_sidecar_or_speak_through_the_status() {
+    use mimeo::plugin::oci::{OciSettings, RegistryTrust};
+    use mimeo_envtest::{Answer, Registry, Scripted};
+    let sidecar = Scripted::start(|_| Answer::new(200).body(r#"{"token": "stolen"}"#))
+        .await
+        .unwrap();
+    let challenge = format!(
+        r#"Bearer realm="http://127.0.0.1:{}/token",service="hostile""#,
+        sidecar.port()
+    );
+    let hostile = Scripted::start_tls(move |_| Answer::new(401).header("WWW-Authenticate", &challenge))
+        .await
+        .unwrap();
+    let chatty = Scripted::start_tls(|_| Answer::new(403).body("quoted-from-the-registry-body"))
+        .await
+        .unwrap();
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    registry
+        .push_wasm(
+            "plugins/filter-keys:1.0",
+            &std::fs::read(common::plugin_dir().join("filter-keys.wasm")).unwrap(),
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ControllerConfig {
+        oci: OciSettings {
+            cache_dir: dir.path().join("artifacts"),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    config.plugin_host.cache_dir = dir.path().join("compiled");
+    let cas: Vec<_> = [&hostile, &chatty]
+        .iter()
+        .map(|s| {
+            format!("{}={}", s.host(), s.ca_path().unwrap().display())
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    config.oci.trust = RegistryTrust::load(&cas, &[]).unwrap();
+    let (h, tenant) = start(config).await;
+    apply_as(
+        &tenant,
+        secret("creds", "Opaque", json!({}), json!({"keep": "k", "drop": "d"})),
+    )
+    .await
+    .unwrap();
+    let rule = |name: &str, registry: String| {
+        sync_rule(
+            name,
+            json!({"source": {"kind": "Secret", "name": "creds"},
+                   "targets": [{"namespace": TENANT, "name": name}],
+                   "transforms": [{"plugin": format!("oci://{registry}/plugins/filter-keys:1.0"),
+                                   "config": {"include": ["keep"]}}]}),
+        )
+    };
+    apply_as(&tenant, rule("via-hostile", hostile.host()))
+        .await
+        .unwrap();
+    apply_as(&tenant, rule("via-chatty", chatty.host()))
+        .await
+        .unwrap();
+    apply_as(&tenant, rule("via-registry", registry.host()))
+        .await
+        .unwrap();
+
+    let refused = wait_tenant_rule(&tenant, "via-hostile", "False", "TokenRealmRefused").await;
+    assert!(
+        refused.contains(&format!("127.0.0.1:{}", sidecar.port())),
+        "{refused}"
+    );
+    let unauthorized = wait_tenant_rule(&tenant, "via-chatty", "False", "RegistryUnauthorized").await;
+    assert!(
+        !unauthorized.contains("quoted-from-the-registry-body"),
+        "{unauthorized}"
+    );
+    assert!(unauthorized.contains("403"), "{unauthorized}");
+    // The positive twin: the platform's registry serves the tenant's plugin.
+    wait_tenant_rule(&tenant, "via-registry", "True", "Synced").await;
+    let copy = h.secrets(TENANT).get("via-registry").await.unwrap();
+    assert_eq!(secret_value(&copy, "keep").as_deref(), Some("k"));
+    assert_eq!(secret_value(&copy, "drop"), None);
+    for name in ["via-hostile", "via-chatty"] {
+        assert!(h.secrets(TENANT).get_opt(name).await.unwrap().is_none(), "{name}");
+    }
+    assert!(!hostile.requests().is_empty(), "the hostile registry was asked");
+    assert_eq!(sidecar.connections(), 0, "the sidecar was reached");
+    let notes = event_notes(&h).await;
+    assert!(
+        notes
+            .iter()
+            .all(|(_, n)| !n.contains("quoted-from-the-registry-body")),
+        "{notes:?}"
+    );
+}
