@@ -249,7 +249,7 @@ pub struct RegistryArgs {
     pub ca_file: Option<PathBuf>,
     /// Directory for pulled artifacts, content-addressed: a digest found there is not downloaded
     /// again.
-    #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = std::env::temp_dir().join("mimeo-oci-cache"))]
+    #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = crate::plugin::private_dir::default_cache_dir("oci-cache"))]
     pub artifact_cache_dir: PathBuf,
     /// Largest artifact pushed or pulled, in MiB.
     #[arg(long, default_value_t = 100, value_name = "MIB")]
@@ -305,7 +305,7 @@ pub struct PluginLimitArgs {
     #[arg(long, default_value_t = 4096)]
     pub output_kib: usize,
     /// Directory for compiled plugins.
-    #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("mimeo-plugin-cache"))]
+    #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = crate::plugin::private_dir::default_cache_dir("plugin-cache"))]
     pub cache_dir: PathBuf,
     /// Most disk the compiled plugins may use, in MiB; the least recently used go first.
     #[arg(
@@ -443,7 +443,7 @@ pub struct OciRunArgs {
     )]
     pub plugin_registry_cas: Vec<CaArgument>,
     /// Directory for fetched artifacts, content-addressed and shared by all rules.
-    #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = std::env::temp_dir().join("mimeo-oci-cache"))]
+    #[arg(long, env = "MIMEO_ARTIFACT_CACHE_DIR", value_name = "DIR", default_value_os_t = crate::plugin::private_dir::default_cache_dir("oci-cache"))]
     pub artifact_cache_dir: PathBuf,
     /// Most disk the artifact cache may use, in MiB; the least recently used go first.
     #[arg(
@@ -492,7 +492,7 @@ pub struct PluginArgs {
     #[arg(long, env = "MIMEO_PLUGIN_DIR")]
     pub plugin_dir: Option<PathBuf>,
     /// Directory for compiled plugins, kept across restarts.
-    #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = std::env::temp_dir().join("mimeo-plugin-cache"))]
+    #[arg(long, env = "MIMEO_PLUGIN_CACHE_DIR", default_value_os_t = crate::plugin::private_dir::default_cache_dir("plugin-cache"))]
     pub plugin_cache_dir: PathBuf,
     /// Most disk the compiled plugins may use, in MiB; the least recently used go first.
     #[arg(

@@ -11,6 +11,7 @@
 mod engine;
 pub mod oci;
 mod output;
+pub(crate) mod private_dir;
 pub mod source;
 mod state;
 
@@ -59,7 +60,7 @@ pub struct HostSettings {
 impl Default for HostSettings {
     fn default() -> Self {
         HostSettings {
-            cache_dir: std::env::temp_dir().join("mimeo-plugin-cache"),
+            cache_dir: private_dir::default_cache_dir("plugin-cache"),
             cache_max_bytes: 512 << 20,
             deadline: Duration::from_millis(100),
             max_memory_bytes: 64 << 20,

@@ -1,5 +1,6 @@
 //! The on-disk cache of compiled plugins stays within its bound: the least recently used artifact
-//! goes when a new one is stored, and an evicted plugin still loads (it is compiled again).
+//! goes when a new one is stored, and an evicted plugin still loads (it is compiled again). What
+//! it loads is only what it wrote: a planted file is never run.
 
 mod common;
 
@@ -11,11 +12,12 @@ fn read(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
-/// The cache directory's file names, sorted.
+/// The cache directory's file names but its key, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|item| item.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "key")
         .collect();
     names.sort();
     names
@@ -109,4 +111,59 @@ fn concurrent_loads_of_one_plugin_share_a_whole_artifact() {
         .load("filter-keys", &bytes)
         .unwrap();
     assert_eq!(plugin.info.name, "filter-keys");
+}
+
+/// Someone who can write the cache directory plants native code under the name a plugin's
+/// compiled artifact has: real compiled code, of another plugin, so that only the cache's own
+/// MAC can tell. It is never loaded; the plugin is compiled again and the file replaced.
+#[test]
+fn a_planted_artifact_is_never_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let settings = HostSettings {
+        cache_dir: cache.path().to_owned(),
+        concurrency: 2,
+        ..Default::default()
+    };
+    let (filter, rename) = (read("filter-keys"), read("rename-keys"));
+    let host = PluginHost::new(settings.clone()).unwrap();
+    let filter_digest = host.load("filter-keys", &filter).unwrap().digest.clone();
+    let rename_digest = host.load("rename-keys", &rename).unwrap().digest.clone();
+    let file_of = |digest: &str| -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        let name = listing(cache.path())
+            .into_iter()
+            .find(|n| n.starts_with(hex))
+            .expect("an artifact per plugin");
+        cache.path().join(name)
+    };
+    let (filter_file, rename_file) = (file_of(&filter_digest), file_of(&rename_digest));
+    // rename-keys's code, filed as filter-keys's, as a file of the same format would be.
+    std::fs::copy(&rename_file, &filter_file).unwrap();
+    let restarted = PluginHost::new(settings.clone()).unwrap();
+    let loaded = restarted.load("filter-keys", &filter).unwrap();
+    assert_eq!(loaded.info.name, "filter-keys", "the planted code ran");
+    assert_ne!(
+        std::fs::read(&filter_file).unwrap(),
+        std::fs::read(&rename_file).unwrap(),
+        "the planted file was replaced"
+    );
+    // Bare compiled code, with no MAC at all, is not loaded either.
+    let bare = std::fs::read(&rename_file).unwrap()[32..].to_vec();
+    std::fs::write(&filter_file, bare).unwrap();
+    let restarted = PluginHost::new(settings.clone()).unwrap();
+    assert_eq!(
+        restarted.load("filter-keys", &filter).unwrap().info.name,
+        "filter-keys"
+    );
+
+    // A cache directory another user could write is refused outright.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let refused = PluginHost::new(settings)
+        .err()
+        .expect("a world-writable cache is refused");
+    assert!(
+        refused.to_string().contains("writable by group or others"),
+        "{refused}"
+    );
 }

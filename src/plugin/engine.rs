@@ -3,10 +3,14 @@
 //!
 //! The cache holds `<digest hex>-<compatibility>.cwasm` files, each written to a temp name
 //! (`.partial-…`) and renamed into place, so a reader or an eviction in this or another process
-//! sees a whole file or none. A file's mtime is its last use; after a new artifact is stored, the
+//! sees a whole file or none. The directory is private (`private_dir`), and each file starts
+//! with a MAC, made with the directory's key, over the component's digest, the engine's
+//! compatibility hash and the compiled code: a file mimeo did not write for that digest, planted
+//! or renamed, is never loaded as native code. A file's mtime is its last use; after a new artifact is stored, the
 //! least recently used go until the rest fit in `cache_max_bytes`, never the one just stored.
 
 use super::bindings::PluginPre;
+use super::private_dir;
 use super::state::{HostState, Limiter};
 use super::{HostSettings, PluginError, SUPPORTED_INTERFACES, TRANSFORMER_EXPORT};
 use std::hash::{Hash, Hasher};
@@ -24,6 +28,8 @@ const TICK: Duration = Duration::from_millis(5);
 const ARTIFACT_EXTENSION: &str = "cwasm";
 /// What a file being written carries in its name until it is renamed into place.
 const PARTIAL_MARKER: &str = ".partial-";
+/// The MAC at the start of each cached artifact.
+const MAC_LEN: usize = 32;
 /// A partial file older than this was left by a writer that died; eviction removes it.
 const STALE_PARTIAL: Duration = Duration::from_secs(3600);
 
@@ -42,6 +48,8 @@ pub(super) struct Engine {
     /// are never loaded.
     compatibility: String,
     cache_dir: PathBuf,
+    /// Signs what this engine writes to the cache, so that only that is ever loaded.
+    cache_key: [u8; 32],
     cache_max_bytes: u64,
     stop_ticker: Arc<AtomicBool>,
     /// Drives the timers of calls: each call's deadline, and the clocks a guest waits on.
@@ -85,6 +93,11 @@ impl Drop for Engine {
 
 impl Engine {
     pub fn new(settings: &HostSettings) -> Result<Self, PluginError> {
+        let cache_problem = |e: private_dir::PrivateDirError| {
+            PluginError::Host(format!("the compiled-plugin cache (--plugin-cache-dir) {e}"))
+        };
+        private_dir::ensure(&settings.cache_dir).map_err(cache_problem)?;
+        let cache_key = private_dir::key(&settings.cache_dir).map_err(cache_problem)?;
         let mut pool = PoolingAllocationConfig::default();
         let slots = settings.concurrency.max(1);
         // Interpreted-language plugins (componentize-py, componentize-js) hold many core
@@ -141,6 +154,7 @@ impl Engine {
             linker,
             compatibility,
             cache_dir: settings.cache_dir.clone(),
+            cache_key,
             cache_max_bytes: settings.cache_max_bytes,
             stop_ticker,
             timers: Timers::start()?,
@@ -181,20 +195,19 @@ impl Engine {
             digest.trim_start_matches("sha256:"),
             self.compatibility
         ));
-        if file.exists() {
+        if let Some(code) = self.signed_artifact(&file, digest) {
             #[allow(unsafe_code)]
-            // SAFETY: the file was written by `Component::serialize` of an engine with this very
-            // compatibility hash (it is in the name), into a directory only mimeo writes, renamed
-            // into place only when whole, and wasmtime checks the artifact's header and engine
-            // settings again before using it.
-            let loaded = unsafe { Component::deserialize_file(&self.engine, &file) };
+            // SAFETY: `code` carries a MAC made with this cache's private key over this digest,
+            // this engine's compatibility hash and these very bytes, which only
+            // `store_artifact` makes, from `Component::serialize` of an engine like this one;
+            // the bytes were read into memory before the MAC was checked, so nothing can swap
+            // them after. wasmtime checks the artifact's header and engine settings again.
+            let loaded = unsafe { Component::deserialize(&self.engine, code.as_slice()) };
             match loaded {
                 Ok(component) => {
                     touch(&file);
                     return Ok(component);
                 }
-                // Evicted between the check and the read: an ordinary miss.
-                Err(_) if !file.exists() => {}
                 Err(e) => {
                     tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable compiled plugin")
                 }
@@ -202,7 +215,7 @@ impl Engine {
         }
         let component =
             Component::new(&self.engine, bytes).map_err(|e| PluginError::Compile(format!("{e:#}")))?;
-        match self.store_artifact(&component, &file) {
+        match self.store_artifact(&component, &file, digest) {
             Ok(()) => self.evict(&file),
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "could not cache a compiled plugin")
@@ -211,12 +224,51 @@ impl Engine {
         Ok(component)
     }
 
-    fn store_artifact(&self, component: &Component, file: &Path) -> std::io::Result<()> {
+    /// The compiled code in `file` if its MAC shows this cache wrote it for `digest`; `None`
+    /// for a miss, and for anything else, which is logged (and will be overwritten).
+    fn signed_artifact(&self, file: &Path, digest: &str) -> Option<Vec<u8>> {
+        let mut bytes = match std::fs::read(file) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "cannot read a compiled plugin");
+                return None;
+            }
+        };
+        let signed = bytes.len() > MAC_LEN && {
+            let (mac, code) = bytes.split_at(MAC_LEN);
+            private_dir::same_mac(mac, &self.artifact_mac(digest, code))
+        };
+        if !signed {
+            tracing::warn!(file = %file.display(), "ignoring a compiled plugin this cache did not sign for its digest");
+            return None;
+        }
+        bytes.drain(..MAC_LEN);
+        Some(bytes)
+    }
+
+    fn artifact_mac(&self, digest: &str, code: &[u8]) -> [u8; 32] {
+        private_dir::mac(
+            &self.cache_key,
+            &[
+                digest.as_bytes(),
+                b"\0",
+                self.compatibility.as_bytes(),
+                b"\0",
+                code,
+            ],
+        )
+    }
+
+    fn store_artifact(&self, component: &Component, file: &Path, digest: &str) -> std::io::Result<()> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let bytes = component
+        let code = component
             .serialize()
             .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-        std::fs::create_dir_all(&self.cache_dir)?;
+        let mut bytes = Vec::with_capacity(MAC_LEN + code.len());
+        bytes.extend_from_slice(&self.artifact_mac(digest, &code));
+        bytes.extend_from_slice(&code);
+        private_dir::ensure(&self.cache_dir).map_err(std::io::Error::other)?;
         // Write then rename, so a concurrent reader or eviction never sees half a file. The name
         // is unique to this process and call: two threads compiling the same plugin at once each
         // write their own, and the second rename replaces the first with identical bytes.

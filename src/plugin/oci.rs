@@ -30,7 +30,7 @@ pub use reference::{OciReference, is_loopback};
 pub use trust::{CaArgument, RegistryTrust, TrustError};
 
 use crate::sync::hash::digest_bytes;
-use cache::{Cache, Entry};
+use cache::Cache;
 use distribution::RegistryClient;
 use oci_client::manifest::{OciImageManifest, OciManifest};
 use oci_wasm::{ToConfig, WasmConfig};
@@ -181,7 +181,7 @@ impl OciSettings {
 impl Default for OciSettings {
     fn default() -> Self {
         OciSettings {
-            cache_dir: std::env::temp_dir().join("mimeo-oci-cache"),
+            cache_dir: crate::plugin::private_dir::default_cache_dir("oci-cache"),
             cache_max_bytes: 1 << 30,
             max_artifact_bytes: 100 << 20,
             insecure_registries: vec![],
@@ -407,12 +407,12 @@ impl Oci {
         let found = tokio::task::spawn_blocking(move || cache.get(&digest))
             .await
             .map_err(|e| OciError::Cache(e.to_string()))??;
-        Ok(found.map(|(entry, bytes)| Fetched {
-            bytes: Arc::new(bytes),
+        Ok(found.map(|found| Fetched {
+            bytes: Arc::new(found.bytes),
             manifest_digest: manifest_digest.to_owned(),
-            layer_digest: entry.layer,
+            layer_digest: found.layer,
             from_cache: true,
-            annotations: entry.annotations,
+            annotations: found.annotations,
         }))
     }
 
@@ -452,14 +452,9 @@ impl Oci {
             });
         }
 
-        let entry = Entry {
-            layer: layer.digest.clone(),
-            media_type: layer.media_type,
-            annotations: annotations.clone(),
-        };
         let bytes = Arc::new(bytes);
         let (cache, stored, digest) = (self.cache.clone(), bytes.clone(), expected.clone());
-        let put = tokio::task::spawn_blocking(move || cache.put(&digest, &entry, &stored))
+        let put = tokio::task::spawn_blocking(move || cache.put(&digest, &body, &stored))
             .await
             .map_err(|e| OciError::Cache(e.to_string()))
             .and_then(|r| r);

@@ -3,9 +3,13 @@
 //!
 //! ```text
 //! <dir>/blobs/sha256/<hex>           a layer's bytes (the component)
-//! <dir>/manifests/sha256/<hex>.json  a manifest digest -> its layer digest and annotations
+//! <dir>/manifests/sha256/<hex>.json  the manifest itself, as the registry sent it
 //! <dir>/tmp/                         files being written; renamed into place when complete
 //! ```
+//!
+//! Nothing read back is trusted for where it lies: a manifest must hash to the digest it is
+//! filed under, and the layer it names to its own digest. The directory is private
+//! (`private_dir`), but a file planted in it still could not make a pinned digest run other code.
 //!
 //! Every write is a temp file renamed into place, so a reader (in this or another process) sees
 //! a whole file or none. A blob's mtime is its last use; when the blobs add up to more than the
@@ -13,22 +17,22 @@
 //! it off the async runtime.
 
 use super::OciError;
+use super::manifest::check_manifest;
 use super::reference::is_digest;
+use crate::plugin::private_dir;
 use crate::sync::hash::digest_bytes;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-/// What the index keeps for a manifest.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct Entry {
+/// An artifact served from the cache: its layer's digest, the manifest's annotations, and the
+/// layer's bytes, each checked against its digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Cached {
     pub layer: String,
-    pub media_type: String,
-    #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    pub bytes: Vec<u8>,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +74,8 @@ fn cache_error(what: &str, path: &Path, e: impl std::fmt::Display) -> OciError {
 
 impl Cache {
     pub fn new(dir: PathBuf, max_bytes: u64) -> Result<Self, OciError> {
+        private_dir::ensure(&dir)
+            .map_err(|e| OciError::Cache(format!("the artifact cache (--artifact-cache-dir) {e}")))?;
         for sub in ["blobs/sha256", "manifests/sha256", "tmp"] {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path).map_err(|e| cache_error("creating", &path, e))?;
@@ -88,67 +94,67 @@ impl Cache {
             .join(format!("{}.json", &manifest_digest["sha256:".len()..]))
     }
 
-    /// The entry and bytes for a manifest digest, if both are here and the bytes still hash to
-    /// their digest (a damaged file is removed and reported as a miss). Marks the blob used.
-    pub fn get(&self, manifest_digest: &str) -> Result<Option<(Entry, Vec<u8>)>, OciError> {
+    /// The artifact for a manifest digest, if its manifest and layer are both here and each
+    /// hashes to its digest (anything else is removed and reported as a miss). Marks the blob used.
+    pub fn get(&self, manifest_digest: &str) -> Result<Option<Cached>, OciError> {
         if !is_digest(manifest_digest) {
             return Ok(None);
         }
         let entry_path = self.entry_path(manifest_digest);
-        let entry: Entry = match std::fs::read(&entry_path) {
-            Ok(bytes) => match serde_json::from_slice(&bytes) {
-                Ok(entry) => entry,
-                Err(e) => {
-                    tracing::warn!(file = %entry_path.display(), error = %e, "removing an unreadable cache entry");
-                    let _ = std::fs::remove_file(&entry_path);
-                    return Ok(None);
-                }
-            },
+        let manifest = match std::fs::read(&entry_path) {
+            Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(cache_error("reading", &entry_path, e)),
         };
-        if !is_digest(&entry.layer) {
+        let checked = check_manifest(&manifest, manifest_digest, u64::MAX)
+            .ok()
+            .filter(|_| digest_bytes(&manifest) == manifest_digest);
+        let Some((layer, annotations)) = checked else {
+            tracing::warn!(file = %entry_path.display(), "removing a cached manifest that is not the one its digest names");
             let _ = std::fs::remove_file(&entry_path);
             return Ok(None);
-        }
-        let blob_path = self.blob_path(&entry.layer);
+        };
+        let blob_path = self.blob_path(&layer.digest);
         let bytes = match std::fs::read(&blob_path) {
             Ok(bytes) => bytes,
-            // Evicted: the entry alone is no use.
+            // Evicted: the manifest alone is no use.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let _ = std::fs::remove_file(&entry_path);
                 return Ok(None);
             }
             Err(e) => return Err(cache_error("reading", &blob_path, e)),
         };
-        if digest_bytes(&bytes) != entry.layer {
+        if digest_bytes(&bytes) != layer.digest {
             tracing::warn!(file = %blob_path.display(), "removing a damaged cached artifact");
             let _ = std::fs::remove_file(&blob_path);
             let _ = std::fs::remove_file(&entry_path);
             return Ok(None);
         }
         touch(&blob_path);
-        Ok(Some((entry, bytes)))
+        Ok(Some(Cached {
+            layer: layer.digest,
+            annotations,
+            bytes,
+        }))
     }
 
-    /// Stores a verified layer under its digest and the entry under the manifest digest, then
-    /// evicts down to the limit, keeping this blob.
-    pub fn put(&self, manifest_digest: &str, entry: &Entry, bytes: &[u8]) -> Result<(), OciError> {
-        if !is_digest(manifest_digest) || !is_digest(&entry.layer) {
+    /// Stores a verified manifest under its digest and its layer under the layer's, then evicts
+    /// down to the limit, keeping this blob.
+    pub fn put(&self, manifest_digest: &str, manifest: &[u8], bytes: &[u8]) -> Result<(), OciError> {
+        let layer = digest_bytes(bytes);
+        if !is_digest(manifest_digest) || digest_bytes(manifest) != manifest_digest {
             return Err(OciError::Cache(format!(
-                "refusing to store {manifest_digest} / {}: not sha256 digests",
-                entry.layer
+                "refusing to store a manifest under {manifest_digest}: it does not hash to it"
             )));
         }
-        let blob_path = self.blob_path(&entry.layer);
+        let blob_path = self.blob_path(&layer);
         if blob_path.exists() {
             touch(&blob_path);
         } else {
             self.write_atomically(&blob_path, bytes)?;
         }
-        let json = serde_json::to_vec(entry).map_err(|e| OciError::Cache(e.to_string()))?;
-        self.write_atomically(&self.entry_path(manifest_digest), &json)?;
-        self.evict(&entry.layer)
+        self.write_atomically(&self.entry_path(manifest_digest), manifest)?;
+        self.evict(&layer)
     }
 
     fn write_atomically(&self, path: &Path, bytes: &[u8]) -> Result<(), OciError> {
@@ -198,8 +204,8 @@ impl Cache {
             for item in listing.flatten() {
                 let stale = std::fs::read(item.path())
                     .ok()
-                    .and_then(|bytes| serde_json::from_slice::<Entry>(&bytes).ok())
-                    .is_none_or(|entry| evict.contains(&entry.layer));
+                    .and_then(|bytes| check_manifest(&bytes, "cached", u64::MAX).ok())
+                    .is_none_or(|(layer, _)| evict.contains(&layer.digest));
                 if stale {
                     let _ = std::fs::remove_file(item.path());
                 }
@@ -255,44 +261,52 @@ mod tests {
         digest_bytes(bytes)
     }
 
+    /// A Wasm artifact's manifest for `layer`, with an annotation `n`.
+    fn manifest(layer: &[u8], n: u8) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": digest(b"{}"), "size": 2},
+            "layers": [{"mediaType": "application/wasm", "digest": digest(layer), "size": layer.len()}],
+            "annotations": {"n": n.to_string()},
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn stores_serves_and_evicts_on_disk() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::new(dir.path().to_owned(), 25).unwrap();
         let put = |n: u8, bytes: &[u8]| {
-            let manifest = digest(&[n]);
-            let entry = Entry {
-                layer: digest(bytes),
-                media_type: "application/wasm".into(),
-                annotations: BTreeMap::from([("n".into(), n.to_string())]),
-            };
-            cache.put(&manifest, &entry, bytes).unwrap();
+            let manifest = manifest(bytes, n);
+            let name = digest(&manifest);
+            cache.put(&name, &manifest, bytes).unwrap();
             // Distinct mtimes, whatever the file system's resolution.
             std::thread::sleep(Duration::from_millis(20));
-            manifest
+            name
         };
         let a = put(1, &[b'a'; 10]);
         let b = put(2, &[b'b'; 10]);
-        let (entry, bytes) = cache.get(&a).unwrap().unwrap();
-        assert_eq!(bytes, vec![b'a'; 10]);
-        assert_eq!(entry.annotations["n"], "1");
+        let found = cache.get(&a).unwrap().unwrap();
+        assert_eq!(found.bytes, vec![b'a'; 10]);
+        assert_eq!(found.annotations["n"], "1");
         std::thread::sleep(Duration::from_millis(20));
         // a was read after b was stored, so b is the least recently used when c does not fit.
         let c = put(3, &[b'c'; 10]);
         assert!(cache.get(&b).unwrap().is_none(), "b was evicted");
         assert!(cache.get(&a).unwrap().is_some());
         assert!(cache.get(&c).unwrap().is_some());
-        assert!(!cache.entry_path(&b).exists(), "its entry went with it");
+        assert!(!cache.entry_path(&b).exists(), "its manifest went with it");
 
         // A fresh handle on the same directory (a restart) serves what is there.
         let again = Cache::new(dir.path().to_owned(), 25).unwrap();
         assert!(again.get(&c).unwrap().is_some());
 
         // A damaged blob is a miss, and is removed.
-        let (entry, _) = again.get(&c).unwrap().unwrap();
-        std::fs::write(again.blob_path(&entry.layer), b"tampered").unwrap();
+        let found = again.get(&c).unwrap().unwrap();
+        std::fs::write(again.blob_path(&found.layer), b"tampered").unwrap();
         assert!(again.get(&c).unwrap().is_none());
-        assert!(!again.blob_path(&entry.layer).exists());
+        assert!(!again.blob_path(&found.layer).exists());
 
         // Nothing is left behind in tmp/.
         assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
@@ -300,18 +314,47 @@ mod tests {
         assert!(again.get("sha256:../../x").unwrap().is_none());
     }
 
+    /// Someone who can write the directory files a manifest naming their own (well-formed,
+    /// self-consistent) layer under the digest a rule pins: it is not served.
+    #[test]
+    fn a_planted_manifest_never_serves_a_pinned_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_owned(), 1 << 20).unwrap();
+        let good = b"the real component";
+        let pinned = digest(&manifest(good, 1));
+        cache.put(&pinned, &manifest(good, 1), good).unwrap();
+        let planted = b"someone else's component";
+        cache
+            .put(&digest(&manifest(planted, 2)), &manifest(planted, 2), planted)
+            .unwrap();
+        std::fs::write(cache.entry_path(&pinned), manifest(planted, 2)).unwrap();
+        assert!(
+            cache.get(&pinned).unwrap().is_none(),
+            "a planted manifest was served"
+        );
+        assert!(!cache.entry_path(&pinned).exists(), "and removed");
+        assert!(cache.put(&pinned, &manifest(planted, 2), planted).is_err());
+    }
+
     #[test]
     fn one_blob_larger_than_the_limit_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::new(dir.path().to_owned(), 5).unwrap();
         let bytes = [7u8; 50];
-        let manifest = digest(b"m");
-        let entry = Entry {
-            layer: digest(&bytes),
-            media_type: "application/wasm".into(),
-            annotations: BTreeMap::new(),
-        };
-        cache.put(&manifest, &entry, &bytes).unwrap();
-        assert_eq!(cache.get(&manifest).unwrap().unwrap().1, bytes);
+        let manifest = manifest(&bytes, 0);
+        let name = digest(&manifest);
+        cache.put(&name, &manifest, &bytes).unwrap();
+        assert_eq!(cache.get(&name).unwrap().unwrap().bytes, bytes);
+    }
+
+    #[test]
+    fn a_shared_directory_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("oci-cache");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = Cache::new(dir, 1).unwrap_err().to_string();
+        assert!(refused.contains("writable by group or others"), "{refused}");
     }
 }
