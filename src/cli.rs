@@ -173,6 +173,9 @@ pub struct PluginTestArgs {
     /// Print the result as JSON instead of YAML.
     #[arg(long)]
     pub json: bool,
+    /// When a plugin traps, print wasmtime's raw backtrace (its frames) too.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub limits: PluginLimitArgs,
     #[command(flatten)]

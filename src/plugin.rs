@@ -9,6 +9,7 @@
 //! environment, no arguments.
 
 mod engine;
+mod guest_stderr;
 pub mod oci;
 mod output;
 pub(crate) mod private_dir;
@@ -87,8 +88,10 @@ pub enum PluginError {
     Timeout(Duration),
     #[error("the plugin tried to use more than {0} bytes of memory")]
     OutOfMemory(usize),
-    #[error("the plugin trapped: {0}")]
-    Trap(String),
+    /// `cause` names what stopped the guest and what it said (on stderr) as it went; `frames`
+    /// are wasmtime's raw backtrace, for `mimeo plugin test --verbose` and debug logs.
+    #[error("the plugin trapped: {cause}")]
+    Trap { cause: String, frames: String },
     #[error("the plugin returned {0} bytes, more than the {1} allowed")]
     OutputTooLarge(usize, usize),
     #[error("the plugin returned invalid JSON: {0}")]
@@ -119,7 +122,7 @@ impl PluginError {
             PluginError::Timeout(_) | PluginError::OutOfMemory(_) | PluginError::OutputTooLarge(..) => {
                 self.to_string()
             }
-            PluginError::Trap(_) => "the plugin trapped".into(),
+            PluginError::Trap { .. } => "the plugin trapped".into(),
             PluginError::InvalidOutput(_) => "the plugin returned invalid JSON".into(),
             PluginError::Violation(_) => "the plugin broke a rule of what it may change".into(),
             PluginError::Failed(_) => "the plugin reported an error".into(),
@@ -138,7 +141,7 @@ impl PluginError {
             PluginError::Link(_) => "link",
             PluginError::Timeout(_) => "timeout",
             PluginError::OutOfMemory(_) => "out_of_memory",
-            PluginError::Trap(_) => "trap",
+            PluginError::Trap { .. } => "trap",
             PluginError::OutputTooLarge(..) => "output_too_large",
             PluginError::InvalidOutput(_) => "invalid_output",
             PluginError::Violation(_) => "violation",
@@ -406,9 +409,35 @@ impl PluginHost {
             } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
                 PluginError::Timeout(deadline)
             } else {
-                PluginError::Trap(truncate(&format!("{e:#}"), 512))
+                let said = guest_stderr::last_words(&store.data().stderr.text());
+                PluginError::Trap {
+                    cause: truncate(&trap_cause(&e, said.as_deref()), 512),
+                    frames: format!("{e:?}"),
+                }
             }
         })
+    }
+}
+
+/// What stopped a guest, in words a plugin's author can act on, and what it said as it went.
+fn trap_cause(error: &wasmtime::Error, said: Option<&str>) -> String {
+    let named = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::StackOverflow) => {
+            "stack overflow: the plugin's call stack is exhausted (deep or endless recursion)".to_owned()
+        }
+        Some(wasmtime::Trap::UnreachableCodeReached) => {
+            "it reached `unreachable` (a panic, an abort or an exception it did not catch)".to_owned()
+        }
+        Some(wasmtime::Trap::MemoryOutOfBounds) => "it accessed memory out of bounds".to_owned(),
+        Some(wasmtime::Trap::IntegerDivisionByZero) => "it divided an integer by zero".to_owned(),
+        Some(wasmtime::Trap::IntegerOverflow) => "an integer overflowed".to_owned(),
+        Some(other) => other.to_string(),
+        // Not a wasm trap (a host function failed): its first line, without the backtrace.
+        None => error.to_string().lines().next().unwrap_or_default().to_owned(),
+    };
+    match said {
+        Some(words) => format!("{named}; it wrote to stderr: {words}"),
+        None => named,
     }
 }
 

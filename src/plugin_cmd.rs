@@ -9,7 +9,7 @@ use mimeo::plugin::oci::{
     ANNOTATION_DESCRIPTION, Credentials, Fetched, Oci, OciReference, credentials_from_docker_config,
     plugin_annotations,
 };
-use mimeo::plugin::{ChainOutcome, PluginHost, TransformContext};
+use mimeo::plugin::{ChainOutcome, PluginError, PluginHost, TransformContext};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -165,8 +165,12 @@ fn run_test(
             serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
         apply_context(&mut ctx, &given).with_context(|| format!("in {}", path.display()))?;
     }
+    let input = object.clone();
     match host.run_chain(&chain, &ctx, object) {
         Ok(ChainOutcome::Write(out)) => {
+            // On a line of its own, so that a script (or an author) can tell the two apart.
+            let outcome = if out == input { "unchanged" } else { "write" };
+            eprintln!("outcome: {outcome}");
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
@@ -180,6 +184,9 @@ fn run_test(
         }
         Err(e) => {
             eprintln!("error: {e}");
+            if let (true, PluginError::Trap { frames, .. }) = (args.verbose, &e.error) {
+                eprintln!("{frames}");
+            }
             Ok(ExitCode::FAILURE)
         }
     }

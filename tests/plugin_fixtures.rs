@@ -84,6 +84,17 @@ fn run_case(plugin: &Path, case: &Path) -> Result<(), String> {
         if got != want {
             return Err(format!("got\n{got:#}\nexpected\n{want:#}"));
         }
+        // `mimeo plugin test` says which of the two it was, on a line of its own.
+        if let Some(outcome) = read(&case.join("expected-outcome.txt"))
+            && !stderr
+                .lines()
+                .any(|l| l == format!("outcome: {}", outcome.trim()))
+        {
+            return Err(format!(
+                "expected the line `outcome: {}` on stderr: {stderr}",
+                outcome.trim()
+            ));
+        }
     } else if let Some(expected) = read(&case.join("expected-skip.txt")) {
         if code != Some(3) || !stderr.contains(expected.trim()) {
             return Err(format!(

@@ -111,7 +111,8 @@ fn misbehaving_plugins_are_contained_and_the_host_goes_on() {
     let cases: Vec<(&str, Expect)> = vec![
         ("loop", |e| matches!(e, PluginError::Timeout(_))),
         ("alloc", |e| matches!(e, PluginError::OutOfMemory(_))),
-        ("trap", |e| matches!(e, PluginError::Trap(_))),
+        ("trap", |e| matches!(e, PluginError::Trap { .. })),
+        ("recurse", |e| matches!(e, PluginError::Trap { .. })),
         ("huge-output", |e| {
             matches!(e, PluginError::OutputTooLarge(..) | PluginError::OutOfMemory(_))
         }),
@@ -264,4 +265,41 @@ fn compiled_plugins_are_cached_on_disk() {
     let plugin = second.load("filter-keys", &bytes).unwrap();
     println!("compile {compile:?}, load from cache {:?}", loaded_at.elapsed());
     assert_eq!(plugin.info.name, "filter-keys");
+}
+
+/// A trap is named for what it was, with what the guest said as it went, and without wasmtime's
+/// raw frames (those are kept apart, for `mimeo plugin test --verbose`).
+#[test]
+fn traps_say_what_happened_in_words() {
+    let host = host();
+    let bad = load(&host, "misbehave");
+    let message = |action: &str| {
+        let err = host
+            .transform(
+                &bad,
+                &ctx(),
+                &json!({"do": action}).to_string(),
+                &copy().to_string(),
+            )
+            .unwrap_err();
+        let PluginError::Trap { frames, .. } = &err else {
+            panic!("{action}: not a trap: {err}")
+        };
+        assert!(frames.contains("wasm backtrace"), "{frames}");
+        err.to_string()
+    };
+    // Word for word, but for the line and column of the panic in misbehave's source.
+    let panicked = message("trap");
+    let (said, place) = panicked.split_once("panicked at ").unwrap();
+    assert_eq!(
+        said,
+        "the plugin trapped: it reached `unreachable` (a panic, an abort or an exception it did not \
+         catch); it wrote to stderr: "
+    );
+    assert!(place.starts_with("testing/misbehave/src/lib.rs:"), "{place}");
+    assert!(place.ends_with(": asked to trap"), "{place}");
+    assert_eq!(
+        message("recurse"),
+        "the plugin trapped: stack overflow: the plugin's call stack is exhausted (deep or endless recursion)"
+    );
 }

@@ -90,26 +90,32 @@ fn check(dir: &Path, meta: &std::fs::Metadata, me: u32) -> Result<(), PrivateDir
 }
 
 /// The key of a private directory (`<dir>/key`, 32 random bytes, `0600`), made on first use.
+/// Made whole under a temporary name and linked into place, so that processes starting at once
+/// never read half a key, and the first to link it wins.
 pub fn key(dir: &Path) -> Result<[u8; 32], PrivateDirError> {
     let path = dir.join("key");
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(mut file) => {
-            let mut key = [0u8; 32];
-            std::fs::File::open("/dev/urandom")
-                .and_then(|mut random| random.read_exact(&mut key))
-                .map_err(io(Path::new("/dev/urandom")))?;
-            file.write_all(&key)
-                .and_then(|()| file.sync_all())
-                .map_err(io(&path))?;
-            return Ok(key);
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(&path)(e)),
+    if std::fs::symlink_metadata(&path).is_err() {
+        let mut key = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut random| random.read_exact(&mut key))
+            .map_err(io(Path::new("/dev/urandom")))?;
+        let partial = dir.join(format!(
+            ".key-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&partial)
+            .and_then(|mut file| file.write_all(&key).and_then(|()| file.sync_all()))
+            .and_then(|()| match std::fs::hard_link(&partial, &path) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+                _ => Ok(()),
+            });
+        let _ = std::fs::remove_file(&partial);
+        written.map_err(io(&path))?;
     }
     let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
     let me = rustix::process::geteuid().as_raw();
@@ -193,6 +199,21 @@ mod tests {
         let link = base.path().join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         assert!(ensure(&link).unwrap_err().to_string().contains("symbolic link"));
+    }
+
+    #[test]
+    fn processes_starting_at_once_share_one_whole_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<[u8; 32]> = std::thread::scope(|s| {
+            let made: Vec<_> = (0..8).map(|_| s.spawn(|| key(dir.path()).unwrap())).collect();
+            made.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(keys.iter().all(|k| *k == keys[0]), "one key for all");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["key"], "no partial key left behind");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! import's state.
 
 use super::bindings::mimeo::transform::log::{Host as LogHost, Level};
+use super::guest_stderr::GuestStderr;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -14,6 +15,8 @@ pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub limiter: Limiter,
+    /// What the guest wrote to stderr, for the message of a failure.
+    pub stderr: GuestStderr,
     plugin: String,
     rule: String,
     log_lines: u32,
@@ -21,8 +24,11 @@ pub(crate) struct HostState {
 
 impl HostState {
     pub fn new(limiter: Limiter, plugin: &str, rule: &str) -> Self {
-        // Nothing inherited: no arguments, environment, preopened directories, stdio or network.
+        // Nothing inherited: no arguments, environment, preopened directories or network; stdin
+        // and stdout are empty, stderr is kept for the message of a failure.
+        let stderr = GuestStderr::default();
         let wasi = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
             .allow_ip_name_lookup(false)
             .allow_tcp(false)
             .allow_udp(false)
@@ -31,6 +37,7 @@ impl HostState {
             wasi,
             table: ResourceTable::new(),
             limiter,
+            stderr,
             plugin: plugin.to_owned(),
             rule: rule.to_owned(),
             log_lines: 0,

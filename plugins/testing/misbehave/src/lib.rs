@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::hint::black_box;
 
 /// Everything `do` may say.
-const ACTIONS: [&str; 16] = [
+const ACTIONS: [&str; 17] = [
     "ok",
     "loop",
     "alloc",
@@ -25,6 +25,7 @@ const ACTIONS: [&str; 16] = [
     "merge",
     "sleep",
     "poll-clock",
+    "recurse",
 ];
 
 /// What `validate-config` can be made to do too (with `"during": "validate-config"`).
@@ -173,6 +174,13 @@ fn common(config: &Config) -> Option<Result<(), String>> {
             Some(Ok(()))
         }
         "trap" => panic!("asked to trap"),
+        "recurse" => {
+            // Without end, and not a tail call: the host's stack limit must stop it.
+            fn deeper(n: u64) -> u64 {
+                black_box(deeper(black_box(n + 1))) + 1
+            }
+            Some(Ok(black_box(deeper(0))).map(|_| ()))
+        }
         "error" => Some(Err("asked to fail".into())),
         "log" => {
             let lines = config.lines.unwrap_or(1000);
