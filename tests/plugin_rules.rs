@@ -366,3 +366,117 @@ async fn a_chain_runs_again_only_when_its_input_changes() {
         "one chain per copy of the new source"
     );
 }
+
+/// The resident memory of this process (the controller runs in it), from the kernel.
+fn resident_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
+
+/// Plugins that block in WASI (a sleep in transform, in validate-config, in describe) or poll a
+/// far clock are each contained at their deadline on a real apiserver: the copy becomes
+/// `PluginFailed` (or the rule `PluginUnavailable`), the previous copy stays, and a rule without
+/// plugins rotates on while twenty such rules run. Prints how long each took and the process's
+/// resident memory; the assertions are on outcomes, not times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_blocked_in_wasi_are_contained_and_other_rules_go_on() {
+    let h = harness().await;
+    let named = |name: &str, transforms: serde_json::Value| {
+        let mut r = rule(transforms);
+        r["metadata"]["name"] = json!(name);
+        r["spec"]["targets"] = json!([{"namespace": "tenant-a", "name": name}]);
+        r
+    };
+    // The control rule, rotated before and while the hostile rules run.
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                   "metadata": {"name": "control", "namespace": "platform"},
+                   "spec": {"source": {"kind": "Secret", "name": "registry"},
+                            "targets": [{"namespace": "tenant-b", "name": "control"}]}}))
+        .await;
+    h.wait_ready("platform", "control", "True", "Synced").await;
+    let rotate = |round: usize| {
+        let h = &h;
+        async move {
+            let value = format!("v{round}");
+            let started = std::time::Instant::now();
+            h.put_secret("platform", "registry", &[("username", &value)])
+                .await;
+            eventually("the control copy rotated", || async {
+                let copy = h.secrets("tenant-b").get_opt("control").await.unwrap()?;
+                (secret_value(&copy, "username").as_deref() == Some(value.as_str())).then_some(())
+            })
+            .await;
+            started.elapsed()
+        }
+    };
+    let p50 = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let mut quiet = Vec::new();
+    for round in 0..10 {
+        quiet.push(rotate(round).await);
+    }
+    let rss_before = resident_mib();
+
+    let hostile = [
+        ("sleep-transform", json!({"do": "sleep"}), "PluginFailed"),
+        ("poll-transform", json!({"do": "poll-clock"}), "PluginFailed"),
+        (
+            "sleep-validate",
+            json!({"do": "sleep", "during": "validate-config"}),
+            "PluginUnavailable",
+        ),
+    ];
+    let started = std::time::Instant::now();
+    for i in 0..20 {
+        let (kind, config, _) = &hostile[i % hostile.len()];
+        h.apply(named(
+            &format!("{kind}-{i}"),
+            json!([{"plugin": "file://misbehave.wasm", "config": config}]),
+        ))
+        .await;
+    }
+    h.apply(named(
+        "stall-describe",
+        json!([{"plugin": "file://stall-describe.wasm"}]),
+    ))
+    .await;
+    for i in 0..20 {
+        let (kind, _, reason) = &hostile[i % hostile.len()];
+        let name = format!("{kind}-{i}");
+        let rule = h.wait_ready("platform", &name, "False", reason).await;
+        let status = rule.status.unwrap();
+        let message = match *reason {
+            "PluginFailed" => status.targets[0].message.clone().unwrap_or_default(),
+            _ => status.conditions[0].message.clone(),
+        };
+        assert!(message.contains("ran past its deadline"), "{name}: {message}");
+        assert!(h.secrets("tenant-a").get_opt(&name).await.unwrap().is_none());
+    }
+    let all_contained = started.elapsed();
+    let stalled = h
+        .wait_ready("platform", "stall-describe", "False", "PluginUnavailable")
+        .await;
+    assert!(
+        stalled.status.unwrap().conditions[0]
+            .message
+            .contains("ran past its deadline"),
+        "describe is under the deadline too"
+    );
+    let mut busy = Vec::new();
+    for round in 10..20 {
+        busy.push(rotate(round).await);
+    }
+    let rss_after = resident_mib();
+    println!(
+        "21 hostile rules contained in {all_contained:?}; control rotation p50 {:?} quiet, {:?} with them; \
+         resident {rss_before} MiB before, {rss_after} MiB after",
+        p50(quiet),
+        p50(busy)
+    );
+}
