@@ -1144,3 +1144,22 @@ async fn a_registrys_error_bodies_are_never_shown() {
         assert!(!server.requests().is_empty());
     }
 }
+
+/// A manifest is read at most 4 MiB far, however large the artifact limit: a registry that sends
+/// more (a manifest of 5 MiB here, and the artifact limit at 100 MiB) is refused as too large
+/// while it is read, not buffered whole first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_is_capped_before_it_is_read_whole() {
+    let cli = Cli::new();
+    let work = tempfile::tempdir().unwrap();
+    let huge = format!(r#"{{"schemaVersion": 2, "padding": "{}"}}"#, "x".repeat(5 << 20));
+    let server = Scripted::start(move |_: &Asked| {
+        Answer::new(200)
+            .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            .body(huge.clone())
+    })
+    .await
+    .unwrap();
+    let output = pull_path(&cli, &server.host(), "p:1", work.path(), &[]);
+    failed_with(&output, &["more than the 4194304 allowed"]);
+}

@@ -362,8 +362,11 @@ impl RegistryClient {
         Ok(crate::sync::hash::digest_bytes(&body))
     }
 
-    /// The bytes of the manifest `reference` names, refused past `limit`.
+    /// The bytes of the manifest `reference` names, refused past `limit` or [`MAX_MANIFEST_BYTES`],
+    /// whichever is smaller, while it is read: a manifest is a few hundred bytes, and a registry
+    /// that sends more is not buffered for it.
     pub async fn manifest(&self, reference: &OciReference, limit: u64) -> Result<Vec<u8>, OciError> {
+        let limit = limit.min(MAX_MANIFEST_BYTES);
         let url = self.url(&Self::manifest_url(reference));
         let scope = scope(&reference.repository, false);
         let accept = super::manifest::accepted_manifest_types().join(", ");
@@ -494,6 +497,9 @@ enum Capped {
     TooLarge(u64),
     Failed(reqwest::Error),
 }
+
+/// The largest manifest read: the OCI distribution spec's 4 MiB, which registries accept at most.
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// A response's body, refused as soon as it says or shows it is over `limit`.
 async fn read_capped(response: Response, limit: u64) -> Result<Vec<u8>, Capped> {
