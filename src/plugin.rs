@@ -233,6 +233,9 @@ impl ChainError {
     }
 }
 
+/// Plugins kept loaded by digest, at most.
+const MAX_LOADED: usize = 128;
+
 /// One engine, its compiled plugins, and the limits every call runs under.
 pub struct PluginHost {
     engine: engine::Engine,
@@ -287,10 +290,13 @@ impl PluginHost {
         };
         plugin.info = self.describe(&plugin)?;
         let plugin = Arc::new(plugin);
-        self.loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(digest, plugin.clone());
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        // Starts afresh past the bound: each entry holds compiled code, and plugins of rules
+        // long gone (or every version a ConfigMap plugin went through) would stay otherwise.
+        if loaded.len() >= MAX_LOADED {
+            loaded.clear();
+        }
+        loaded.insert(digest, plugin.clone());
         Ok(plugin)
     }
 

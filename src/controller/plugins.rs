@@ -171,6 +171,13 @@ type LoadedConfigMap = (String, String, Arc<Plugin>);
 /// Past this many ConfigMap plugins remembered, the map starts afresh (references of deleted
 /// rules are not removed one by one); each entry is a few strings and a shared plugin.
 const MAX_CONFIG_MAP_PLUGINS: usize = 1024;
+/// Past this many accepted (plugin, config) pairs the set starts afresh: a tenant patching in a
+/// new config again and again must not grow it without end. A config forgotten is checked again.
+const MAX_ACCEPTED_CONFIGS: usize = 4096;
+/// Past this many compiled `oci://` plugins kept by digest the map starts afresh: each holds a
+/// component's compiled code, and a tag moved often, or many rules' plugins, would otherwise keep
+/// every one of them. A plugin dropped here is loaded again from the caches on disk.
+const MAX_LOADED_ARTIFACTS: usize = 128;
 
 pub struct Plugins {
     host: Arc<PluginHost>,
@@ -269,7 +276,11 @@ impl Plugins {
                     .await
                     .map_err(|e| problem(e.to_string()))?
                     .map_err(|e| problem(e.to_string()))?;
-                lock(&self.accepted_configs).insert(key);
+                let mut accepted = lock(&self.accepted_configs);
+                if accepted.len() >= MAX_ACCEPTED_CONFIGS {
+                    accepted.clear();
+                }
+                accepted.insert(key);
             }
             chain.push((plugin, config));
         }
@@ -363,7 +374,12 @@ impl Plugins {
             .compile(&name, fetched.bytes.to_vec())
             .await
             .map_err(|e| problem("PluginUnavailable", e))?;
-        lock(&self.artifacts).insert(pin.digest.clone(), plugin.clone());
+        let mut artifacts = lock(&self.artifacts);
+        if artifacts.len() >= MAX_LOADED_ARTIFACTS {
+            artifacts.clear();
+        }
+        artifacts.insert(pin.digest.clone(), plugin.clone());
+        drop(artifacts);
         Ok((plugin, pin, due))
     }
 
