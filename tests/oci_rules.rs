@@ -117,7 +117,7 @@ async fn rules_run_plugins_from_a_registry_and_then_from_the_cache() {
     let python = registry
         .push_wasm(
             "plugins/add-annotation-python:0.1",
-            &plugin_bytes("add-annotation-python.wasm"),
+            &std::fs::read(common::example_plugin("python")).unwrap(),
         )
         .unwrap();
 

@@ -528,3 +528,42 @@ pub fn plugin_dir() -> PathBuf {
     })
     .clone()
 }
+
+/// An example plugin of `plugins/examples/<lang>` (`add-annotation-<lang>.wasm`), built with its
+/// `build.sh` on first use in this process (which installs its toolchain under
+/// `~/.cache/mimeo/toolchains` the first time), so that a test needing one passes on a fresh
+/// machine without `plugins/examples/build-all.sh` having run first.
+pub fn example_plugin(lang: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<BTreeMap<String, PathBuf>> = std::sync::Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = built.get(lang) {
+        return path.clone();
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("plugins/examples/{lang}/build.sh"));
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} failed:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out = String::from_utf8_lossy(&output.stdout);
+    let dir = PathBuf::from(
+        out.lines()
+            .last()
+            .expect("build.sh prints its output directory")
+            .trim(),
+    );
+    let path = dir.join(format!("add-annotation-{lang}.wasm"));
+    assert!(
+        path.exists(),
+        "{} did not write {}",
+        script.display(),
+        path.display()
+    );
+    built.insert(lang.to_owned(), path.clone());
+    path
+}
