@@ -6,6 +6,7 @@ mod chain_outputs;
 mod error;
 mod fleet;
 mod named_namespaces;
+mod plugin_config_maps;
 mod plugins;
 mod reconcile;
 mod remote;
@@ -71,6 +72,8 @@ pub struct Context {
     fleet: Arc<Fleet>,
     allowed_kinds: Vec<AllowedKind>,
     plugins: plugins::Plugins,
+    /// The ConfigMaps `configmap://` plugins come from, watched so that a change wakes the rules.
+    plugin_config_maps: plugin_config_maps::PluginConfigMaps,
     /// What each rule's chain made of each copy, reused while the input is the same.
     chain_outputs: chain_outputs::ChainOutputs,
 }
@@ -121,6 +124,7 @@ pub async fn run(
 ) -> Result<(), Error> {
     check_crds(&client, &config.scope).await?;
     let (triggers, streams) = Triggers::new(&config.scope);
+    let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
     let fleet = Fleet::start(client.clone(), config.scope.clone(), metrics.clone(), triggers);
     let allowed_kinds = if config.allowed_kinds.is_empty() {
         default_allowed_kinds()
@@ -148,6 +152,7 @@ pub async fn run(
             Oci::new(config.oci.clone()).map_err(|e| Error::PluginHost(e.to_string()))?,
             config.oci_policy.clone(),
         ),
+        plugin_config_maps,
         chain_outputs: Default::default(),
     });
 

@@ -693,13 +693,13 @@ fn check_variant(name: &str, docs: &[Value]) {
             );
         }
         "watchNamespacesOtherKinds" => {
-            // Secret and ConfigMap are not allowed: still one GET each, for pluginPullSecrets and
-            // configmap:// plugins of the namespace's rules. Cluster-scoped kinds get nothing.
+            // Secret and ConfigMap are not allowed: still a GET of pluginPullSecrets, and GET and
+            // a watch by name of the ConfigMaps of configmap:// plugins of the namespace's rules. Cluster-scoped kinds get nothing.
             check_watch_namespaces(docs, &["team-a"], |ns| {
                 watch_namespace_grants(
                     ns,
                     &[("kyverno.io", "policies"), ("example.com", "widgets")],
-                    &["/secrets: get", "/configmaps: get"],
+                    &["/secrets: get", "/configmaps: get,list,watch"],
                 )
             });
             for kind in [
@@ -738,8 +738,8 @@ fn check_variant(name: &str, docs: &[Value]) {
             assert_eq!(verbs(role, "example.com", "gadgets"), sorted(READ));
             assert_eq!(verbs(role, "", "serviceaccounts"), sorted(ALL));
             assert_eq!(verbs(role, "", "secrets"), sorted(ALL));
-            // Not allowed, but configmap:// plugins are still read.
-            assert_eq!(verbs(role, "", "configmaps"), sorted(&["get"]));
+            // Not allowed, but configmap:// plugins are still read, their ConfigMaps watched.
+            assert_eq!(verbs(role, "", "configmaps"), sorted(&["get", "list", "watch"]));
             assert_eq!(verbs(role, "kyverno.io", "policies"), Vec::<String>::new());
             for kind in [
                 "Secret",

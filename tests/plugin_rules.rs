@@ -242,9 +242,26 @@ async fn config_map_plugins_follow_their_config_map() {
         "{bytes} bytes read for {rounds} reconciles: the component was read again"
     );
 
-    // Changed: another component under the key is loaded at the next reconcile. rename-keys
-    // refuses filter-keys's config, which shows that it was loaded.
+    // Changed: another component under the key is loaded at once, the ConfigMap's watch waking
+    // the rule with nothing else changed (the 15 s retry and the resync are too slow for the
+    // wait). rename-keys refuses filter-keys's config, which shows that it was loaded.
+    let replaced = std::time::Instant::now();
     put_plugin(&h, "transform.wasm", &read("rename-keys.wasm")).await;
+    let refused_at = eventually(
+        "rename-keys refusing the config, with no other change",
+        || async {
+            let rule = h.rule("platform", "registry").await?;
+            let condition = rule.status?.conditions.into_iter().next()?;
+            (condition.reason == "PluginUnavailable").then(std::time::Instant::now)
+        },
+    )
+    .await;
+    let took = refused_at - replaced;
+    eprintln!("a replaced configmap:// component took effect in {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "{took:?}: not woken by the ConfigMap"
+    );
     h.put_secret(
         "platform",
         "registry",
