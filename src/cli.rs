@@ -514,6 +514,11 @@ pub struct PluginArgs {
     /// Largest object a plugin may return, in KiB.
     #[arg(long, env = "MIMEO_PLUGIN_OUTPUT_KIB", default_value_t = 4096)]
     pub plugin_output_kib: usize,
+    /// Plugin instances at once, over all rules: transforms, config checks and the describe of
+    /// a plugin being loaded (which compiles it first) share these. Guest memory is at most this
+    /// times --plugin-memory-mib.
+    #[arg(long, env = "MIMEO_PLUGIN_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub plugin_concurrency: u32,
 }
 
 impl PluginArgs {
@@ -524,7 +529,7 @@ impl PluginArgs {
             deadline: std::time::Duration::from_millis(self.plugin_deadline_ms),
             max_memory_bytes: self.plugin_memory_mib << 20,
             max_output_bytes: self.plugin_output_kib << 10,
-            ..Default::default()
+            concurrency: self.plugin_concurrency,
         }
     }
 }

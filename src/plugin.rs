@@ -66,7 +66,7 @@ impl Default for HostSettings {
             deadline: Duration::from_millis(100),
             max_memory_bytes: 64 << 20,
             max_output_bytes: 4 << 20,
-            concurrency: 16,
+            concurrency: 4,
         }
     }
 }

@@ -271,6 +271,8 @@ impl Plugins {
             };
             let key = (plugin.digest.clone(), config.clone());
             if !lock(&self.accepted_configs).contains(&key) {
+                // An instance like a transform's: it takes a permit, so it counts in the bound.
+                let _permit = self.calls.clone().acquire_owned().await;
                 let (host, checked, cfg) = (self.host.clone(), plugin.clone(), config.clone());
                 tokio::task::spawn_blocking(move || host.validate_config(&checked, &cfg))
                     .await
@@ -506,6 +508,9 @@ impl Plugins {
     }
 
     async fn compile(&self, reference: &str, bytes: Vec<u8>) -> Result<Arc<Plugin>, String> {
+        // Compiling (all of Cranelift's memory) and the describe that follows take a permit
+        // like a call: at most `concurrency` at once, within the memory the docs add up.
+        let _permit = self.calls.clone().acquire_owned().await;
         let (host, name) = (self.host.clone(), reference.to_owned());
         tokio::task::spawn_blocking(move || host.load(&name, &bytes))
             .await
