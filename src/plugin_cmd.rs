@@ -107,6 +107,7 @@ async fn plugin_bytes(
 }
 
 pub async fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
+    mimeo::telemetry::init_plugin_log();
     let plugins = plugin_bytes(&args.plugins, &args.registry).await?;
     tokio::task::block_in_place(|| run_test(args, plugins))
 }

@@ -198,3 +198,45 @@ fn inspect_shows_what_a_plugin_is() {
     assert!(!not_a_plugin.status.success());
     assert!(String::from_utf8_lossy(&not_a_plugin.stderr).contains("not a WebAssembly component"));
 }
+
+/// What an author sees of `mimeo plugin test`: the plugin's `log` lines and the outcome on
+/// stderr beside the object, a trap in words, and its raw frames only with `--verbose`.
+#[test]
+fn plugin_test_shows_logs_outcome_and_traps_in_words() {
+    let plugin = common::plugin_dir().join("misbehave.wasm");
+    let object = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        object.path(),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: a, namespace: b}\ndata: {k: dg==}\n",
+    )
+    .unwrap();
+    let run = |config: &str, extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+            .args(["plugin", "test"])
+            .arg(&plugin)
+            .arg("-f")
+            .arg(object.path())
+            .args(["--config", config])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(r#"{"do": "log", "lines": 2}"#, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("misbehave: log line 1 of 2"), "{stderr}");
+    assert!(stderr.contains("misbehave: log line 2 of 2"), "{stderr}");
+    assert!(stderr.lines().any(|l| l == "outcome: unchanged"), "{stderr}");
+    let (code, stderr) = run(r#"{"do": "trap"}"#, &[]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("it wrote to stderr: panicked at"), "{stderr}");
+    assert!(
+        !stderr.contains("wasm backtrace"),
+        "frames only with --verbose: {stderr}"
+    );
+    let (_, verbose) = run(r#"{"do": "trap"}"#, &["--verbose"]);
+    assert!(verbose.contains("wasm backtrace"), "{verbose}");
+}
