@@ -154,27 +154,9 @@ impl Harness {
             .unwrap()
     }
 
-    /// Applies any object given as JSON (a rule, a namespace, a Secret...).
+    /// Applies any object given as JSON (a rule, a namespace, a Secret...), as the admin.
     pub async fn apply(&self, object: Value) {
-        let api_resource = kube::core::ApiResource::from_gvk(
-            &kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
-                api_version: object["apiVersion"].as_str().unwrap().into(),
-                kind: object["kind"].as_str().unwrap().into(),
-            })
-            .unwrap(),
-        );
-        let api_resource = match api_resource.kind.as_str() {
-            "SyncRule" | "ClusterSyncRule" => api_resource,
-            _ => api_resource,
-        };
-        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-        let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &api_resource),
-            None => Api::all_with(self.client.clone(), &api_resource),
-        };
-        api.patch(&name, &PatchParams::apply("test").force(), &Patch::Apply(&object))
-            .await
-            .unwrap();
+        apply_with(&self.client, "test", object).await.unwrap();
     }
 
     /// Registers another cluster: its kubeconfig in the Secret `mimeo-system/<name>-kubeconfig`
@@ -421,6 +403,11 @@ pub async fn tenant_client(h: &Harness, namespace: &str) -> Client {
 
 /// Applies an object as `client` (a tenant), with server-side apply.
 pub async fn apply_as(client: &Client, object: Value) -> kube::Result<()> {
+    apply_with(client, "tenant", object).await
+}
+
+/// Server-side applies any object given as JSON with `client`, under field manager `manager`.
+async fn apply_with(client: &Client, manager: &str, object: Value) -> kube::Result<()> {
     let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
         api_version: object["apiVersion"].as_str().unwrap().into(),
         kind: object["kind"].as_str().unwrap().into(),
@@ -434,7 +421,7 @@ pub async fn apply_as(client: &Client, object: Value) -> kube::Result<()> {
     };
     api.patch(
         &name,
-        &PatchParams::apply("tenant").force(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(&object),
     )
     .await
