@@ -286,6 +286,19 @@ type Discovered = (ApiResource, bool, Instant);
 /// A copy: kind (plural), namespace and name.
 type CopyId = (String, String, String);
 
+/// A write remembered: the kind, the version it replaced, and the copy the apiserver returned.
+type Written = (ApiResource, String, Arc<DynamicObject>);
+
+/// Past this many remembered writes, those the copies cache has caught up with are forgotten.
+const WRITTEN_SWEEP: usize = 1024;
+
+/// Whether the copies cache still holds the version a write of ours replaced (so the written copy
+/// is the truer one): the cache holds that very version. A cache that moved on, or lost the
+/// object, has caught up.
+fn cache_lags(cached_version: Option<&str>, replaced: &str) -> bool {
+    cached_version == Some(replaced)
+}
+
 /// The shared caches and the interests that route their events.
 pub struct Watches {
     /// This very value, for the watch tasks it starts: they must not keep it alive.
@@ -312,9 +325,11 @@ pub struct Watches {
     /// (limited to namespaces), an entry is trusted for [`DISCOVERY_TTL`].
     discovered: Mutex<HashMap<(String, String), Discovered>>,
     crd_watch: Mutex<Option<AbortHandle>>,
-    /// Copies written here whose write the copies cache may not have seen yet: the version the
-    /// cache held before, and the copy the apiserver returned.
-    written: Mutex<HashMap<CopyId, (String, Arc<DynamicObject>)>>,
+    /// Copies written here whose write the copies cache may not have seen yet: the kind, the
+    /// version the cache held before, and the copy the apiserver returned. Swept past
+    /// [`WRITTEN_SWEEP`] entries, so that copies never looked at again (their rule gone) do not
+    /// stay, Secret data and all.
+    written: Mutex<HashMap<CopyId, Written>>,
     interests: Mutex<HashMap<RuleKey, Interest>>,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -609,14 +624,7 @@ impl Watches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Arc<DynamicObject>> {
-        let stores: Vec<Store<DynamicObject>> = lock(&self.copies)
-            .get(&copies_key(resource))
-            .map(|(_, watches)| watches.iter().map(|w| w.store.clone()).collect())?;
-        let mut reference = ObjectRef::new_with(name, resource.clone());
-        if let Some(namespace) = namespace {
-            reference = reference.within(namespace);
-        }
-        let cached = stores.iter().find_map(|store| store.get(&reference))?;
+        let cached = self.in_copies_cache(resource, namespace, name)?;
         let id = (
             resource.plural.clone(),
             namespace.unwrap_or_default().to_owned(),
@@ -624,7 +632,7 @@ impl Watches {
         );
         let mut written = lock(&self.written);
         match written.get(&id) {
-            Some((replaced, stored)) if cached.resource_version().as_ref() == Some(replaced) => {
+            Some((_, replaced, stored)) if cached.resource_version().as_ref() == Some(replaced) => {
                 return Some(stored.clone());
             }
             Some(_) => {
@@ -634,6 +642,23 @@ impl Watches {
             None => {}
         }
         Some(cached)
+    }
+
+    /// The object the copies cache holds at a place, as the watch last saw it.
+    fn in_copies_cache(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let stores: Vec<Store<DynamicObject>> = lock(&self.copies)
+            .get(&copies_key(resource))
+            .map(|(_, watches)| watches.iter().map(|w| w.store.clone()).collect())?;
+        let mut reference = ObjectRef::new_with(name, resource.clone());
+        if let Some(namespace) = namespace {
+            reference = reference.within(namespace);
+        }
+        stores.iter().find_map(|store| store.get(&reference))
     }
 
     /// Records a write over `replaced` (the version the decision was made on), until the copies
@@ -647,7 +672,35 @@ impl Watches {
             stored.namespace().unwrap_or_default(),
             stored.name_any(),
         );
-        lock(&self.written).insert(id, (replaced_version, Arc::new(stored)));
+        let entries = {
+            let mut written = lock(&self.written);
+            written.insert(id, (resource.clone(), replaced_version, Arc::new(stored)));
+            written.len()
+        };
+        if entries > WRITTEN_SWEEP {
+            self.sweep_written();
+        }
+    }
+
+    /// Forgets the writes the copies cache has caught up with (or whose copy it no longer holds).
+    fn sweep_written(&self) {
+        let entries: Vec<(CopyId, ApiResource, String)> = lock(&self.written)
+            .iter()
+            .map(|(id, (resource, replaced, _))| (id.clone(), resource.clone(), replaced.clone()))
+            .collect();
+        let settled: Vec<CopyId> = entries
+            .into_iter()
+            .filter(|((_, namespace, name), resource, replaced)| {
+                let namespace = (!namespace.is_empty()).then_some(namespace.as_str());
+                let cached = self.in_copies_cache(resource, namespace, name);
+                !cache_lags(cached.and_then(|c| c.resource_version()).as_deref(), replaced)
+            })
+            .map(|(id, ..)| id)
+            .collect();
+        let mut written = lock(&self.written);
+        for id in &settled {
+            written.remove(id);
+        }
     }
 
     /// Every cached copy that records `rule` as its maker.
@@ -960,6 +1013,19 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_written_copy_is_kept_only_while_the_cache_lags() {
+        assert!(
+            cache_lags(Some("7"), "7"),
+            "the cache still holds what the write replaced"
+        );
+        assert!(
+            !cache_lags(Some("8"), "7"),
+            "the cache has the write, or a later change"
+        );
+        assert!(!cache_lags(None, "7"), "the copy is gone from the cache");
+    }
 
     #[test]
     fn a_sync_rule_is_woken_through_its_namespace_controller() {
