@@ -330,6 +330,8 @@ pub struct Watches {
     /// [`WRITTEN_SWEEP`] entries, so that copies never looked at again (their rule gone) do not
     /// stay, Secret data and all.
     written: Mutex<HashMap<CopyId, Written>>,
+    /// The size of `written` at which it is swept next.
+    written_sweep_at: std::sync::atomic::AtomicUsize,
     interests: Mutex<HashMap<RuleKey, Interest>>,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -388,6 +390,7 @@ impl Watches {
             discovered: Mutex::new(HashMap::new()),
             crd_watch: Mutex::new(None),
             written: Mutex::new(HashMap::new()),
+            written_sweep_at: std::sync::atomic::AtomicUsize::new(WRITTEN_SWEEP),
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
@@ -677,13 +680,20 @@ impl Watches {
             written.insert(id, (resource.clone(), replaced_version, Arc::new(stored)));
             written.len()
         };
-        if entries > WRITTEN_SWEEP {
-            self.sweep_written();
+        // Amortised: after a sweep the next comes only once the map has doubled, so a fan-out
+        // of thousands of copies the cache has yet to see is not swept at every write.
+        if entries > self.written_sweep_at.load(std::sync::atomic::Ordering::Relaxed) {
+            let left = self.sweep_written();
+            self.written_sweep_at.store(
+                (2 * left).max(WRITTEN_SWEEP),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 
-    /// Forgets the writes the copies cache has caught up with (or whose copy it no longer holds).
-    fn sweep_written(&self) {
+    /// Forgets the writes the copies cache has caught up with (or whose copy it no longer holds);
+    /// returns how many are left.
+    fn sweep_written(&self) -> usize {
         let entries: Vec<(CopyId, ApiResource, String)> = lock(&self.written)
             .iter()
             .map(|(id, (resource, replaced, _))| (id.clone(), resource.clone(), replaced.clone()))
@@ -701,6 +711,7 @@ impl Watches {
         for id in &settled {
             written.remove(id);
         }
+        written.len()
     }
 
     /// Every cached copy that records `rule` as its maker.
