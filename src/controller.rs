@@ -7,6 +7,7 @@ mod error;
 mod fleet;
 mod named_namespaces;
 mod plugin_config_maps;
+mod plugin_files;
 mod plugins;
 mod reconcile;
 mod remote;
@@ -74,6 +75,11 @@ pub struct Context {
     plugins: plugins::Plugins,
     /// The ConfigMaps `configmap://` plugins come from, watched so that a change wakes the rules.
     plugin_config_maps: plugin_config_maps::PluginConfigMaps,
+    /// The `file://` plugins in use, looked at every few seconds so that a replaced one wakes
+    /// its rules.
+    plugin_files: plugin_files::PluginFiles,
+    /// Where `file://` plugins are.
+    plugin_dir: Option<std::path::PathBuf>,
     /// What each rule's chain made of each copy, reused while the input is the same.
     chain_outputs: chain_outputs::ChainOutputs,
 }
@@ -125,6 +131,7 @@ pub async fn run(
     check_crds(&client, &config.scope).await?;
     let (triggers, streams) = Triggers::new(&config.scope);
     let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
+    let plugin_files = plugin_files::PluginFiles::new(triggers.clone());
     let fleet = Fleet::start(client.clone(), config.scope.clone(), metrics.clone(), triggers);
     let allowed_kinds = if config.allowed_kinds.is_empty() {
         default_allowed_kinds()
@@ -153,6 +160,8 @@ pub async fn run(
             config.oci_policy.clone(),
         ),
         plugin_config_maps,
+        plugin_files,
+        plugin_dir: config.plugin_dir.clone(),
         chain_outputs: Default::default(),
     });
 

@@ -497,3 +497,45 @@ async fn plugins_blocked_in_wasi_are_contained_and_other_rules_go_on() {
         p50(busy)
     );
 }
+
+/// A `file://` plugin replaced on disk (as the kubelet updates a mounted ConfigMap) is used
+/// without any other change: the plugin files in use are looked at every two seconds.
+#[tokio::test]
+async fn a_file_plugin_replaced_on_disk_takes_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = common::plugin_dir();
+    std::fs::copy(built.join("filter-keys.wasm"), dir.path().join("transform.wasm")).unwrap();
+    let h = Harness::start_with(ControllerConfig {
+        plugin_dir: Some(dir.path().to_owned()),
+        ..Default::default()
+    })
+    .await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace(
+        "tenant-a",
+        &[("tier", "x")],
+        &[("mimeo.dev/accept-from", "platform")],
+    )
+    .await;
+    h.put_secret("platform", "registry", &[("username", "u"), ("password", "p")])
+        .await;
+    h.apply(rule(
+        json!([{"plugin": "file://transform.wasm", "config": {"include": ["username"]}}]),
+    ))
+    .await;
+    h.wait_ready("platform", "registry", "True", "Synced").await;
+
+    // rename-keys refuses filter-keys's config: that shows it was loaded.
+    let replaced = std::time::Instant::now();
+    let partial = dir.path().join("transform.wasm.new");
+    std::fs::copy(built.join("rename-keys.wasm"), &partial).unwrap();
+    std::fs::rename(&partial, dir.path().join("transform.wasm")).unwrap();
+    h.wait_ready("platform", "registry", "False", "PluginUnavailable")
+        .await;
+    let took = replaced.elapsed();
+    eprintln!("a replaced file:// plugin took effect in {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "{took:?}: not noticed by the poll"
+    );
+}

@@ -5,6 +5,7 @@ use super::chain_outputs::{Remembered, chain_input};
 use super::error::{Error, short_message};
 use super::fleet::{ClusterHandle, ClusterProblem};
 use super::plugin_config_maps::config_maps_of;
+use super::plugin_files::files_of;
 use super::plugins::Chain;
 use super::rule::RuleResource;
 use super::status::{LastWritten, Readiness, known_copies, needs_write, summarize, with_ready};
@@ -277,6 +278,8 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     // A ConfigMap a plugin comes from wakes the rule when it changes (or appears).
     ctx.plugin_config_maps
         .uses(&key, config_maps_of(&spec.transforms, key.namespace.as_deref()));
+    ctx.plugin_files
+        .uses(&key, files_of(&spec.transforms, ctx.plugin_dir.as_deref()));
     // The transform chain: every plugin loaded and its config accepted, or nothing changes.
     // Recorded pins stand while the rule is unchanged since they were recorded.
     let spec_changed = previous.and_then(|p| p.observed_generation) != rule.meta().generation;
@@ -1285,6 +1288,7 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
     ctx.fleet.forget(&key);
     ctx.plugin_config_maps.forget(&key);
+    ctx.plugin_files.forget(&key);
     ctx.chain_outputs.keep_only(&key, &BTreeSet::new());
     ctx.statuses
         .lock()
