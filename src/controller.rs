@@ -13,6 +13,7 @@ mod reconcile;
 mod remote;
 mod rule;
 mod status;
+mod used_by;
 mod watches;
 // Public for the integration tests that race a first write against another writer.
 pub mod write;

@@ -2,6 +2,7 @@
 //! rule uses it, so that a replaced component, or a ConfigMap created or fixed after the rule,
 //! reaches the rule's copies at once rather than at its next retry or resync.
 
+use super::used_by::UsedBy;
 use super::watches::Triggers;
 use crate::api::Transform;
 use crate::plugin::source::{PluginSource, parse};
@@ -30,22 +31,20 @@ pub fn config_maps_of(transforms: &[Transform], rule_namespace: Option<&str>) ->
         .collect()
 }
 
-struct Watched {
-    rules: Arc<Mutex<BTreeSet<RuleKey>>>,
-    task: AbortHandle,
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 pub struct PluginConfigMaps {
     client: Client,
     triggers: Triggers,
-    watched: Mutex<HashMap<Place, Watched>>,
-    by_rule: Mutex<HashMap<RuleKey, BTreeSet<Place>>>,
+    /// Shared with the watch tasks, which wake the rules using their ConfigMap.
+    used: Arc<Mutex<UsedBy<Place>>>,
+    watches: Mutex<HashMap<Place, AbortHandle>>,
+}
+
+impl Drop for PluginConfigMaps {
+    fn drop(&mut self) {
+        for (_, task) in lock(&self.watches).drain() {
+            task.abort();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -57,51 +56,34 @@ impl PluginConfigMaps {
         PluginConfigMaps {
             client,
             triggers,
-            watched: Mutex::new(HashMap::new()),
-            by_rule: Mutex::new(HashMap::new()),
+            used: Arc::default(),
+            watches: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Records the ConfigMaps `rule` loads plugins from now; watches new ones and stops watching
-    /// those no rule uses any more.
+    /// Records the ConfigMaps `rule` loads plugins from now (none: it is forgotten); watches new
+    /// ones and stops watching those no rule uses any more.
     pub fn uses(&self, rule: &RuleKey, places: BTreeSet<Place>) {
-        let before = lock(&self.by_rule)
-            .insert(rule.clone(), places.clone())
-            .unwrap_or_default();
-        if before == places {
-            return;
-        }
-        let mut watched = lock(&self.watched);
-        for gone in before.difference(&places) {
-            if let Some(w) = watched.get(gone) {
-                let mut rules = lock(&w.rules);
-                rules.remove(rule);
-                if rules.is_empty() {
-                    drop(rules);
-                    watched.remove(gone);
-                }
+        let (new, gone) = lock(&self.used).set(rule, places);
+        let mut watches = lock(&self.watches);
+        for place in gone {
+            if let Some(task) = watches.remove(&place) {
+                task.abort();
             }
         }
-        for place in &places {
-            let entry = watched.entry(place.clone()).or_insert_with(|| self.watch(place));
-            lock(&entry.rules).insert(rule.clone());
+        for place in new {
+            let task = self.watch(&place);
+            watches.insert(place, task);
         }
     }
 
-    /// Forgets a deleted rule.
-    pub fn forget(&self, rule: &RuleKey) {
-        self.uses(rule, BTreeSet::new());
-        lock(&self.by_rule).remove(rule);
-    }
-
-    fn watch(&self, (namespace, name): &Place) -> Watched {
-        let rules = Arc::new(Mutex::new(BTreeSet::new()));
+    fn watch(&self, place: &Place) -> AbortHandle {
+        let (namespace, name) = place;
         let api = Api::<PartialObjectMeta<ConfigMap>>::namespaced(self.client.clone(), namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let stream = watcher(api, config).default_backoff();
-        let (woken, triggers) = (rules.clone(), self.triggers.clone());
-        let place = format!("{namespace}/{name}");
-        let task = tokio::spawn(async move {
+        let (used, triggers, place) = (Arc::downgrade(&self.used), self.triggers.clone(), place.clone());
+        tokio::spawn(async move {
             futures::pin_mut!(stream);
             let mut listed = false;
             while let Some(event) = stream.next().await {
@@ -110,18 +92,18 @@ impl PluginConfigMaps {
                     Ok(watcher::Event::Init | watcher::Event::InitApply(_)) if !listed => {}
                     Ok(watcher::Event::InitDone) => listed = true,
                     Ok(_) => {
-                        for rule in lock(&woken).iter() {
+                        let Some(used) = used.upgrade() else { break };
+                        for rule in lock(&used).rules(&place) {
                             triggers.fire(rule);
                         }
                     }
                     Err(e) => {
-                        tracing::debug!(config_map = %place, error = %e, "plugin ConfigMap watch failed; retrying with backoff")
+                        tracing::debug!(config_map = %format!("{}/{}", place.0, place.1), error = %e, "plugin ConfigMap watch failed; retrying with backoff")
                     }
                 }
             }
         })
-        .abort_handle();
-        Watched { rules, task }
+        .abort_handle()
     }
 }
 

@@ -4,6 +4,7 @@
 //! next reconcile. A poll and not inotify: mounted ConfigMaps change by symlink swaps that
 //! inotify on the file does not see, and a few `stat`s every two seconds cost nothing.
 
+use super::used_by::UsedBy;
 use super::watches::Triggers;
 use crate::api::Transform;
 use crate::plugin::source::{PluginSource, parse};
@@ -20,6 +21,12 @@ const POLL: Duration = Duration::from_secs(2);
 /// What a file looked like: modification time and length, or absent.
 type Stamp = Option<(SystemTime, u64)>;
 
+/// A file's modification time and length: what tells a replaced plugin file from the one
+/// loaded, here and where plugins are loaded.
+pub fn file_stamp(meta: &std::fs::Metadata) -> (SystemTime, u64) {
+    (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len())
+}
+
 /// The plugin files a rule's `transforms` name, under `dir` (none without a plugin directory).
 pub fn files_of(transforms: &[Transform], dir: Option<&Path>) -> BTreeSet<PathBuf> {
     let Some(dir) = dir else {
@@ -35,19 +42,16 @@ pub fn files_of(transforms: &[Transform], dir: Option<&Path>) -> BTreeSet<PathBu
 }
 
 fn stamp(path: &Path) -> Stamp {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len()))
+    std::fs::metadata(path).ok().map(|meta| file_stamp(&meta))
 }
 
-#[derive(Default)]
-struct Used {
-    files: HashMap<PathBuf, (Stamp, BTreeSet<RuleKey>)>,
-    by_rule: HashMap<RuleKey, BTreeSet<PathBuf>>,
-}
+/// The files in use: how each looked last, and who uses it.
+type Files = (HashMap<PathBuf, Stamp>, UsedBy<PathBuf>);
 
 pub struct PluginFiles {
     triggers: Triggers,
-    used: Arc<Mutex<Used>>,
+    /// What each file in use looked like last, and who uses it; shared with the poller.
+    used: Arc<Mutex<Files>>,
     poller: Mutex<Option<AbortHandle>>,
 }
 
@@ -72,45 +76,29 @@ impl PluginFiles {
         }
     }
 
-    /// Records the plugin files `rule` uses now; the poller starts with the first.
+    /// Records the plugin files `rule` uses now (none: it is forgotten); the poller starts with
+    /// the first.
     pub fn uses(&self, rule: &RuleKey, paths: BTreeSet<PathBuf>) {
         let mut used = lock(&self.used);
-        let before = used
-            .by_rule
-            .insert(rule.clone(), paths.clone())
-            .unwrap_or_default();
-        if before == paths {
-            return;
+        let (stamps, users) = &mut *used;
+        let (new, gone) = users.set(rule, paths);
+        for path in gone {
+            stamps.remove(&path);
         }
-        for gone in before.difference(&paths) {
-            if let Some((_, rules)) = used.files.get_mut(gone) {
-                rules.remove(rule);
-                if rules.is_empty() {
-                    used.files.remove(gone);
-                }
-            }
-        }
-        for path in paths {
+        let started = !new.is_empty();
+        for path in new {
             let seen = stamp(&path);
-            used.files
-                .entry(path)
-                .or_insert_with(|| (seen, BTreeSet::new()))
-                .1
-                .insert(rule.clone());
+            stamps.insert(path, seen);
         }
         drop(used);
-        self.start_polling();
-    }
-
-    /// Forgets a deleted rule.
-    pub fn forget(&self, rule: &RuleKey) {
-        self.uses(rule, BTreeSet::new());
-        lock(&self.used).by_rule.remove(rule);
+        if started {
+            self.start_polling();
+        }
     }
 
     fn start_polling(&self) {
         let mut poller = lock(&self.poller);
-        if poller.is_some() || lock(&self.used).files.is_empty() {
+        if poller.is_some() {
             return;
         }
         let (used, triggers) = (Arc::downgrade(&self.used), self.triggers.clone());
@@ -120,7 +108,7 @@ impl PluginFiles {
             loop {
                 tick.tick().await;
                 let Some(used) = used.upgrade() else { break };
-                let paths: Vec<PathBuf> = lock(&used).files.keys().cloned().collect();
+                let paths: Vec<PathBuf> = lock(&used).0.keys().cloned().collect();
                 // Off the async runtime: a stat of a slow volume must not hold a worker.
                 let Ok(now) = tokio::task::spawn_blocking(move || {
                     paths.into_iter().map(|p| (stamp(&p), p)).collect::<Vec<_>>()
@@ -130,16 +118,17 @@ impl PluginFiles {
                     continue;
                 };
                 let mut woken = BTreeSet::new();
-                let mut used = lock(&used);
+                let mut guard = lock(&used);
+                let (stamps, users) = &mut *guard;
                 for (seen, path) in now {
-                    if let Some((recorded, rules)) = used.files.get_mut(&path)
+                    if let Some(recorded) = stamps.get_mut(&path)
                         && *recorded != seen
                     {
                         *recorded = seen;
-                        woken.extend(rules.iter().cloned());
+                        woken.extend(users.rules(&path).cloned());
                     }
                 }
-                drop(used);
+                drop(guard);
                 for rule in &woken {
                     triggers.fire(rule);
                 }

@@ -454,7 +454,7 @@ impl Plugins {
                 let meta = tokio::fs::metadata(&path)
                     .await
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                let stamp = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
+                let stamp = super::plugin_files::file_stamp(&meta);
                 if let Some((_, _, plugin)) = lock(&self.files)
                     .get(&path)
                     .filter(|(mtime, len, _)| (*mtime, *len) == stamp)

@@ -1018,17 +1018,9 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     }
 
     // Status.
-    let event_notes: HashMap<(Option<String>, Option<String>, String), String> = planned
+    let event_notes: HashMap<CopyTarget, String> = planned
         .iter_mut()
-        .filter_map(|p| {
-            let note = p.event_note.take()?;
-            let place = (
-                p.target.cluster.clone(),
-                p.target.namespace.clone(),
-                p.target.name.clone(),
-            );
-            Some((place, note))
-        })
+        .filter_map(|p| Some((p.target.clone(), p.event_note.take()?)))
         .collect();
     let mut inventory: Vec<CopyStatus> = planned
         .iter()
@@ -1096,13 +1088,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 name: copy.name.clone(),
             };
             let place = place_of(&target);
-            let said = event_notes
-                .get(&(
-                    target.cluster.clone(),
-                    target.namespace.clone(),
-                    target.name.clone(),
-                ))
-                .or(copy.message.as_ref());
+            let said = event_notes.get(&target).or(copy.message.as_ref());
             let note = format!("copy {place}: {}", said.cloned().unwrap_or_default());
             tracing::warn!(rule = %key, copy = %place, state = ?copy.state, message = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
             // A skip is the plugin's decision, reported as information rather than a warning.
@@ -1287,8 +1273,8 @@ async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action,
     };
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
     ctx.fleet.forget(&key);
-    ctx.plugin_config_maps.forget(&key);
-    ctx.plugin_files.forget(&key);
+    ctx.plugin_config_maps.uses(&key, BTreeSet::new());
+    ctx.plugin_files.uses(&key, BTreeSet::new());
     ctx.chain_outputs.keep_only(&key, &BTreeSet::new());
     ctx.statuses
         .lock()

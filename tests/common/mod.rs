@@ -275,8 +275,6 @@ pub async fn controller_client(plane: &ControlPlane) -> Client {
 }
 
 async fn chart_client(plane: &ControlPlane) -> Client {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
     const NAMESPACE: &str = "mimeo-system";
     let admin = plane.client().await.unwrap();
     let helm = mimeo_envtest::helm().unwrap_or_else(|e| panic!("{e}"));
@@ -333,6 +331,14 @@ async fn chart_client(plane: &ControlPlane) -> Client {
             .unwrap_or_else(|e| panic!("applying the chart's {kind} {name}: {e}"));
     }
     let account = account.expect("the chart renders a ServiceAccount");
+    service_account_client(plane, &admin, NAMESPACE, &account).await
+}
+
+/// A client of the plane authenticated as ServiceAccount `namespace/name`, with a token of its
+/// own from a TokenRequest made by `admin`.
+async fn service_account_client(plane: &ControlPlane, admin: &Client, namespace: &str, name: &str) -> Client {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
     let request = TokenRequest {
         spec: TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -340,8 +346,8 @@ async fn chart_client(plane: &ControlPlane) -> Client {
         },
         ..Default::default()
     };
-    let token = Api::<ServiceAccount>::namespaced(admin, NAMESPACE)
-        .create_token_request(&account, &PostParams::default(), &request)
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
@@ -358,8 +364,6 @@ async fn chart_client(plane: &ControlPlane) -> Client {
 /// ConfigMaps and `SyncRule`s, and nothing else anywhere. Returns its client, authenticated
 /// with a token of its own.
 pub async fn tenant_client(h: &Harness, namespace: &str) -> Client {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
     h.apply(json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": "tenant", "namespace": namespace}}))
         .await;
@@ -380,25 +384,7 @@ pub async fn tenant_client(h: &Harness, namespace: &str) -> Client {
                    "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}]}),
     )
     .await;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(h.client.clone(), namespace)
-        .create_token_request("tenant", &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .expect("a TokenRequest answer has a status")
-        .token;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&h.plane.token_kubeconfig_yaml(&token)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    service_account_client(&h.plane, &h.client, namespace, "tenant").await
 }
 
 /// Applies an object as `client` (a tenant), with server-side apply.
