@@ -113,6 +113,40 @@ pub enum PluginCommand {
     /// Accepts layers of type application/wasm and application/vnd.wasm.content.layer.v1+wasm.
     /// Prints the manifest digest and the pinned reference.
     Pull(PluginPullArgs),
+    /// Compiles the component on stdin into the cache, with limits: what `mimeo run` starts for
+    /// each plugin it compiles. Not for use by hand.
+    #[command(name = "compile-into-cache", hide = true)]
+    CompileIntoCache(CompileIntoCacheArgs),
+}
+
+/// The settings of the controller's plugin host that decide what a compiled artifact is, and
+/// the compile's memory limit.
+#[derive(Args, Debug, Clone)]
+pub struct CompileIntoCacheArgs {
+    #[arg(long)]
+    pub digest: String,
+    #[arg(long)]
+    pub cache_dir: PathBuf,
+    #[arg(long)]
+    pub cache_mib: u64,
+    #[arg(long)]
+    pub memory_mib: usize,
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: u32,
+    #[arg(long)]
+    pub max_compile_mib: u64,
+}
+
+impl CompileIntoCacheArgs {
+    pub fn host_settings(&self) -> crate::plugin::HostSettings {
+        crate::plugin::HostSettings {
+            cache_dir: self.cache_dir.clone(),
+            cache_max_bytes: self.cache_mib.saturating_mul(1 << 20),
+            max_memory_bytes: self.memory_mib << 20,
+            concurrency: self.concurrency,
+            ..Default::default()
+        }
+    }
 }
 
 /// A plugin named on the command line: a component file, or an artifact in an OCI registry.
@@ -329,6 +363,8 @@ impl PluginLimitArgs {
             max_memory_bytes: self.memory_mib << 20,
             max_output_bytes: self.output_kib << 10,
             concurrency: 2,
+            compile_concurrency: 1,
+            compiler: None,
         }
     }
 }
@@ -519,10 +555,22 @@ pub struct PluginArgs {
     /// times --plugin-memory-mib.
     #[arg(long, env = "MIMEO_PLUGIN_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub plugin_concurrency: u32,
+    /// Longest compiling one plugin may take, in seconds. Each compile runs in a process of its
+    /// own, killed at this limit; a component refused for its compile is not tried again until
+    /// mimeo restarts.
+    #[arg(long, env = "MIMEO_PLUGIN_COMPILE_TIMEOUT_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    pub plugin_compile_timeout_secs: u64,
+    /// Most memory compiling one plugin may use, in MiB (the compiling process's data limit).
+    #[arg(long, env = "MIMEO_PLUGIN_COMPILE_MEMORY_MIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(64..))]
+    pub plugin_compile_memory_mib: u64,
+    /// Plugins compiled at once, over all rules; each compile is a process of its own.
+    #[arg(long, env = "MIMEO_PLUGIN_COMPILE_CONCURRENCY", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub plugin_compile_concurrency: u32,
 }
 
 impl PluginArgs {
-    pub fn host_settings(&self) -> crate::plugin::HostSettings {
+    /// The plugin host's settings; `program` is mimeo's own binary, run to compile each plugin.
+    pub fn host_settings(&self, program: PathBuf) -> crate::plugin::HostSettings {
         crate::plugin::HostSettings {
             cache_dir: self.plugin_cache_dir.clone(),
             cache_max_bytes: self.plugin_cache_mib.saturating_mul(1 << 20),
@@ -530,6 +578,12 @@ impl PluginArgs {
             max_memory_bytes: self.plugin_memory_mib << 20,
             max_output_bytes: self.plugin_output_kib << 10,
             concurrency: self.plugin_concurrency,
+            compile_concurrency: self.plugin_compile_concurrency,
+            compiler: Some(crate::plugin::CompilerProcess {
+                program,
+                timeout: std::time::Duration::from_secs(self.plugin_compile_timeout_secs),
+                max_memory_bytes: self.plugin_compile_memory_mib << 20,
+            }),
         }
     }
 }

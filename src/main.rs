@@ -27,6 +27,14 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Plugin(PluginCommand::Inspect(args)) => plugin_cmd::inspect(args).await,
         Command::Plugin(PluginCommand::Push(args)) => plugin_cmd::push(args).await,
         Command::Plugin(PluginCommand::Pull(args)) => plugin_cmd::pull(args).await,
+        Command::Plugin(PluginCommand::CompileIntoCache(args)) => {
+            mimeo::plugin::compile_into_cache(
+                &args.host_settings(),
+                &args.digest,
+                args.max_compile_mib << 20,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;
             let yaml = mimeo::remote_rbac::render(&options)?;
@@ -75,7 +83,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         scope,
         instance: std::env::var("POD_NAME").ok(),
         plugin_dir: args.plugins.plugin_dir.clone(),
-        plugin_host: args.plugins.host_settings(),
+        plugin_host: args.plugins.host_settings(
+            std::env::current_exe().context("finding mimeo's own binary, which compiles plugins")?,
+        ),
         allowed_kinds: args.allow_kinds,
         oci,
         oci_policy: controller::OciPolicy {

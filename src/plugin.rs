@@ -8,6 +8,7 @@
 //! anything is written. Guests get WASI with nothing behind it: no files, no network, no
 //! environment, no arguments.
 
+mod compiler;
 mod engine;
 mod guest_stderr;
 pub mod oci;
@@ -16,6 +17,7 @@ pub(crate) mod private_dir;
 pub mod source;
 mod state;
 
+pub use compiler::{CompilerProcess, SUBCOMMAND as COMPILE_SUBCOMMAND, compile_into_cache};
 pub use output::check_output;
 
 use crate::sync::hash::digest_bytes;
@@ -56,6 +58,11 @@ pub struct HostSettings {
     pub max_output_bytes: usize,
     /// How many calls may run at once (sizes the instance pool).
     pub concurrency: u32,
+    /// How many plugins may be compiled at once; each compile also takes `compiler`'s memory.
+    pub compile_concurrency: u32,
+    /// Compile in a child process under a time and memory limit (the controller); `None`
+    /// compiles in this process (the `plugin` commands, run by the plugin's own author).
+    pub compiler: Option<CompilerProcess>,
 }
 
 impl Default for HostSettings {
@@ -67,6 +74,8 @@ impl Default for HostSettings {
             max_memory_bytes: 64 << 20,
             max_output_bytes: 4 << 20,
             concurrency: 4,
+            compile_concurrency: 1,
+            compiler: None,
         }
     }
 }
@@ -82,6 +91,15 @@ pub enum PluginError {
     UnsupportedInterface { found: String, known: String },
     #[error("compiling the plugin failed: {0}")]
     Compile(String),
+    /// The same words every time, so that a rule's status does not change while it is refused.
+    #[error(
+        "compiling the plugin took longer than {0:?} (--plugin-compile-timeout-secs); mimeo does not try this component again until it restarts"
+    )]
+    CompileTimeout(Duration),
+    #[error(
+        "compiling the plugin needed more than {} MiB of memory (--plugin-compile-memory-mib); mimeo does not try this component again until it restarts", .0 >> 20
+    )]
+    CompileOutOfMemory(u64),
     #[error("the plugin needs imports this host does not provide: {0}")]
     Link(String),
     #[error("the plugin ran past its deadline of {0:?}")]
@@ -119,9 +137,11 @@ impl PluginError {
             }
             PluginError::Compile(_) => "compiling the plugin failed".into(),
             PluginError::Link(_) => "the plugin needs imports this host does not provide".into(),
-            PluginError::Timeout(_) | PluginError::OutOfMemory(_) | PluginError::OutputTooLarge(..) => {
-                self.to_string()
-            }
+            PluginError::Timeout(_)
+            | PluginError::OutOfMemory(_)
+            | PluginError::OutputTooLarge(..)
+            | PluginError::CompileTimeout(_)
+            | PluginError::CompileOutOfMemory(_) => self.to_string(),
             PluginError::Trap { .. } => "the plugin trapped".into(),
             PluginError::InvalidOutput(_) => "the plugin returned invalid JSON".into(),
             PluginError::Violation(_) => "the plugin broke a rule of what it may change".into(),
@@ -138,6 +158,8 @@ impl PluginError {
             PluginError::NotAPlugin(_) => "not_a_plugin",
             PluginError::UnsupportedInterface { .. } => "unsupported_interface",
             PluginError::Compile(_) => "compile",
+            PluginError::CompileTimeout(_) => "compile_timeout",
+            PluginError::CompileOutOfMemory(_) => "compile_out_of_memory",
             PluginError::Link(_) => "link",
             PluginError::Timeout(_) => "timeout",
             PluginError::OutOfMemory(_) => "out_of_memory",
@@ -233,14 +255,66 @@ impl ChainError {
     }
 }
 
-/// Plugins kept loaded by digest, at most.
+/// Plugins kept loaded by digest, at most; and components refused for their compile, at most.
 const MAX_LOADED: usize = 128;
+
+/// A component compiled and linked, not yet described: describing it is a call into it, which
+/// the controller makes under a call's permit rather than a compile's.
+pub struct Undescribed(Box<Plugin>);
+
+/// What [`PluginHost::compile`] found.
+pub enum Loading {
+    /// Loaded before: ready to run.
+    Loaded(Arc<Plugin>),
+    Compiled(Undescribed),
+}
 
 /// One engine, its compiled plugins, and the limits every call runs under.
 pub struct PluginHost {
     engine: engine::Engine,
     settings: HostSettings,
     loaded: Mutex<HashMap<String, Arc<Plugin>>>,
+    /// Components whose compile ran out of time or memory, by digest: compiling them again would
+    /// only cost as much again, on every reconcile of every rule that names them.
+    refused: Mutex<HashMap<String, CompileRefusal>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum CompileRefusal {
+    Timeout(Duration),
+    Memory(u64),
+}
+
+impl CompileRefusal {
+    fn of(error: &PluginError) -> Option<Self> {
+        match error {
+            PluginError::CompileTimeout(limit) => Some(CompileRefusal::Timeout(*limit)),
+            PluginError::CompileOutOfMemory(limit) => Some(CompileRefusal::Memory(*limit)),
+            _ => None,
+        }
+    }
+
+    fn error(self) -> PluginError {
+        match self {
+            CompileRefusal::Timeout(limit) => PluginError::CompileTimeout(limit),
+            CompileRefusal::Memory(limit) => PluginError::CompileOutOfMemory(limit),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Adds to a bounded map, starting afresh past the bound: each entry of `loaded` holds compiled
+/// code, and plugins of rules long gone (or every version a ConfigMap plugin went through) would
+/// stay otherwise.
+fn keep<V>(map: &Mutex<HashMap<String, V>>, digest: String, value: V) {
+    let mut map = lock(map);
+    if map.len() >= MAX_LOADED {
+        map.clear();
+    }
+    map.insert(digest, value);
 }
 
 impl PluginHost {
@@ -250,6 +324,7 @@ impl PluginHost {
             engine,
             settings,
             loaded: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
         })
     }
 
@@ -260,24 +335,45 @@ impl PluginHost {
     /// Loads a plugin from its bytes: compiled once per digest (or read from the on-disk cache),
     /// checked for the interface version, and described. Blocking: call it off the async runtime.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Arc<Plugin>, PluginError> {
-        let digest = digest_bytes(bytes);
-        let cached = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&digest)
-            .filter(|p| p.name == name)
-            .cloned();
-        if let Some(plugin) = cached {
-            return Ok(plugin);
+        match self.compile(name, bytes)? {
+            Loading::Loaded(plugin) => Ok(plugin),
+            Loading::Compiled(undescribed) => self.describe_and_keep(undescribed),
         }
-        let compiled = self.engine.compile(bytes, &digest)?;
-        let interface_version = compiled.interface_version.clone();
-        let mut plugin = Plugin {
+    }
+
+    /// The plugin of these bytes if it is loaded under `name` already.
+    pub fn loaded(&self, name: &str, bytes: &[u8]) -> Option<Arc<Plugin>> {
+        self.loaded_digest(name, &digest_bytes(bytes))
+    }
+
+    fn loaded_digest(&self, name: &str, digest: &str) -> Option<Arc<Plugin>> {
+        lock(&self.loaded).get(digest).filter(|p| p.name == name).cloned()
+    }
+
+    /// The first half of [`PluginHost::load`]: compiles (or finds) the component, checks its
+    /// interface version and links it. Blocking.
+    pub fn compile(&self, name: &str, bytes: &[u8]) -> Result<Loading, PluginError> {
+        let digest = digest_bytes(bytes);
+        if let Some(plugin) = self.loaded_digest(name, &digest) {
+            return Ok(Loading::Loaded(plugin));
+        }
+        if let Some(refusal) = lock(&self.refused).get(&digest) {
+            return Err(refusal.error());
+        }
+        let compiled = match self.engine.compile(bytes, &digest) {
+            Ok(compiled) => compiled,
+            Err(e) => {
+                if let Some(refusal) = CompileRefusal::of(&e) {
+                    keep(&self.refused, digest, refusal);
+                }
+                return Err(e);
+            }
+        };
+        Ok(Loading::Compiled(Undescribed(Box::new(Plugin {
             name: name.to_owned(),
-            digest: digest.clone(),
+            digest,
             size: bytes.len(),
-            interface_version,
+            interface_version: compiled.interface_version.clone(),
             imports: compiled.imports.clone(),
             exports: compiled.exports.clone(),
             info: PluginInfo {
@@ -287,16 +383,16 @@ impl PluginHost {
                 kinds: vec![],
             },
             compiled,
-        };
+        }))))
+    }
+
+    /// The second half of [`PluginHost::load`]: asks the plugin to describe itself (a call,
+    /// under the call's limits) and keeps it loaded. Blocking.
+    pub fn describe_and_keep(&self, undescribed: Undescribed) -> Result<Arc<Plugin>, PluginError> {
+        let mut plugin = *undescribed.0;
         plugin.info = self.describe(&plugin)?;
         let plugin = Arc::new(plugin);
-        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        // Starts afresh past the bound: each entry holds compiled code, and plugins of rules
-        // long gone (or every version a ConfigMap plugin went through) would stay otherwise.
-        if loaded.len() >= MAX_LOADED {
-            loaded.clear();
-        }
-        loaded.insert(digest, plugin.clone());
+        keep(&self.loaded, plugin.digest.clone(), plugin.clone());
         Ok(plugin)
     }
 

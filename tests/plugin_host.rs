@@ -303,3 +303,109 @@ fn traps_say_what_happened_in_words() {
         "the plugin trapped: stack overflow: the plugin's call stack is exhausted (deep or endless recursion)"
     );
 }
+
+/// A host compiling as the controller does, in processes of mimeo's binary started through a
+/// script that counts them.
+fn compiling_host(timeout: Duration, max_memory_bytes: u64) -> (PluginHost, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap().keep();
+    let (script, log) = (dir.join("compile"), dir.join("runs"));
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho run >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            env!("CARGO_BIN_EXE_mimeo")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let host = PluginHost::new(HostSettings {
+        cache_dir: dir.join("cache"),
+        compiler: Some(mimeo::plugin::CompilerProcess {
+            program: script,
+            timeout,
+            max_memory_bytes,
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    (host, log)
+}
+
+fn compiler_runs(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log).map_or(0, |runs| runs.lines().count())
+}
+
+#[test]
+fn a_compiler_process_compiles_plugins_into_the_cache() {
+    let (host, runs) = compiling_host(Duration::from_secs(120), 1 << 30);
+    let filter = load(&host, "filter-keys");
+    let out = host
+        .transform(
+            &filter,
+            &ctx(),
+            r#"{"include": ["username"]}"#,
+            &copy().to_string(),
+        )
+        .unwrap();
+    assert!(matches!(out, Outcome::Write(_)), "{out:?}");
+    assert_eq!(compiler_runs(&runs), 1);
+
+    // A second host over the same cache (a restart) loads the signed artifact: no compile.
+    let settings = host.settings().clone();
+    drop(host);
+    let again = PluginHost::new(settings).unwrap();
+    load(&again, "filter-keys");
+    assert_eq!(compiler_runs(&runs), 1, "loaded from the cache");
+
+    // What the compiler says about a component it cannot compile reaches the error.
+    let mut broken = common::slow_to_compile_component(1, 4, 10);
+    let at = broken.len() - 6;
+    broken[at] = 0xff; // an opcode that does not exist
+    let err = again.load("broken", &broken).unwrap_err();
+    assert!(
+        matches!(&err, PluginError::Compile(why) if why.contains("failed to parse WebAssembly module")
+            || why.contains("illegal opcode") || why.contains("invalid")),
+        "{err}"
+    );
+}
+
+/// A component built to compile slowly is stopped at the time limit, and one built to compile
+/// hugely at the memory limit, each with words that name the limit; neither is compiled again.
+#[test]
+fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_again() {
+    let (host, runs) = compiling_host(Duration::from_secs(2), 1 << 30);
+    let slow = common::slow_to_compile_component(30, 200, 5_000);
+    let started = Instant::now();
+    let err = host.load("slow", &slow).unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(
+        err.to_string(),
+        "compiling the plugin took longer than 2s (--plugin-compile-timeout-secs); \
+         mimeo does not try this component again until it restarts"
+    );
+    eprintln!("the slow compile was stopped after {took:?} (limit 2 s)");
+    let again = host.load("slow", &slow).unwrap_err();
+    assert_eq!(again.to_string(), err.to_string());
+    assert_eq!(compiler_runs(&runs), 1, "refused without compiling again");
+
+    let (host, runs) = compiling_host(Duration::from_secs(120), 384 << 20);
+    let huge = common::slow_to_compile_component(1, 2000, 50_000);
+    let started = Instant::now();
+    let err = host.load("huge", &huge).unwrap_err();
+    eprintln!(
+        "the huge compile was stopped after {:?} (limit 384 MiB)",
+        started.elapsed()
+    );
+    assert_eq!(
+        err.to_string(),
+        "compiling the plugin needed more than 384 MiB of memory (--plugin-compile-memory-mib); \
+         mimeo does not try this component again until it restarts"
+    );
+    assert!(host.load("huge", &huge).is_err());
+    assert_eq!(compiler_runs(&runs), 1, "refused without compiling again");
+    // The host goes on: a real plugin compiles and runs.
+    let filter = load(&host, "filter-keys");
+    assert!(host.transform(&filter, &ctx(), "{}", &copy().to_string()).is_ok());
+}

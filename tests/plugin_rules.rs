@@ -10,10 +10,14 @@ use serde_json::json;
 use std::time::Duration;
 
 async fn harness() -> Harness {
-    let config = ControllerConfig {
+    harness_with(ControllerConfig {
         plugin_dir: Some(common::plugin_dir()),
         ..Default::default()
-    };
+    })
+    .await
+}
+
+async fn harness_with(config: ControllerConfig) -> Harness {
     let h = Harness::start_with(config).await;
     h.namespace("platform", &[], &[]).await;
     for ns in ["tenant-a", "tenant-b"] {
@@ -537,5 +541,67 @@ async fn a_file_plugin_replaced_on_disk_takes_effect() {
     assert!(
         took < Duration::from_secs(10),
         "{took:?}: not noticed by the poll"
+    );
+}
+
+/// A tenant's `configmap://` component built to compile slowly is refused at the compile's time
+/// limit on a real apiserver (`PluginUnavailable`, in words that name the limit), while a rule
+/// with a loaded plugin rotates on: compiles run in processes of their own, under permits of
+/// their own. Prints how long the refusal and the rotation took. (The memory limit is proven
+/// in `plugin_host.rs`, with the same compiler process.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_slow_to_compile_is_refused_and_other_rules_go_on() {
+    let mut config = ControllerConfig {
+        plugin_dir: Some(common::plugin_dir()),
+        ..Default::default()
+    };
+    config.plugin_host.compiler = Some(mimeo::plugin::CompilerProcess {
+        program: env!("CARGO_BIN_EXE_mimeo").into(),
+        timeout: Duration::from_secs(3),
+        max_memory_bytes: 1 << 30,
+    });
+    let h = harness_with(config).await;
+    let mut control =
+        rule(json!([{"plugin": "file://filter-keys.wasm", "config": {"include": ["username"]}}]));
+    control["metadata"]["name"] = json!("control");
+    control["spec"]["targets"] = json!([{"namespace": "tenant-b", "name": "control"}]);
+    h.apply(control).await;
+    h.wait_ready("platform", "control", "True", "Synced").await;
+
+    put_plugin(
+        &h,
+        "slow.wasm",
+        &common::slow_to_compile_component(1, 1000, 20_000),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let mut slow = rule(json!([{"plugin": "configmap://platform/plugins/slow.wasm"}]));
+    slow["metadata"]["name"] = json!("slow");
+    slow["spec"]["targets"] = json!([{"namespace": "tenant-a", "name": "slow"}]);
+    h.apply(slow).await;
+    // While it compiles, the control rule's source rotates and its copy follows.
+    h.put_secret("platform", "registry", &[("username", "during")])
+        .await;
+    eventually("the control copy rotated during the compile", || async {
+        let copy = h.secrets("tenant-b").get_opt("control").await.unwrap()?;
+        (secret_value(&copy, "username").as_deref() == Some("during")).then_some(())
+    })
+    .await;
+    let rotated = started.elapsed();
+
+    let status = h
+        .wait_ready("platform", "slow", "False", "PluginUnavailable")
+        .await
+        .status
+        .unwrap();
+    let refused = started.elapsed();
+    assert_eq!(
+        status.conditions[0].message,
+        "plugin configmap://platform/plugins/slow.wasm: compiling the plugin took longer than 3s \
+         (--plugin-compile-timeout-secs); mimeo does not try this component again until it restarts"
+    );
+    assert!(h.secrets("tenant-a").get_opt("slow").await.unwrap().is_none());
+    println!(
+        "control copy rotated {rotated:?} after the slow rule was applied; refused after {refused:?} (limit 3 s)"
     );
 }

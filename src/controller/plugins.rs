@@ -9,7 +9,7 @@
 use crate::api::{PluginPin, PullSecretRef, Transform};
 use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_from_docker_config};
 use crate::plugin::source::{PluginSource, parse};
-use crate::plugin::{ChainError, ChainOutcome, Plugin, PluginHost, TransformContext};
+use crate::plugin::{ChainError, ChainOutcome, Loading, Plugin, PluginHost, TransformContext};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
@@ -196,6 +196,9 @@ pub struct Plugins {
     /// (digest, config) pairs the plugin accepted.
     accepted_configs: Mutex<HashSet<(String, String)>>,
     calls: Arc<Semaphore>,
+    /// Compiles at once: each is a process with up to the compile memory limit, and a slow one
+    /// must not hold the permits of calls.
+    compiles: Arc<Semaphore>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -211,6 +214,7 @@ impl Plugins {
         policy: OciPolicy,
     ) -> Self {
         let permits = host.settings().concurrency.max(1) as usize;
+        let compiles = host.settings().compile_concurrency.max(1) as usize;
         Plugins {
             host: Arc::new(host),
             client,
@@ -222,6 +226,7 @@ impl Plugins {
             config_maps: Mutex::new(HashMap::new()),
             accepted_configs: Mutex::new(HashSet::new()),
             calls: Arc::new(Semaphore::new(permits)),
+            compiles: Arc::new(Semaphore::new(compiles)),
         }
     }
 
@@ -508,11 +513,25 @@ impl Plugins {
     }
 
     async fn compile(&self, reference: &str, bytes: Vec<u8>) -> Result<Arc<Plugin>, String> {
-        // Compiling (all of Cranelift's memory) and the describe that follows take a permit
-        // like a call: at most `concurrency` at once, within the memory the docs add up.
-        let _permit = self.calls.clone().acquire_owned().await;
+        if let Some(plugin) = self.host.loaded(reference, &bytes) {
+            return Ok(plugin);
+        }
         let (host, name) = (self.host.clone(), reference.to_owned());
-        tokio::task::spawn_blocking(move || host.load(&name, &bytes))
+        let loading = {
+            let _permit = self.compiles.clone().acquire_owned().await;
+            tokio::task::spawn_blocking(move || host.compile(&name, &bytes))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?
+        };
+        let undescribed = match loading {
+            Loading::Loaded(plugin) => return Ok(plugin),
+            Loading::Compiled(undescribed) => undescribed,
+        };
+        // The describe that follows is a call like any other, under a call's permit.
+        let _permit = self.calls.clone().acquire_owned().await;
+        let host = self.host.clone();
+        tokio::task::spawn_blocking(move || host.describe_and_keep(undescribed))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())

@@ -51,6 +51,8 @@ pub(super) struct Engine {
     /// Signs what this engine writes to the cache, so that only that is ever loaded.
     cache_key: [u8; 32],
     cache_max_bytes: u64,
+    /// The settings a compiler process is started with, and its limits; `None` compiles here.
+    compiler: Option<(HostSettings, super::CompilerProcess)>,
     stop_ticker: Arc<AtomicBool>,
     /// Drives the timers of calls: each call's deadline, and the clocks a guest waits on.
     timers: Timers,
@@ -156,6 +158,7 @@ impl Engine {
             cache_dir: settings.cache_dir.clone(),
             cache_key,
             cache_max_bytes: settings.cache_max_bytes,
+            compiler: settings.compiler.clone().map(|c| (settings.clone(), c)),
             stop_ticker,
             timers: Timers::start()?,
         })
@@ -189,39 +192,67 @@ impl Engine {
         })
     }
 
-    fn cached_or_compiled(&self, bytes: &[u8], digest: &str) -> Result<Component, PluginError> {
-        let file = self.cache_dir.join(format!(
+    fn artifact_file(&self, digest: &str) -> PathBuf {
+        self.cache_dir.join(format!(
             "{}-{}.{ARTIFACT_EXTENSION}",
             digest.trim_start_matches("sha256:"),
             self.compatibility
-        ));
-        if let Some(code) = self.signed_artifact(&file, digest) {
-            #[allow(unsafe_code)]
-            // SAFETY: `code` carries a MAC made with this cache's private key over this digest,
-            // this engine's compatibility hash and these very bytes, which only
-            // `store_artifact` makes, from `Component::serialize` of an engine like this one;
-            // the bytes were read into memory before the MAC was checked, so nothing can swap
-            // them after. wasmtime checks the artifact's header and engine settings again.
-            let loaded = unsafe { Component::deserialize(&self.engine, code.as_slice()) };
-            match loaded {
-                Ok(component) => {
-                    touch(&file);
-                    return Ok(component);
-                }
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable compiled plugin")
-                }
-            }
+        ))
+    }
+
+    fn cached_or_compiled(&self, bytes: &[u8], digest: &str) -> Result<Component, PluginError> {
+        let file = self.artifact_file(digest);
+        if let Some(component) = self.load_signed(&file, digest) {
+            return Ok(component);
         }
+        let Some((settings, compiler)) = &self.compiler else {
+            return self.compile_and_store(bytes, digest, &file);
+        };
+        compiler.compile(settings, digest, bytes)?;
+        self.load_signed(&file, digest).ok_or_else(|| {
+            PluginError::Host("the compiler process left no artifact this cache signed".into())
+        })
+    }
+
+    /// Compiles here and stores the signed artifact: what the compiler process does.
+    pub fn compile_to_cache(&self, bytes: &[u8], digest: &str) -> Result<(), PluginError> {
+        check_header(bytes)?;
+        self.compile_and_store(bytes, digest, &self.artifact_file(digest))
+            .map(drop)
+    }
+
+    fn compile_and_store(&self, bytes: &[u8], digest: &str, file: &Path) -> Result<Component, PluginError> {
         let component =
             Component::new(&self.engine, bytes).map_err(|e| PluginError::Compile(format!("{e:#}")))?;
-        match self.store_artifact(&component, &file, digest) {
-            Ok(()) => self.evict(&file),
+        match self.store_artifact(&component, file, digest) {
+            Ok(()) => self.evict(file),
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "could not cache a compiled plugin")
             }
         }
         Ok(component)
+    }
+
+    /// The component cached in `file`, if this cache signed it for `digest` and it loads.
+    fn load_signed(&self, file: &Path, digest: &str) -> Option<Component> {
+        let code = self.signed_artifact(file, digest)?;
+        #[allow(unsafe_code)]
+        // SAFETY: `code` carries a MAC made with this cache's private key over this digest,
+        // this engine's compatibility hash and these very bytes, which only
+        // `store_artifact` makes, from `Component::serialize` of an engine like this one;
+        // the bytes were read into memory before the MAC was checked, so nothing can swap
+        // them after. wasmtime checks the artifact's header and engine settings again.
+        let loaded = unsafe { Component::deserialize(&self.engine, code.as_slice()) };
+        match loaded {
+            Ok(component) => {
+                touch(file);
+                Some(component)
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "ignoring an unusable compiled plugin");
+                None
+            }
+        }
     }
 
     /// The compiled code in `file` if its MAC shows this cache wrote it for `digest`; `None`

@@ -8,6 +8,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use mimeo::controller::{self, ControllerConfig};
 use mimeo::metrics::Metrics;
+use mimeo::plugin::CompilerProcess;
 use mimeo::server::Readiness;
 use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
@@ -90,7 +91,16 @@ impl Harness {
             false => controller_client(&self.plane).await,
         };
         let metrics = self.metrics.clone();
-        let config = self.config.clone();
+        let mut config = self.config.clone();
+        // As `mimeo run` does: each plugin is compiled by a process of mimeo's own binary.
+        config
+            .plugin_host
+            .compiler
+            .get_or_insert_with(|| CompilerProcess {
+                program: env!("CARGO_BIN_EXE_mimeo").into(),
+                timeout: Duration::from_secs(120),
+                max_memory_bytes: 1 << 30,
+            });
         let task = tokio::spawn(async move {
             controller::run(client, config, metrics, Readiness::default(), shutdown)
                 .await
@@ -539,4 +549,82 @@ pub fn example_plugin(lang: &str) -> PathBuf {
     );
     built.insert(lang.to_owned(), path.clone());
     path
+}
+
+/// A component built to be slow and large to compile, not to run: `functions` functions, each
+/// of `ops` multiplications over `locals` locals, all live across a loop that branches back
+/// every tenth one (so that every block carries every local), summed at the end. Each costs
+/// Cranelift far more than its size: one of 2,000 locals and 50,000 operations (0.5 MB) took
+/// 37 s and 1.1 GB on a 2-core machine, 30 of 200 and 5,000 took 4.4 s and 130 MB. It is not
+/// a mimeo plugin, which only a finished compile would show.
+pub fn slow_to_compile_component(functions: u32, locals: u32, ops: u32) -> Vec<u8> {
+    fn leb(mut n: u32, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(body.len() as u32, out);
+        out.extend_from_slice(body);
+    }
+    // A fixed pseudo-random walk over the locals (xorshift), the same bytes every run.
+    let mut state = 0x9e37_79b9u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state % locals
+    };
+    let (local_get, local_set, br_if, i32_mul, i32_add) = (0x20, 0x21, 0x0d, 0x6c, 0x6a);
+    let mut body = Vec::new();
+    body.push(1);
+    leb(locals, &mut body);
+    body.push(0x7f); // i32
+    body.extend_from_slice(&[0x03, 0x40]); // loop, no result
+    for op in 0..ops {
+        for (instruction, local) in [(local_get, next()), (local_get, next())] {
+            body.push(instruction);
+            leb(local, &mut body);
+        }
+        body.push(i32_mul);
+        body.push(local_set);
+        leb(next(), &mut body);
+        if op % 10 == 9 {
+            body.push(local_get);
+            leb(next(), &mut body);
+            body.extend_from_slice(&[br_if, 0]);
+        }
+    }
+    body.push(0x0b); // end of the loop
+    body.extend_from_slice(&[local_get, 0]);
+    for local in 1..locals {
+        body.push(local_get);
+        leb(local, &mut body);
+        body.push(i32_add);
+    }
+    body.push(0x0b);
+    let mut code = Vec::new();
+    leb(functions, &mut code);
+    for _ in 0..functions {
+        leb(body.len() as u32, &mut code);
+        code.extend_from_slice(&body);
+    }
+    let mut types_of_functions = Vec::new();
+    leb(functions, &mut types_of_functions);
+    types_of_functions.resize(types_of_functions.len() + functions as usize, 0);
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[1, 0x60, 0, 1, 0x7f], &mut module); // one type: [] -> [i32]
+    section(3, &types_of_functions, &mut module); // functions of that type
+    section(10, &code, &mut module);
+    let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+    section(1, &module, &mut component); // the core module
+    section(2, &[1, 0, 0, 0], &mut component); // instantiated, so that it is compiled
+    component
 }
