@@ -240,3 +240,61 @@ fn plugin_test_shows_logs_outcome_and_traps_in_words() {
     let (_, verbose) = run(r#"{"do": "trap"}"#, &["--verbose"]);
     assert!(verbose.contains("wasm backtrace"), "{verbose}");
 }
+
+/// A JavaScript plugin that throws an `Error` (here a TypeError from a mistake in the plugin)
+/// shows the error's name and message, through the `errorsAsStrings` wrapper of the example:
+/// thrown as it is, componentize-js aborts with `expected a string, received [object]`. Builds
+/// a copy of the example with the mistake, with the example's own build.sh (which needs node
+/// and npm); CI sets `MIMEO_REQUIRE_EXAMPLES=1`, so there it always runs.
+#[test]
+fn a_javascript_error_shows_its_message() {
+    let require = std::env::var_os("MIMEO_REQUIRE_EXAMPLES").is_some();
+    let has_npm = Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require && !has_npm {
+        eprintln!("skipping: no npm to build the JavaScript example with");
+        return;
+    }
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/examples/javascript");
+    let source = std::fs::read_to_string(example.join("add-annotation.js")).unwrap();
+    let marker = "transform(ctx, object) {";
+    assert!(source.contains(marker), "the example's transform moved");
+    let broken = source.replacen(
+        marker,
+        &format!("{marker}\n    if (ctx.config.includes('mistake')) ctx.nothing.here = 1;"),
+        1,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (js, wasm) = (dir.path().join("mistake.js"), dir.path().join("mistake.wasm"));
+    std::fs::write(&js, broken).unwrap();
+    let built = Command::new(example.join("build.sh"))
+        .arg(&js)
+        .arg(&wasm)
+        .status()
+        .unwrap();
+    assert!(built.success(), "build.sh failed");
+    let object = dir.path().join("object.yaml");
+    std::fs::write(
+        &object,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: a, namespace: b}\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["plugin", "test"])
+        .arg(&wasm)
+        .arg("-f")
+        .arg(&object)
+        .args(["--config", r#"{"key": "mistake"}"#])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"the plugin reported an error: TypeError: can't access property "here", ctx.nothing is undefined"#
+        ),
+        "{stderr}"
+    );
+}

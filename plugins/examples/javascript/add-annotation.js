@@ -48,7 +48,21 @@ function describeSource(ctx) {
   return `${kind} ${namespace === undefined ? name : `${namespace}/${name}`}`;
 }
 
-export const transformer = {
+/**
+ * Wraps an export so that an `Error` it throws (a TypeError from a mistake, a SyntaxError) leaves
+ * as a string, the only thing componentize-js turns into a `result`'s err: thrown as it is, the
+ * binding aborts and the message is lost.
+ */
+const errorsAsStrings = (f) =>
+  function (...args) {
+    try {
+      return f.apply(this, args);
+    } catch (e) {
+      throw e instanceof Error ? `${e.name}: ${e.message}` : e;
+    }
+  };
+
+const exports = {
   describe() {
     return {
       name: NAME,
@@ -108,4 +122,11 @@ export const transformer = {
     log('info', `set annotation ${key} on the copy of ${describeSource(ctx)}`);
     return { tag: 'write', val: JSON.stringify(obj) };
   },
+};
+
+// describe returns no result, so it has no err to throw into; the other two are wrapped.
+export const transformer = {
+  describe: exports.describe,
+  validateConfig: errorsAsStrings(exports.validateConfig),
+  transform: errorsAsStrings(exports.transform),
 };

@@ -4,6 +4,8 @@
 # Installs @bytecodealliance/componentize-js (npm) under $MIMEO_TOOLCHAINS (default
 # ~/.cache/mimeo/toolchains) the first time; later runs reuse it. Writes the component to
 # ${MIMEO_PLUGIN_OUT:-~/.cache/mimeo/plugins}/ and prints that directory as the last stdout line.
+#   ./build.sh                     # add-annotation.js -> add-annotation-javascript.wasm
+#   ./build.sh SOURCE.js OUT.wasm  # another module, with the same toolchain and flags
 # Needs: node 18 or newer and npm, network access to the npm registry on the first run.
 set -euo pipefail
 
@@ -34,15 +36,16 @@ if ! "$cjs" --version 2>/dev/null | grep -qxF "$COMPONENTIZE_JS_VERSION"; then
 fi
 log "componentize-js $("$cjs" --version), node $(node --version)"
 
-mkdir -p "$out"
-target="$out/add-annotation-javascript.wasm"
-log "componentize add-annotation.js -> $target"
+source="${1:-$here/add-annotation.js}"
+target="${2:-$out/add-annotation-javascript.wasm}"
+mkdir -p "$(dirname "$target")"
+log "componentize $(basename "$source") -> $target"
 # --disable drops the engine's own WASI uses (console output, random, clocks, fetch), so the
 # component imports only what the world names. console.log does nothing then: log through the
 # `log` import.
-"$cjs" "$here/add-annotation.js" --wit "$wit" --world-name plugin \
+"$cjs" "$source" --wit "$wit" --world-name plugin \
     --disable stdio random clocks http fetch-event \
     -o "$target.tmp" >&2
 mv "$target.tmp" "$target"
 log "built $target ($(stat -c %s "$target") bytes)"
-echo "$out"
+echo "$(dirname "$target")"
