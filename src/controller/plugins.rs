@@ -174,6 +174,34 @@ const MAX_CONFIG_MAP_PLUGINS: usize = 1024;
 /// Past this many accepted (plugin, config) pairs the set starts afresh: a tenant patching in a
 /// new config again and again must not grow it without end. A config forgotten is checked again.
 const MAX_ACCEPTED_CONFIGS: usize = 4096;
+
+/// The (plugin, config) pairs a plugin accepted, each kept as a digest of both: 32 bytes
+/// whatever the config's size, so at most [`MAX_ACCEPTED_CONFIGS`] x 32 bytes however large and
+/// many the configs a tenant patches in.
+#[derive(Default)]
+struct AcceptedConfigs(HashSet<[u8; 32]>);
+
+impl AcceptedConfigs {
+    fn key(plugin_digest: &str, config: &str) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(plugin_digest.as_bytes());
+        hash.update([0]);
+        hash.update(config.as_bytes());
+        hash.finalize().into()
+    }
+
+    fn contains(&self, plugin_digest: &str, config: &str) -> bool {
+        self.0.contains(&Self::key(plugin_digest, config))
+    }
+
+    fn insert(&mut self, plugin_digest: &str, config: &str) {
+        if self.0.len() >= MAX_ACCEPTED_CONFIGS {
+            self.0.clear();
+        }
+        self.0.insert(Self::key(plugin_digest, config));
+    }
+}
 /// Past this many compiled `oci://` plugins kept by digest the map starts afresh: each holds a
 /// component's compiled code, and a tag moved often, or many rules' plugins, would otherwise keep
 /// every one of them. A plugin dropped here is loaded again from the caches on disk.
@@ -194,7 +222,7 @@ pub struct Plugins {
     /// binaryData, unless it changed.
     config_maps: Mutex<HashMap<String, LoadedConfigMap>>,
     /// (digest, config) pairs the plugin accepted.
-    accepted_configs: Mutex<HashSet<(String, String)>>,
+    accepted_configs: Mutex<AcceptedConfigs>,
     calls: Arc<Semaphore>,
     /// Compiles at once: each is a process with up to the compile memory limit, and a slow one
     /// must not hold the permits of calls.
@@ -224,7 +252,7 @@ impl Plugins {
             artifacts: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
             config_maps: Mutex::new(HashMap::new()),
-            accepted_configs: Mutex::new(HashSet::new()),
+            accepted_configs: Mutex::new(AcceptedConfigs::default()),
             calls: Arc::new(Semaphore::new(permits)),
             compiles: Arc::new(Semaphore::new(compiles)),
         }
@@ -274,8 +302,7 @@ impl Plugins {
                 Some(value) => value.to_string(),
                 None => "{}".to_owned(),
             };
-            let key = (plugin.digest.clone(), config.clone());
-            if !lock(&self.accepted_configs).contains(&key) {
+            if !lock(&self.accepted_configs).contains(&plugin.digest, &config) {
                 // An instance like a transform's: it takes a permit, so it counts in the bound.
                 let _permit = self.calls.clone().acquire_owned().await;
                 let (host, checked, cfg) = (self.host.clone(), plugin.clone(), config.clone());
@@ -283,11 +310,7 @@ impl Plugins {
                     .await
                     .map_err(|e| problem(e.to_string()))?
                     .map_err(|e| problem(e.to_string()))?;
-                let mut accepted = lock(&self.accepted_configs);
-                if accepted.len() >= MAX_ACCEPTED_CONFIGS {
-                    accepted.clear();
-                }
-                accepted.insert(key);
+                lock(&self.accepted_configs).insert(&plugin.digest, &config);
             }
             chain.push((plugin, config));
         }
@@ -559,6 +582,22 @@ impl Plugins {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flood_of_distinct_configs_stays_within_the_bound() {
+        let mut accepted = AcceptedConfigs::default();
+        let big = "x".repeat(64 << 10);
+        for i in 0..(3 * MAX_ACCEPTED_CONFIGS) {
+            let config = format!("{{\"n\": {i}, \"pad\": \"{big}\"}}");
+            accepted.insert("sha256:aa", &config);
+            assert!(accepted.contains("sha256:aa", &config));
+            assert!(accepted.0.len() <= MAX_ACCEPTED_CONFIGS);
+        }
+        // 12,288 configs of 64 KiB (768 MiB) were patched in; 32 bytes of each are kept, at most
+        // 4,096 of them.
+        assert_eq!(accepted.0.len(), MAX_ACCEPTED_CONFIGS);
+        assert!(!accepted.contains("sha256:bb", "{\"n\": 0}"), "keyed by plugin too");
+    }
 
     #[test]
     fn intervals() {
