@@ -489,3 +489,206 @@ async fn the_kyverno_examples_work() {
         .unwrap();
     assert_eq!(copy["spec"], source["spec"]);
 }
+
+fn cel_crds() -> Vec<PathBuf> {
+    let dir = fixtures().join("crds-cel");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// Write requests for `resource` that `client`'s apiserver serves over `idle`, after the copies
+/// settled: what mimeo writes when nothing changes. Prints them with `what`.
+async fn writes_while_idle(client: &Client, resource: &str, idle: std::time::Duration, what: &str) -> u64 {
+    let before = common::apiserver_writes(client, &[resource]).await;
+    tokio::time::sleep(idle).await;
+    let writes = common::apiserver_writes(client, &[resource]).await - before;
+    println!("{what}: {writes} writes of {resource} over {idle:?} idle");
+    writes
+}
+
+/// Two `ClusterSyncRule`s copy ClusterPolicies into one remote cluster, one naming
+/// `kyverno.io/v1` and one `kyverno.io/v2beta1` (one resource served at two versions): each
+/// copy is one object whatever version a watch saw it at, so nothing is deleted as "no longer
+/// wanted" and nothing is written while idle, also after an unrelated CRD is installed locally
+/// (a discovery change).
+#[tokio::test]
+async fn rules_naming_two_versions_of_cluster_policies_leave_the_copies_idle() {
+    let h = Harness::start().await;
+    h.plane.install_crds(&kyverno_crds()).await.unwrap();
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    b.install_crds(&kyverno_crds()).await.unwrap();
+    let b_client = b.client().await.unwrap();
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
+
+    // Half b goes through v2beta1, whose schema refuses some v1 policies (deny conditions as a
+    // list): those go to half a, as a dry run at v2beta1 tells.
+    let v2beta1 = resource("kyverno.io/v2beta1", "ClusterPolicy", "clusterpolicies");
+    let mut sources = prepared("ClusterPolicy", None);
+    for (i, source) in sources.iter_mut().enumerate() {
+        let mut probe = source.clone();
+        probe["apiVersion"] = json!("kyverno.io/v2beta1");
+        probe["metadata"]["name"] = json!(format!("probe-{i}"));
+        let probe: DynamicObject = serde_json::from_value(probe).unwrap();
+        let dry_run = kube::api::PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let fits_v2beta1 = Api::<DynamicObject>::all_with(h.client.clone(), &v2beta1)
+            .create(&dry_run, &probe)
+            .await
+            .is_ok();
+        source["metadata"]["labels"]["half"] = json!(if i % 2 == 1 && fits_v2beta1 { "b" } else { "a" });
+        apply_object(&h.client, &cluster_policies(), source).await;
+    }
+    for (half, version) in [("a", "kyverno.io/v1"), ("b", "kyverno.io/v2beta1")] {
+        h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": format!("half-{half}")},
+            "spec": {"source": {"apiVersion": version, "kind": "ClusterPolicy", "selector": {"matchLabels": {"half": half}}},
+                     "targets": [{"cluster": "b"}], "deletion": "Delete"}}))
+            .await;
+    }
+    for half in ["a", "b"] {
+        eventually(&format!("every copy of half {half} Synced"), || async {
+            let status = cluster_rule_status(&h, &format!("half-{half}")).await?;
+            let want = sources
+                .iter()
+                .filter(|s| s["metadata"]["labels"]["half"] == half)
+                .count();
+            (status.targets.len() == want && status.targets.iter().all(|t| t.state == CopyState::Synced))
+                .then_some(())
+        })
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let idle = std::time::Duration::from_secs(60);
+    let writes = writes_while_idle(&b_client, "clusterpolicies", idle, "v1 and v2beta1 rules into B").await;
+    assert_eq!(writes, 0, "copies churn while nothing changes");
+
+    // An unrelated CRD installed locally changes discovery; the copies stay as they are.
+    h.plane.install_crds(&cel_crds()[..1]).await.unwrap();
+    let writes = writes_while_idle(
+        &b_client,
+        "clusterpolicies",
+        std::time::Duration::from_secs(20),
+        "after an unrelated CRD was installed locally",
+    )
+    .await;
+    assert_eq!(writes, 0, "a discovery change made copies churn");
+    for source in &sources {
+        let name = source["metadata"]["name"].as_str().unwrap();
+        assert!(
+            get_object(&b_client, &cluster_policies(), None, name)
+                .await
+                .is_some(),
+            "the copy of {name} is missing"
+        );
+    }
+}
+
+/// Rules naming `policies.kyverno.io/v1` and `v1beta1` of one CEL policy kind, in the local
+/// cluster and into a remote one: the copies arrive and nothing is written while idle.
+#[tokio::test]
+async fn rules_naming_two_versions_of_a_cel_policy_kind_leave_the_copies_idle() {
+    let config = ControllerConfig {
+        allowed_kinds: [
+            "Secret",
+            "ConfigMap",
+            "NamespacedValidatingPolicy.policies.kyverno.io",
+            "ValidatingPolicy.policies.kyverno.io",
+        ]
+        .iter()
+        .map(|k| k.parse().unwrap())
+        .collect(),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane.install_crds(&cel_crds()).await.unwrap();
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    b.install_crds(&cel_crds()).await.unwrap();
+    let b_client = b.client().await.unwrap();
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
+    h.namespace("policies", &[], &[]).await;
+    h.namespace("tenant", &[], &[("mimeo.dev/accept-from", "policies")])
+        .await;
+
+    let sample = std::fs::read_to_string(
+        fixtures().join("policies-cel/namespaced-validating-policies_validation-actions_deny.yaml"),
+    )
+    .unwrap();
+    let sample: Value = serde_yaml_ng::from_str(&sample).unwrap();
+    let namespaced = resource(
+        "policies.kyverno.io/v1",
+        "NamespacedValidatingPolicy",
+        "namespacedvalidatingpolicies",
+    );
+    let cluster_wide = resource("policies.kyverno.io/v1", "ValidatingPolicy", "validatingpolicies");
+    for (i, half) in ["a", "b", "a", "b"].iter().enumerate() {
+        let mut object = sample.clone();
+        object["apiVersion"] = json!("policies.kyverno.io/v1");
+        object["metadata"] =
+            json!({"name": format!("p{i}"), "namespace": "policies", "labels": {"half": half}});
+        apply_object(&h.client, &namespaced, &object).await;
+        object["kind"] = json!("ValidatingPolicy");
+        object["metadata"] = json!({"name": format!("c{i}"), "labels": {"half": half}});
+        apply_object(&h.client, &cluster_wide, &object).await;
+    }
+    for (half, version) in [
+        ("a", "policies.kyverno.io/v1"),
+        ("b", "policies.kyverno.io/v1beta1"),
+    ] {
+        h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule", "metadata": {"name": format!("half-{half}"), "namespace": "policies"},
+            "spec": {"source": {"apiVersion": version, "kind": "NamespacedValidatingPolicy", "selector": {"matchLabels": {"half": half}}},
+                     "targets": [{"namespace": "tenant"}]}}))
+            .await;
+        h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": format!("half-{half}")},
+            "spec": {"source": {"apiVersion": version, "kind": "ValidatingPolicy", "selector": {"matchLabels": {"half": half}}},
+                     "targets": [{"cluster": "b"}], "deletion": "Delete"}}))
+            .await;
+    }
+    for half in ["a", "b"] {
+        h.wait_ready("policies", &format!("half-{half}"), "True", "Synced")
+            .await;
+        eventually(&format!("ClusterSyncRule half-{half} Synced"), || async {
+            let status = cluster_rule_status(&h, &format!("half-{half}")).await?;
+            (status.targets.len() == 2 && status.targets.iter().all(|t| t.state == CopyState::Synced))
+                .then_some(())
+        })
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let idle = std::time::Duration::from_secs(60);
+    let (local, remote) = tokio::join!(
+        writes_while_idle(
+            &h.client,
+            "namespacedvalidatingpolicies",
+            idle,
+            "v1 and v1beta1 SyncRules, locally"
+        ),
+        writes_while_idle(
+            &b_client,
+            "validatingpolicies",
+            idle,
+            "v1 and v1beta1 ClusterSyncRules into B"
+        ),
+    );
+    assert_eq!((local, remote), (0, 0), "copies churn while nothing changes");
+    for i in 0..4 {
+        let name = format!("p{i}");
+        assert!(
+            get_object(&h.client, &namespaced, Some("tenant"), &name)
+                .await
+                .is_some(),
+            "{name}"
+        );
+        let name = format!("c{i}");
+        assert!(
+            get_object(&b_client, &cluster_wide, None, &name).await.is_some(),
+            "{name}"
+        );
+    }
+}

@@ -596,7 +596,10 @@ mod tests {
         // 12,288 configs of 64 KiB (768 MiB) were patched in; 32 bytes of each are kept, at most
         // 4,096 of them.
         assert_eq!(accepted.0.len(), MAX_ACCEPTED_CONFIGS);
-        assert!(!accepted.contains("sha256:bb", "{\"n\": 0}"), "keyed by plugin too");
+        assert!(
+            !accepted.contains("sha256:bb", "{\"n\": 0}"),
+            "keyed by plugin too"
+        );
     }
 
     #[test]

@@ -967,7 +967,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         for (kind, namespace, name, source) in
             owned_copies(handle, &key, cluster_resource, namespaced, &recorded, &ctx.scope)
         {
-            if kind == *cluster_resource
+            if same_resource(&kind, cluster_resource)
                 && keep.contains(&(cluster.name.clone(), namespace.clone(), name.clone()))
             {
                 continue;
@@ -1406,6 +1406,15 @@ async fn live_object(
 /// written copies there.
 /// Copies in namespaces outside `scope` (recorded before mimeo was limited to namespaces) are
 /// not among them: mimeo may not touch them now.
+/// One resource whatever the version it is served at: a copy's identity is its group, resource
+/// (plural), namespace and name. The copies watches are per version, so one object is seen once
+/// per version a rule of its kind names (`kyverno.io/v1` and `v2beta1` ClusterPolicies).
+pub(super) fn same_resource(a: &ApiResource, b: &ApiResource) -> bool {
+    a.group == b.group && a.plural == b.plural
+}
+
+/// What `key` owns in `cluster`, by identity: each copy once, under the rule's own `resource`
+/// when that is its resource (whatever version's watch saw it), else under the version seen.
 fn owned_copies(
     cluster: &ClusterHandle,
     key: &RuleKey,
@@ -1414,10 +1423,21 @@ fn owned_copies(
     recorded: &[&CopyStatus],
     scope: &Scope,
 ) -> Vec<(ApiResource, Option<String>, String, SourceRef)> {
-    let mut out: BTreeMap<(String, Option<String>, String), (ApiResource, SourceRef)> = BTreeMap::new();
+    type Identity = (String, String, Option<String>, String);
+    let mut out: BTreeMap<Identity, (ApiResource, SourceRef)> = BTreeMap::new();
     for (kind, copy) in cluster.watches.copies_of(key) {
+        let kind = if same_resource(&kind, resource) {
+            resource.clone()
+        } else {
+            kind
+        };
         out.insert(
-            (kind.plural.clone(), copy.namespace(), copy.name_any()),
+            (
+                kind.group.clone(),
+                kind.plural.clone(),
+                copy.namespace(),
+                copy.name_any(),
+            ),
             (kind, source_of(&copy)),
         );
     }
@@ -1432,15 +1452,20 @@ fn owned_copies(
                 | CopyState::ClusterMissing
         ) && (copy.namespace.is_some() || !namespaced)
         {
-            out.entry((resource.plural.clone(), copy.namespace.clone(), copy.name.clone()))
-                .or_insert_with(|| (resource.clone(), copy.source.clone()));
+            out.entry((
+                resource.group.clone(),
+                resource.plural.clone(),
+                copy.namespace.clone(),
+                copy.name.clone(),
+            ))
+            .or_insert_with(|| (resource.clone(), copy.source.clone()));
         }
     }
     let in_scope =
         |ns: &Option<String>| cluster.name.is_some() || ns.as_deref().is_none_or(|ns| scope.contains(ns));
     out.into_iter()
-        .filter(|((_, ns, _), _)| in_scope(ns))
-        .map(|((_, ns, name), (kind, source))| (kind, ns, name, source))
+        .filter(|((_, _, ns, _), _)| in_scope(ns))
+        .map(|((_, _, ns, name), (kind, source))| (kind, ns, name, source))
         .collect()
 }
 
