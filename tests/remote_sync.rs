@@ -371,8 +371,30 @@ async fn an_outage_of_one_cluster_delays_only_its_copies() {
     wait_value(&b.client, "apps", "pull", "v0").await;
     wait_value(&h.client, "tenant", "pull", "v0").await;
 
+    let cluster_ready = |want: &'static str| {
+        let api = Api::<mimeo::api::RemoteCluster>::all(h.client.clone());
+        async move {
+            eventually(&format!("RemoteCluster b Ready={want}"), || async {
+                let rc = api.get_opt("b").await.unwrap()?;
+                let ready = rc.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+                (ready.status == want).then_some(ready.reason)
+            })
+            .await
+        }
+    };
+    cluster_ready("True").await;
+
     b.plane.stop_apiserver().await;
     let stopped = Instant::now();
+    // The RemoteCluster follows what its copies see, within seconds.
+    let reason = cluster_ready("False").await;
+    let not_ready_after = stopped.elapsed();
+    eprintln!("RemoteCluster b Ready=False ({reason}) {not_ready_after:.2?} after its apiserver stopped");
+    assert_eq!(reason, "Unreachable");
+    assert!(
+        not_ready_after < Duration::from_secs(10),
+        "RemoteCluster b said Ready for {not_ready_after:?} after its apiserver stopped"
+    );
     h.put_secret("platform", "pull", &[("value", "v1")]).await;
     wait_value(&h.client, "tenant", "pull", "v1").await;
     let unreachable = wait_copy_state(
@@ -392,6 +414,11 @@ async fn an_outage_of_one_cluster_delays_only_its_copies() {
     let back = Instant::now();
     wait_value(&b.client, "apps", "pull", "v2").await;
     let recovery = back.elapsed();
+    cluster_ready("True").await;
+    eprintln!(
+        "RemoteCluster b Ready=True {:.2?} after its apiserver was back",
+        back.elapsed()
+    );
     eprintln!(
         "outage of {:.1?}: B's apiserver ready {took:.2?} after restart; its copy held the last value {recovery:.2?} after that",
         back - stopped

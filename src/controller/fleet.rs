@@ -29,6 +29,8 @@ use tokio::task::AbortHandle;
 
 /// How long the prober waits for a down cluster to answer one request.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the watches of connected clusters are looked at for a failure to reach them.
+const HEALTH_EVERY: Duration = Duration::from_secs(2);
 
 /// A cluster to read from or write to.
 #[derive(Clone)]
@@ -102,12 +104,16 @@ pub struct Fleet {
     /// Clusters that did not answer, with the last error; each has a prober running.
     down: Mutex<HashMap<String, String>>,
     task: Mutex<Option<AbortHandle>>,
+    /// The task of [`Fleet::look_at_watches`].
+    health: Mutex<Option<AbortHandle>>,
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if let Some(task) = self.task.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            task.abort();
+        for task in [&mut self.task, &mut self.health] {
+            if let Some(task) = task.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+                task.abort();
+            }
         }
     }
 }
@@ -148,6 +154,7 @@ impl Fleet {
             usage: Mutex::new(HashMap::new()),
             down: Mutex::new(HashMap::new()),
             task: Mutex::new(None),
+            health: Mutex::new(None),
         });
         if !remote_clusters_enabled {
             // Nothing to list: the cache stays empty and counts as listed.
@@ -180,8 +187,35 @@ impl Fleet {
                 }
             }
         });
+        let health = tokio::spawn(Self::look_at_watches(Arc::downgrade(&fleet)));
         *lock(&fleet.task) = Some(task.abort_handle());
+        *lock(&fleet.health) = Some(health.abort_handle());
         fleet
+    }
+
+    /// Every [`HEALTH_EVERY`], marks down a connected cluster whose watches fail to reach it:
+    /// the watches see an apiserver go away at once, often before any rule's request does, and
+    /// its `RemoteCluster` should say so within seconds. Reads only what the watches recorded.
+    async fn look_at_watches(fleet: Weak<Fleet>) {
+        loop {
+            tokio::time::sleep(HEALTH_EVERY).await;
+            let Some(fleet) = fleet.upgrade() else { break };
+            let failing: Vec<(String, String)> = lock(&fleet.connections)
+                .iter()
+                .filter_map(|(name, c)| {
+                    let problem = c.handle.watches.failure()?;
+                    (problem.reason == "Unreachable").then(|| (name.clone(), problem.message))
+                })
+                .collect();
+            for (name, message) in failing {
+                fleet.report_unreachable(&name, &message);
+            }
+        }
+    }
+
+    /// Why the named cluster is marked down, while it is.
+    pub fn down_because(&self, name: &str) -> Option<String> {
+        lock(&self.down).get(name).cloned()
     }
 
     /// The cluster mimeo runs in.
@@ -357,6 +391,9 @@ impl Fleet {
             return;
         }
         tracing::warn!(cluster = %name, error = %error, "remote cluster does not answer; probing with backoff");
+        // Its status and its rules say so now, not at their next look.
+        self.triggers.fire_cluster(name);
+        self.fire_users(name, false);
         let weak = self.me.clone();
         let name = name.to_owned();
         tokio::spawn(async move {
@@ -376,6 +413,7 @@ impl Fleet {
                     Ok(Ok(_)) => {
                         lock(&fleet.down).remove(&name);
                         tracing::info!(cluster = %name, "remote cluster answers again");
+                        fleet.triggers.fire_cluster(&name);
                         fleet.fire_users(&name, false);
                         break;
                     }

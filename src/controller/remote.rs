@@ -15,12 +15,23 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often a cluster is checked again: a rotated kubeconfig or a cluster that went away shows
-/// up within this time.
+/// How often a cluster is checked again: a rotated kubeconfig shows up within this time. A
+/// cluster that stops answering shows up sooner: the fleet marks it down and wakes this.
 const RECHECK: Duration = Duration::from_secs(60);
+/// How often a cluster that is not ready is checked again.
+const RECHECK_NOT_READY: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let (ready, version) = match check(&cluster, &ctx).await {
+    let down = ctx.fleet.down_because(&cluster.name_any());
+    let checked = match down {
+        // The fleet's own requests and watches do not reach it: no need to try a third way.
+        Some(error) => Err(KubeconfigProblem {
+            reason: "Unreachable",
+            message: format!("does not answer (retrying with backoff): {error}"),
+        }),
+        None => check(&cluster, &ctx).await,
+    };
+    let (ready, version) = match checked {
         Ok(version) => (
             Readiness {
                 ready: true,
@@ -59,7 +70,11 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             )
             .await?;
     }
-    Ok(Action::requeue(RECHECK))
+    Ok(Action::requeue(if ready.ready {
+        RECHECK
+    } else {
+        RECHECK_NOT_READY
+    }))
 }
 
 pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context>) -> Action {
