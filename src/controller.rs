@@ -83,6 +83,8 @@ pub struct Context {
     plugin_dir: Option<std::path::PathBuf>,
     /// What each rule's chain made of each copy, reused while the input is the same.
     chain_outputs: chain_outputs::ChainOutputs,
+    /// Copies that churn, and those held for it.
+    flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
 }
 
 /// Fails with a clear message when the CRDs are not installed. Limited to namespaces, mimeo
@@ -164,6 +166,7 @@ pub async fn run(
         plugin_files,
         plugin_dir: config.plugin_dir.clone(),
         chain_outputs: Default::default(),
+        flaps: Default::default(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -53,6 +53,7 @@ pub struct Metrics {
     source_watches: Gauge,
     plugin_failures: Family<ErrorReason, Counter>,
     plugin_chains: Family<ChainLabels, Counter>,
+    copy_flaps: Counter,
     /// Copies by state per rule, so the `copies` gauge is a sum that forgets deleted rules.
     copies_by_rule: Mutex<HashMap<String, HashMap<String, i64>>>,
 }
@@ -111,7 +112,15 @@ impl Metrics {
              remembered (the outcome for the same input was reused)",
             plugin_chains.clone(),
         );
+        let copy_flaps = Counter::default();
+        registry.register(
+            "copy_flaps",
+            "Copies the flap guard stopped touching: deleted and created again, or written back \
+             after something else changed them, too often within minutes",
+            copy_flaps.clone(),
+        );
         let metrics = Metrics {
+            copy_flaps,
             plugin_failures,
             plugin_chains,
             registry,
@@ -146,6 +155,10 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    pub fn copy_flapped(&self) {
+        self.copy_flaps.inc();
     }
 
     pub fn wrote(&self, verb: &str) {

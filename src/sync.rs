@@ -5,6 +5,7 @@
 pub mod consent;
 pub mod desired;
 pub mod filter;
+pub mod flap_guard;
 pub mod hash;
 pub mod kinds;
 pub mod ownership;

@@ -451,13 +451,16 @@ pub enum CopyState {
     /// mimeo never writes a copy like this one (a Secret of type
     /// `kubernetes.io/service-account-token` or `helm.sh/release.v1`); `message` says why.
     Refused,
+    /// mimeo kept deleting and creating the copy again, or writing it back after something else
+    /// changed it, and has stopped touching it for a while; `message` says what alternated.
+    Flapping,
     /// Writing the copy failed; `message` says why.
     Failed,
 }
 
 impl CopyState {
     /// Every state, for metrics that report each one (zero included).
-    pub const ALL: [CopyState; 13] = [
+    pub const ALL: [CopyState; 14] = [
         CopyState::Synced,
         CopyState::Conflict,
         CopyState::NotAccepted,
@@ -471,6 +474,7 @@ impl CopyState {
         CopyState::KindNotServed,
         CopyState::NotWatched,
         CopyState::Refused,
+        CopyState::Flapping,
     ];
 }
 

@@ -17,9 +17,10 @@ use crate::error_text::with_causes;
 use crate::plugin::{ChainError, ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message, not_shared_message, shares};
 use crate::sync::desired::{CopyTarget, CopyTemplate, DesiredCopy};
+use crate::sync::flap_guard::Churn;
 use crate::sync::hash::digest;
 use crate::sync::kinds::KindRef;
-use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, Owner, RuleKey, RuleKind, owner_of};
+use crate::sync::ownership::{FIELD_MANAGER, FINALIZER, HASH_ANNOTATION, Owner, RuleKey, RuleKind, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
 use crate::sync::protected::refused_copy;
 use crate::sync::scope::{self, Scope};
@@ -283,6 +284,10 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     // The transform chain: every plugin loaded and its config accepted, or nothing changes.
     // Recorded pins stand while the rule is unchanged since they were recorded.
     let spec_changed = previous.and_then(|p| p.observed_generation) != rule.meta().generation;
+    if spec_changed {
+        // A changed rule is a new start for its copies' churn too.
+        lock(&ctx.flaps).forget(|(rule, _, _)| *rule == key);
+    }
     let resolved = match ctx
         .plugins
         .chain(
@@ -836,8 +841,21 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         }
     }
 
-    // Write.
+    // Write, except copies the flap guard holds.
     let mut events = EventLog::default();
+    let now = std::time::Instant::now();
+    for plan in planned.iter_mut() {
+        if !matches!(plan.decision, Some(Decision::Write(_))) {
+            continue;
+        }
+        if let Some(held) = lock(&ctx.flaps).held(&flap_key(&key, &plan.target, &resource), now) {
+            plan.decision = None;
+            plan.desired = None;
+            plan.state = CopyState::Flapping;
+            plan.message = Some(held.describe(now));
+            plan.keeps_previous = true;
+        }
+    }
     // Owned jobs: borrowed ones trip up the `Send` proof of the reconcile future.
     type Job = (
         usize,
@@ -899,6 +917,41 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 plan.decision = Some(Decision::Conflict(why));
             }
             Ok(WriteDone::Stored { how, over, stored }) => {
+                let flap = flap_key(&key, &plan.target, &resource);
+                let churn: &[Churn] = match how {
+                    Write::Create => &[Churn::Created],
+                    Write::Recreate => &[Churn::Deleted, Churn::Created],
+                    // The content mimeo gave the copy last, written back: something changed it.
+                    Write::Apply | Write::Replace
+                        if plan.hash.is_some()
+                            && plan
+                                .live
+                                .as_deref()
+                                .and_then(|l| l.annotations().get(HASH_ANNOTATION))
+                                == plan.hash.as_ref() =>
+                    {
+                        &[Churn::Repaired]
+                    }
+                    Write::Apply | Write::Replace => &[],
+                };
+                let tripped = churn
+                    .iter()
+                    .filter_map(|c| lock(&ctx.flaps).record(&flap, *c, now))
+                    .last();
+                if let Some(held) = tripped {
+                    let why = held.describe(now);
+                    ctx.metrics.copy_flapped();
+                    tracing::warn!(rule = %key, copy = %place, "{why}");
+                    events.note_copy(
+                        EventType::Warning,
+                        "CopyFlapping",
+                        format!("copy {place}: {why}"),
+                        &resource,
+                        &plan.target,
+                    );
+                    plan.state = CopyState::Flapping;
+                    plan.message = Some(why);
+                }
                 plan.live = over;
                 if let Some(cluster) = reachable.iter().find(|c| *c.name == plan.target.cluster) {
                     cluster
@@ -977,6 +1030,19 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
+            let flap = flap_key(&key, &target, &kind);
+            if let Some(held) = lock(&ctx.flaps).held(&flap, now) {
+                leftovers.push(CopyStatus {
+                    source,
+                    cluster: cluster.name.clone(),
+                    namespace,
+                    name,
+                    state: CopyState::Flapping,
+                    hash: None,
+                    message: Some(held.describe(now)),
+                });
+                continue;
+            }
             match remote_call(
                 &cluster.name,
                 remove_owned(handle, &key, &kind, namespace.as_deref(), &name, spec),
@@ -985,6 +1051,29 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             {
                 Ok(Some(done)) => {
                     ctx.metrics.wrote(done);
+                    if done == "delete"
+                        && let Some(held) = lock(&ctx.flaps).record(&flap, Churn::Deleted, now)
+                    {
+                        let why = held.describe(now);
+                        ctx.metrics.copy_flapped();
+                        tracing::warn!(rule = %key, copy = %place_of(&target), "{why}");
+                        events.note_copy(
+                            EventType::Warning,
+                            "CopyFlapping",
+                            format!("copy {}: {why}", place_of(&target)),
+                            &kind,
+                            &target,
+                        );
+                        leftovers.push(CopyStatus {
+                            source: source.clone(),
+                            cluster: cluster.name.clone(),
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                            state: CopyState::Flapping,
+                            hash: None,
+                            message: Some(why),
+                        });
+                    }
                     let place = place_of(&target);
                     let what = if done == "delete" { "Deleted" } else { "Orphaned" };
                     tracing::info!(rule = %key, copy = %place, verb = done, "removed a copy that is no longer wanted");
@@ -1406,6 +1495,22 @@ async fn live_object(
 /// written copies there.
 /// Copies in namespaces outside `scope` (recorded before mimeo was limited to namespaces) are
 /// not among them: mimeo may not touch them now.
+/// A copy as the flap guard names it: its rule, its place, and its resource (group and plural,
+/// not the version).
+pub(super) type FlapKey = (RuleKey, CopyTarget, String);
+
+fn flap_key(rule: &RuleKey, target: &CopyTarget, resource: &ApiResource) -> FlapKey {
+    (
+        rule.clone(),
+        target.clone(),
+        format!("{}/{}", resource.group, resource.plural),
+    )
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// One resource whatever the version it is served at: a copy's identity is its group, resource
 /// (plural), namespace and name. The copies watches are per version, so one object is seen once
 /// per version a rule of its kind names (`kyverno.io/v1` and `v2beta1` ClusterPolicies).

@@ -49,10 +49,13 @@ pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
             message: format!("{synced}/{total} copies in sync{skipped_note}"),
         };
     }
-    let problems: Vec<&CopyStatus> = inventory
+    let mut problems: Vec<&CopyStatus> = inventory
         .iter()
         .filter(|c| !matches!(c.state, CopyState::Synced | CopyState::Skipped))
         .collect();
+    // A copy the flap guard holds is named first, and gives the reason: it is the one problem
+    // that means mimeo itself stopped.
+    problems.sort_by_key(|c| c.state != CopyState::Flapping);
     let mut message = format!("{synced}/{total} copies in sync{skipped_note}");
     for copy in problems.iter().take(3) {
         let mut place = match &copy.namespace {
