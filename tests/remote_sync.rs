@@ -728,3 +728,77 @@ async fn the_printed_rbac_is_enough() {
     .await;
     eprintln!("outside the granted namespace: {:?}", refused.message);
 }
+
+/// Two `RemoteCluster`s naming one cluster (a rename, a migration, two label sets): the older
+/// one is used and the other is `DuplicateCluster`, so copies through one are never taken for
+/// unwanted copies through the other. Before, they deleted each other's copies about 10-20
+/// times a second. Rules naming each, and a `clusterSelector` matching both, are then held idle
+/// for a minute while B's apiserver counts writes of Secrets.
+#[tokio::test]
+async fn two_remote_clusters_naming_one_cluster_are_used_as_one_and_nothing_churns() {
+    let h = Harness::start().await;
+    let b = other().await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    namespace_in(&b.client, "apps", json!({})).await;
+    register(&h, "b", &token_kubeconfig(&b), json!({"env": "prod"}), None).await;
+    // A second later, so that creation time (whole seconds) tells which came first.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    register(&h, "b2", &token_kubeconfig(&b), json!({"env": "prod"}), None).await;
+    h.put_secret("platform", "pull", &[("value", "v0")]).await;
+    h.apply(cluster_rule(
+        "named",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"cluster": "b", "namespace": "apps", "name": "via-b"},
+                           {"cluster": "b2", "namespace": "apps", "name": "via-b2"}]}),
+    ))
+    .await;
+    h.apply(cluster_rule(
+        "selected",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}, "namespace": "apps", "name": "selected"}]}),
+    ))
+    .await;
+    wait_value(&b.client, "apps", "via-b", "v0").await;
+    wait_value(&b.client, "apps", "selected", "v0").await;
+    let refused = wait_copy_state(
+        &h,
+        (None, "named"),
+        (Some("b2"), Some("apps"), "via-b2"),
+        CopyState::DuplicateCluster,
+    )
+    .await;
+    assert!(
+        refused.message.as_deref().is_some_and(|m| m.starts_with(
+            "RemoteCluster b2 names the same cluster as RemoteCluster b (the uid of their kube-system namespaces is the same)"
+        )),
+        "{refused:?}"
+    );
+    wait_copy_state(
+        &h,
+        (None, "selected"),
+        (Some("b2"), Some("apps"), "selected"),
+        CopyState::DuplicateCluster,
+    )
+    .await;
+    let api = Api::<RemoteCluster>::all(h.client.clone());
+    eventually("RemoteCluster b2 Ready=False DuplicateCluster", || async {
+        let rc = api.get_opt("b2").await.unwrap()?;
+        let ready = rc.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (ready.status == "False" && ready.reason == "DuplicateCluster").then_some(())
+    })
+    .await;
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = apiserver_writes(&b.client, &["secrets"]).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let writes = apiserver_writes(&b.client, &["secrets"]).await - before;
+    println!("two RemoteClusters on one cluster: {writes} writes of secrets in B over 60 s idle");
+    assert_eq!(writes, 0, "copies churn between the two RemoteClusters");
+    assert_eq!(value_in(&b.client, "apps", "via-b").await.as_deref(), Some("v0"));
+    assert_eq!(value_in(&b.client, "apps", "via-b2").await, None);
+    assert_eq!(
+        value_in(&b.client, "apps", "selected").await.as_deref(),
+        Some("v0")
+    );
+}

@@ -442,6 +442,9 @@ pub enum CopyState {
     Unauthorized,
     /// The `RemoteCluster` named for the copy does not exist; copies there are left as they are.
     ClusterMissing,
+    /// The `RemoteCluster` named for the copy names the same cluster as an older one, which mimeo
+    /// uses instead; `message` names it. Copies there are left as they are.
+    DuplicateCluster,
     /// The copy's cluster does not serve the kind (its CRD is not installed there); the copy is
     /// written once it is.
     KindNotServed,
@@ -460,7 +463,7 @@ pub enum CopyState {
 
 impl CopyState {
     /// Every state, for metrics that report each one (zero included).
-    pub const ALL: [CopyState; 14] = [
+    pub const ALL: [CopyState; 15] = [
         CopyState::Synced,
         CopyState::Conflict,
         CopyState::NotAccepted,
@@ -475,6 +478,7 @@ impl CopyState {
         CopyState::NotWatched,
         CopyState::Refused,
         CopyState::Flapping,
+        CopyState::DuplicateCluster,
     ];
 }
 

@@ -16,7 +16,7 @@ use crate::sync::ownership::{RuleKey, RuleKind};
 use crate::sync::scope::Scope;
 use crate::sync::targets::selector;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::Api;
 use kube::core::SelectorExt;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
@@ -46,6 +46,16 @@ pub struct ClusterHandle {
 pub struct ClusterProblem {
     pub state: CopyState,
     pub message: String,
+}
+
+/// What a `RemoteCluster` (and its copies) say when another names the same cluster.
+pub fn duplicate_message(name: &str, first: &str) -> String {
+    format!(
+        "RemoteCluster {name} names the same cluster as RemoteCluster {first} (the uid of their \
+         kube-system namespaces is the same): mimeo writes and reads that cluster through {first} \
+         alone, so that copies through one are not taken for unwanted ones through the other; \
+         delete one of the two, or give rules the one that stays"
+    )
 }
 
 impl ClusterProblem {
@@ -106,6 +116,10 @@ pub struct Fleet {
     task: Mutex<Option<AbortHandle>>,
     /// The task of [`Fleet::look_at_watches`].
     health: Mutex<Option<AbortHandle>>,
+    /// What each connected cluster is: the uid of its `kube-system` namespace, the usual
+    /// cluster ID; empty when the identity may not read it. Two `RemoteCluster`s with one uid
+    /// are one cluster, and only the first is used.
+    identities: Mutex<HashMap<String, String>>,
 }
 
 impl Drop for Fleet {
@@ -155,6 +169,7 @@ impl Fleet {
             down: Mutex::new(HashMap::new()),
             task: Mutex::new(None),
             health: Mutex::new(None),
+            identities: Mutex::new(HashMap::new()),
         });
         if !remote_clusters_enabled {
             // Nothing to list: the cache stays empty and counts as listed.
@@ -211,6 +226,57 @@ impl Fleet {
                 fleet.report_unreachable(&name, &message);
             }
         }
+    }
+
+    /// Reads what the named cluster is, once per connection: the uid of its `kube-system`
+    /// namespace. Not known when the cluster does not answer (asked again next time); empty when
+    /// it may not be read (a cluster only read from, whose identity may read the sources alone).
+    async fn learn_identity(&self, name: &str, handle: &ClusterHandle) {
+        if lock(&self.identities).contains_key(name) {
+            return;
+        }
+        let api: Api<Namespace> = Api::all(handle.client.clone());
+        let uid = match tokio::time::timeout(PROBE_TIMEOUT, api.get_metadata_opt("kube-system")).await {
+            Ok(Ok(ns)) => ns.and_then(|ns| ns.metadata.uid).unwrap_or_default(),
+            Ok(Err(kube::Error::Api(e))) if e.code == 403 || e.code == 404 => String::new(),
+            _ => return,
+        };
+        let others: Vec<String> = {
+            let mut identities = lock(&self.identities);
+            identities.insert(name.to_owned(), uid.clone());
+            identities
+                .iter()
+                .filter(|(other, id)| *other != name && !uid.is_empty() && **id == uid)
+                .map(|(other, _)| other.clone())
+                .collect()
+        };
+        // The status of each says which one mimeo uses.
+        for cluster in others.iter().map(String::as_str).chain([name]) {
+            if !others.is_empty() {
+                self.triggers.fire_cluster(cluster);
+                self.fire_users(cluster, false);
+            }
+        }
+    }
+
+    /// The `RemoteCluster` mimeo uses for the physical cluster that `name` names too, when that
+    /// is another one: the oldest of those with the same identity (by creation, then name).
+    pub fn duplicate_of(&self, name: &str) -> Option<String> {
+        let identities = lock(&self.identities);
+        let uid = identities.get(name).filter(|uid| !uid.is_empty())?;
+        let created = |cluster: &str| {
+            self.remote_clusters
+                .get(&ObjectRef::new(cluster))
+                .and_then(|rc| rc.metadata.creation_timestamp.clone())
+        };
+        let first = identities
+            .iter()
+            .filter(|(_, id)| *id == uid)
+            .filter(|(cluster, _)| self.remote_clusters.get(&ObjectRef::new(cluster)).is_some())
+            .map(|(cluster, _)| (created(cluster).map(|t| t.0), cluster.clone()))
+            .min()?
+            .1;
+        (first != name).then_some(first)
     }
 
     /// Why the named cluster is marked down, while it is.
@@ -333,6 +399,13 @@ impl Fleet {
             .connect(&remote)
             .await
             .map_err(|p| ClusterProblem::from_kubeconfig(name, p))?;
+        self.learn_identity(name, &handle).await;
+        if let Some(first) = self.duplicate_of(name) {
+            return Err(ClusterProblem {
+                state: CopyState::DuplicateCluster,
+                message: duplicate_message(name, &first),
+            });
+        }
         if !needs_namespaces {
             return Ok(handle);
         }
@@ -518,6 +591,7 @@ impl Fleet {
     /// Drops a cluster's client and watches, and wakes its rules and its status.
     fn disconnect(&self, name: &str) {
         let gone = lock(&self.connections).remove(name);
+        lock(&self.identities).remove(name);
         lock(&self.down).remove(name);
         if gone.is_some() {
             self.fire_users(name, false);
@@ -530,6 +604,7 @@ impl Fleet {
             .values()
             .flat_map(|u| u.names.iter().cloned())
             .collect();
+        lock(&self.identities).retain(|name, _| used.contains(name));
         lock(&self.connections).retain(|name, _| {
             let keep = used.contains(name);
             if !keep {

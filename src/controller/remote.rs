@@ -23,7 +23,15 @@ const RECHECK_NOT_READY: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let down = ctx.fleet.down_because(&cluster.name_any());
+    let duplicate = ctx.fleet.duplicate_of(&cluster.name_any());
     let checked = match down {
+        _ if duplicate.is_some() => Err(KubeconfigProblem {
+            reason: "DuplicateCluster",
+            message: super::fleet::duplicate_message(
+                &cluster.name_any(),
+                duplicate.as_deref().unwrap_or_default(),
+            ),
+        }),
         // The fleet's own requests and watches do not reach it: no need to try a third way.
         Some(error) => Err(KubeconfigProblem {
             reason: "Unreachable",
