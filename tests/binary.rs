@@ -127,6 +127,24 @@ async fn serves_health_and_metrics_and_stops_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(get(port, "/healthz").map(|(code, _)| code), Some(200));
+    // Warnings with a message of their own: a copy not in sync, a cluster not ready.
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("tenant", &[], &[]).await;
+    h.put_secret("platform", "creds", &[("k", "v")]).await;
+    h.apply(
+        serde_json::json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+        "metadata": {"name": "creds", "namespace": "platform"},
+        "spec": {"source": {"kind": "Secret", "name": "creds"}, "targets": [{"namespace": "tenant"}]}}),
+    )
+    .await;
+    h.apply(
+        serde_json::json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+        "metadata": {"name": "nowhere"},
+        "spec": {"kubeconfigSecretRef": {"namespace": "platform", "name": "missing"}}}),
+    )
+    .await;
+    h.wait_ready("platform", "creds", "False", "NotAccepted").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let (code, metrics) = get(port, "/metrics").unwrap();
     assert_eq!(code, 200);
     for name in [
@@ -159,7 +177,42 @@ async fn serves_health_and_metrics_and_stops_on_sigterm() {
     assert!(status.success(), "exit {status}: {stderr}");
     assert!(stderr.contains("controller stopped"), "{stderr}");
     for line in stderr.lines() {
-        serde_json::from_str::<serde_json::Value>(line)
-            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        serde_json::from_str::<OneKeyPerField>(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line with one key per field ({e}): {line}"));
+    }
+    for warning in ["copy not in sync", "remote cluster not ready"] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(warning))
+            .unwrap_or_else(|| panic!("no {warning:?} line: {stderr}"));
+        let fields: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(fields["message"], warning, "{line}");
+        assert!(fields["why"].is_string(), "{line}");
+    }
+}
+
+/// A JSON object in which no key appears twice (`jq` and most parsers keep only one of them).
+struct OneKeyPerField;
+
+impl<'de> serde::Deserialize<'de> for OneKeyPerField {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = OneKeyPerField;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format!("the key {key:?} appears twice")));
+                    }
+                }
+                Ok(OneKeyPerField)
+            }
+        }
+        d.deserialize_map(Visitor)
     }
 }

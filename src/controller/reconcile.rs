@@ -1179,7 +1179,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             let place = place_of(&target);
             let said = event_notes.get(&target).or(copy.message.as_ref());
             let note = format!("copy {place}: {}", said.cloned().unwrap_or_default());
-            tracing::warn!(rule = %key, copy = %place, state = ?copy.state, message = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
+            tracing::warn!(rule = %key, copy = %place, state = ?copy.state, why = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
             // A skip is the plugin's decision, reported as information rather than a warning.
             let type_ = if copy.state == CopyState::Skipped {
                 EventType::Normal
@@ -1691,7 +1691,7 @@ async fn publish_problem<R: RuleResource>(
     ready: &Readiness,
     note: String,
 ) {
-    tracing::warn!(rule = %rule.key(), reason = %ready.reason, message = %ready.message, "rule cannot be acted on");
+    tracing::warn!(rule = %rule.key(), reason = %ready.reason, why = %ready.message, "rule cannot be acted on");
     let before = previous
         .and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.reason.as_str());

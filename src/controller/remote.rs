@@ -67,7 +67,7 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
     };
     if previous != Some(&status) {
         if !ready.ready {
-            tracing::warn!(cluster = %cluster.name_any(), reason = %ready.reason, message = %ready.message, "remote cluster not ready");
+            tracing::warn!(cluster = %cluster.name_any(), reason = %ready.reason, why = %ready.message, "remote cluster not ready");
         }
         let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "status": status});
         Api::<RemoteCluster>::all(ctx.client.clone())
