@@ -1,8 +1,12 @@
 //! Leader election with a `coordination.k8s.io/v1` Lease, so that of several replicas only one
 //! writes.
 //!
-//! The holder renews the Lease every third of its duration. A candidate takes it over once the
-//! holder has not renewed it for a whole duration. A holder that cannot renew within two thirds
+//! The holder renews the Lease every third of its duration. A candidate takes it over once it
+//! has seen the Lease unchanged for a whole duration, timed by its own monotonic clock from when
+//! it saw the last change, never by comparing the holder's `renewTime` with its own wall clock:
+//! with clocks apart by more than the duration, that would let a standby take over from a live
+//! leader, and two replicas would write. A standby looks every second and wakes when the Lease
+//! would expire. A holder that cannot renew within two thirds
 //! of the duration (the apiserver refused, or someone else took the Lease) gives leadership up at
 //! once, before another candidate may take over: two writers never overlap. Every write to the
 //! Lease is conditional on the version read, so two candidates cannot both win.
@@ -41,9 +45,25 @@ pub enum Decision {
     Wait(Duration),
 }
 
-/// Decides what a candidate named `me` does with `lease` at `now`.
-pub fn decide(lease: Option<&LeaseSpec>, me: &str, now: Timestamp, duration: Duration) -> Decision {
-    let Some(spec) = lease else {
+/// What a candidate last saw of a Lease someone else holds: its version, and when (on this
+/// replica's monotonic clock) that version was first seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub version: String,
+    pub since: std::time::Instant,
+}
+
+/// Decides what a candidate named `me` does with `lease` (its spec and resourceVersion) at
+/// `now`, given what it `observed` before, which it updates.
+pub fn decide(
+    lease: Option<(&LeaseSpec, &str)>,
+    me: &str,
+    observed: &mut Option<Observed>,
+    now: std::time::Instant,
+    duration: Duration,
+) -> Decision {
+    let Some((spec, version)) = lease else {
+        *observed = None;
         return Decision::Create;
     };
     let holder = spec.holder_identity.as_deref().unwrap_or_default();
@@ -57,16 +77,25 @@ pub fn decide(lease: Option<&LeaseSpec>, me: &str, now: Timestamp, duration: Dur
         .lease_duration_seconds
         .map(|s| Duration::from_secs(s.max(1) as u64))
         .unwrap_or(duration);
-    let Some(renewed) = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) else {
-        return Decision::TakeOver;
+    let since = match observed {
+        Some(seen) if seen.version == version => seen.since,
+        _ => {
+            *observed = Some(Observed {
+                version: version.to_owned(),
+                since: now,
+            });
+            now
+        }
     };
-    let age = now.duration_since(renewed.0);
-    let age = Duration::try_from(age).unwrap_or_default();
-    match lasts.checked_sub(age) {
+    match lasts.checked_sub(now.duration_since(since)) {
         Some(left) if !left.is_zero() => Decision::Wait(left),
         _ => Decision::TakeOver,
     }
 }
+
+/// How often a standby looks at the Lease: a renewal is seen at most this late, so a takeover
+/// comes at most this much after the Lease's duration from the last renewal.
+pub const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the holder renews, and a candidate looks again.
 pub fn renew_period(duration: Duration) -> Duration {
@@ -86,6 +115,7 @@ pub struct Elector {
     name: String,
     identity: String,
     duration: Duration,
+    observed: std::sync::Mutex<Option<Observed>>,
 }
 
 impl Elector {
@@ -96,6 +126,7 @@ impl Elector {
             name: name.to_owned(),
             identity: identity.to_owned(),
             duration,
+            observed: std::sync::Mutex::new(None),
         }
     }
 
@@ -110,13 +141,17 @@ impl Elector {
     /// Waits until this candidate holds the Lease.
     pub async fn acquire(&self) -> Result<(), LeaderError> {
         loop {
-            match self.try_hold().await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
+            let wait = match self.try_hold().await {
+                Ok(Ok(())) => return Ok(()),
+                // Look again at least every second, and when the Lease would expire.
+                Ok(Err(left)) => left.min(LOOK_EVERY),
                 // Conflicts (another candidate wrote first) and passing apiserver trouble: retry.
-                Err(e) => tracing::debug!(error = %e, "leader election attempt failed; retrying"),
-            }
-            tokio::time::sleep(renew_period(self.duration)).await;
+                Err(e) => {
+                    tracing::debug!(error = %e, "leader election attempt failed; retrying");
+                    LOOK_EVERY
+                }
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -132,8 +167,8 @@ impl Elector {
             )
             .await;
             match attempt {
-                Ok(Ok(true)) => renewed = tokio::time::Instant::now(),
-                Ok(Ok(false)) => {
+                Ok(Ok(Ok(()))) => renewed = tokio::time::Instant::now(),
+                Ok(Ok(Err(_))) => {
                     return self.error(kube::Error::Service("another candidate holds the Lease".into()));
                 }
                 Ok(Err(e)) if renewed.elapsed() < renew_deadline(self.duration) => {
@@ -168,19 +203,28 @@ impl Elector {
     }
 
     /// One round: reads the Lease and creates, renews or takes it over if [`decide`] says so.
-    /// Returns whether this candidate holds it afterwards.
-    async fn try_hold(&self) -> Result<bool, LeaderError> {
+    /// `Ok(Ok(()))` when this candidate holds it afterwards, `Ok(Err(left))` when another holds
+    /// it for at most `left` more.
+    async fn try_hold(&self) -> Result<Result<(), Duration>, LeaderError> {
         let current = self.api.get_opt(&self.name).await.map_err(|e| self.error(e))?;
         let now = Timestamp::now();
+        let version = current
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone())
+            .unwrap_or_default();
         let decision = decide(
-            current.as_ref().and_then(|l| l.spec.as_ref()),
+            current
+                .as_ref()
+                .and_then(|l| l.spec.as_ref())
+                .map(|s| (s, version.as_str())),
             &self.identity,
-            now,
+            &mut self.observed.lock().unwrap_or_else(|p| p.into_inner()),
+            std::time::Instant::now(),
             self.duration,
         );
         let seconds = self.duration.as_secs().max(1) as i32;
         match (decision, current) {
-            (Decision::Wait(_), _) => Ok(false),
+            (Decision::Wait(left), _) => Ok(Err(left)),
             (Decision::Create, _) => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -202,7 +246,7 @@ impl Elector {
                     .await
                     .map_err(|e| self.error(e))?;
                 tracing::info!(lease = %self.name, identity = %self.identity, "became the leader (created the Lease)");
-                Ok(true)
+                Ok(Ok(()))
             }
             (decision, Some(mut lease)) => {
                 let taking_over = decision == Decision::TakeOver;
@@ -222,9 +266,9 @@ impl Elector {
                 if taking_over {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became the leader (took the Lease over)");
                 }
-                Ok(true)
+                Ok(Ok(()))
             }
-            (_, None) => Ok(false),
+            (_, None) => Ok(Err(LOOK_EVERY)),
         }
     }
 }
@@ -233,42 +277,60 @@ impl Elector {
 mod tests {
     use super::*;
 
-    fn spec(holder: Option<&str>, renewed_ago: Option<u64>, now: Timestamp) -> LeaseSpec {
+    fn spec(holder: Option<&str>) -> LeaseSpec {
         LeaseSpec {
             holder_identity: holder.map(str::to_owned),
             lease_duration_seconds: Some(15),
-            renew_time: renewed_ago.map(|s| MicroTime(now - Duration::from_secs(s))),
             ..Default::default()
         }
     }
 
     #[test]
     fn decisions() {
-        let now = Timestamp::now();
+        let t0 = std::time::Instant::now();
         let d = Duration::from_secs(15);
-        assert_eq!(decide(None, "a", now, d), Decision::Create);
+        let mut seen = None;
+        assert_eq!(decide(None, "a", &mut seen, t0, d), Decision::Create);
         assert_eq!(
-            decide(Some(&spec(Some("a"), Some(3), now)), "a", now, d),
+            decide(Some((&spec(Some("a")), "1")), "a", &mut seen, t0, d),
             Decision::Renew
         );
         assert_eq!(
-            decide(Some(&spec(Some("b"), Some(5), now)), "a", now, d),
-            Decision::Wait(Duration::from_secs(10))
-        );
-        assert_eq!(
-            decide(Some(&spec(Some("b"), Some(16), now)), "a", now, d),
-            Decision::TakeOver,
-            "expired"
-        );
-        assert_eq!(
-            decide(Some(&spec(None, None, now)), "a", now, d),
+            decide(Some((&spec(None), "1")), "a", &mut seen, t0, d),
             Decision::TakeOver,
             "released"
         );
+        // Held by b: a full duration from when a first saw this version.
+        let b = spec(Some("b"));
+        assert_eq!(decide(Some((&b, "2")), "a", &mut seen, t0, d), Decision::Wait(d));
+        let later = t0 + Duration::from_secs(5);
         assert_eq!(
-            decide(Some(&spec(Some("b"), None, now)), "a", now, d),
+            decide(Some((&b, "2")), "a", &mut seen, later, d),
+            Decision::Wait(Duration::from_secs(10))
+        );
+        // b renewed (a new version): the count starts again from when a saw it.
+        assert_eq!(
+            decide(Some((&b, "3")), "a", &mut seen, later, d),
+            Decision::Wait(d)
+        );
+        assert_eq!(
+            decide(Some((&b, "3")), "a", &mut seen, later + d, d),
             Decision::TakeOver,
-            "never renewed"
+            "expired"
+        );
+    }
+
+    #[test]
+    fn a_renew_time_from_a_clock_far_ahead_or_behind_changes_nothing() {
+        let t0 = std::time::Instant::now();
+        let d = Duration::from_secs(15);
+        let mut lease = spec(Some("b"));
+        // A renewTime an hour in the past by this replica's clock: a skewed holder, still live.
+        lease.renew_time = Some(MicroTime(Timestamp::now() - Duration::from_secs(3600)));
+        let mut seen = None;
+        assert_eq!(
+            decide(Some((&lease, "7")), "a", &mut seen, t0, d),
+            Decision::Wait(d)
         );
     }
 
