@@ -11,6 +11,7 @@ mod plugin_files;
 mod plugins;
 mod reconcile;
 mod remote;
+mod retry;
 mod rule;
 mod status;
 mod used_by;
@@ -83,6 +84,8 @@ pub struct Context {
     plugin_dir: Option<std::path::PathBuf>,
     /// What each rule's chain made of each copy, reused while the input is the same.
     chain_outputs: chain_outputs::ChainOutputs,
+    /// Failed tries in a row per rule, for their backoff.
+    retries: retry::Retries,
     /// Copies that churn, and those held for it.
     flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
 }
@@ -167,6 +170,7 @@ pub async fn run(
         plugin_dir: config.plugin_dir.clone(),
         chain_outputs: Default::default(),
         flaps: Default::default(),
+        retries: Default::default(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

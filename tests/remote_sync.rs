@@ -727,6 +727,25 @@ async fn the_printed_rbac_is_enough() {
     )
     .await;
     eprintln!("outside the granted namespace: {:?}", refused.message);
+
+    // The permission is granted there: the rule, backing off from a second, uses it within
+    // seconds (a fixed 60 s retry made this wait up to a minute).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    apply_rbac(
+        &b.client,
+        &RbacOptions {
+            kinds: vec!["Secret".into()],
+            namespaces: vec!["apps".into(), "other".into()],
+            identity: Identity::User("writer".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let granted = Instant::now();
+    wait_value(&b.client, "other", "pull", "w2").await;
+    let took = granted.elapsed();
+    eprintln!("a restored permission was used {took:.2?} after it was granted");
+    assert!(took < Duration::from_secs(15), "{took:?}");
 }
 
 /// Two `RemoteCluster`s naming one cluster (a rename, a migration, two label sets): the older

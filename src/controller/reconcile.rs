@@ -42,11 +42,9 @@ use std::time::{Duration, Instant};
 
 /// How often a healthy rule is looked at again even without events: cheap, as it writes nothing.
 const RESYNC: Duration = Duration::from_secs(600);
-/// How soon a rule with failed copies is retried.
-const RETRY_FAILED: Duration = Duration::from_secs(15);
-/// How soon a rule whose copies sit in a cluster that does not answer, or refuses its
-/// credentials, looks again on its own: the cluster's prober and the kubeconfig Secret's watch
-/// wake it sooner, so this is only a backstop.
+/// How soon a rule whose copies sit in a cluster that does not answer looks again on its own:
+/// the cluster's prober and the kubeconfig Secret's watch wake it sooner, so this is only a
+/// backstop. Failures of other kinds back off per rule (`retry`), from a second.
 const RETRY_UNREACHABLE: Duration = Duration::from_secs(60);
 /// How long one request to another cluster may take.
 const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -94,7 +92,11 @@ impl Drop for InFlight<'_> {
 pub fn error_policy<R: RuleResource>(rule: Arc<R>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(R::KIND, error.metric_label());
     tracing::warn!(rule = %rule.key(), error = %error, "reconcile failed");
-    Action::requeue(error.retry_after())
+    let asked = match error {
+        Error::Kube(e) => super::retry::asked_for(e),
+        _ => None,
+    };
+    Action::requeue(ctx.retries.failed(&rule.key(), asked))
 }
 
 /// One copy the rule wants, and what became of it.
@@ -317,7 +319,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
             }
             refuse_with_note(&*rule, ctx, kept.as_ref(), ready, note).await?;
             // A plugin file, ConfigMap or artifact that appears later is noticed on the next look.
-            return Ok(Action::requeue(RETRY_FAILED));
+            return Ok(Action::requeue(ctx.retries.failed(&key, None)));
         }
     };
     let chain = resolved.chain;
@@ -380,7 +382,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                 ),
             );
             refuse(&*rule, ctx, previous, ready).await?;
-            return Ok(Action::requeue(RETRY_FAILED));
+            return Ok(Action::requeue(ctx.retries.failed(&key, None)));
         }
         Err(e) => {
             if source_cluster.is_none() {
@@ -1194,16 +1196,20 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     }
     events.publish(&*rule, ctx).await;
 
-    let next_look = inventory
-        .iter()
-        .map(|c| match c.state {
-            CopyState::Failed | CopyState::PluginFailed => RETRY_FAILED,
-            // The cluster's prober, or its kubeconfig Secret's watch, wakes the rule sooner.
-            CopyState::Unreachable | CopyState::Unauthorized => RETRY_UNREACHABLE,
-            _ => RESYNC,
-        })
-        .min()
-        .unwrap_or(RESYNC);
+    let failing = inventory.iter().any(|c| {
+        matches!(
+            c.state,
+            CopyState::Failed | CopyState::PluginFailed | CopyState::Unauthorized
+        )
+    });
+    let unreachable = inventory.iter().any(|c| c.state == CopyState::Unreachable);
+    let next_look = if failing {
+        ctx.retries.failed(&key, None)
+    } else {
+        ctx.retries.succeeded(&key);
+        // The cluster's prober wakes the rule when the cluster answers again.
+        if unreachable { RETRY_UNREACHABLE } else { RESYNC }
+    };
     let status = RuleStatus {
         source_hash,
         copies: Some(format!("{synced}/{}", inventory.len())),

@@ -1,0 +1,123 @@
+//! When a rule that failed is tried again: exponential backoff from a second, capped, with
+//! jitter, and never sooner than an apiserver's `Retry-After`.
+//!
+//! A fixed retry period turns an apiserver's 429s and 500s into steady load from every failing
+//! rule at once, and makes a fixed problem (a permission restored) wait out the whole period.
+//! Backoff starts small, so a passing problem is retried at once, and grows per rule while it
+//! lasts; a reconcile that succeeds starts it over.
+
+use crate::sync::ownership::RuleKey;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The first retry comes after about this long.
+pub const FIRST: Duration = Duration::from_secs(1);
+/// Retries never wait longer than this.
+pub const CAP: Duration = Duration::from_secs(60);
+/// How far a delay may be moved either way, so that rules failing together spread out.
+const JITTER: f64 = 0.2;
+
+/// The delay before try number `attempt` (0 for the first retry): `FIRST` doubled per attempt,
+/// capped, moved by `spread` (in -1..=1) times [`JITTER`], and at least `at_least`.
+pub fn delay(attempt: u32, spread: f64, at_least: Option<Duration>) -> Duration {
+    let doubled = FIRST.saturating_mul(1u32 << attempt.min(16)).min(CAP);
+    let jittered = doubled.mul_f64(1.0 + JITTER * spread.clamp(-1.0, 1.0)).min(CAP);
+    at_least.map_or(jittered, |floor| jittered.max(floor))
+}
+
+/// A number in -1..=1 that differs from call to call (std's randomly keyed hasher; no
+/// dependency for something this small).
+fn spread() -> f64 {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (random as f64 / u64::MAX as f64) * 2.0 - 1.0
+}
+
+/// What an apiserver asked for: `Retry-After` as its Status carries it (`details.retryAfterSeconds`,
+/// which it sets with the header on 429s and some 5xx).
+pub fn asked_for(error: &kube::Error) -> Option<Duration> {
+    match error {
+        kube::Error::Api(status) => status
+            .details
+            .as_ref()
+            .map(|d| d.retry_after_seconds)
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(s.into())),
+        _ => None,
+    }
+}
+
+/// Failed tries in a row, per rule.
+#[derive(Default)]
+pub struct Retries(Mutex<HashMap<RuleKey, u32>>);
+
+impl Retries {
+    /// The delay before the rule's next try, counting this failure.
+    pub fn failed(&self, rule: &RuleKey, at_least: Option<Duration>) -> Duration {
+        let mut tries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let attempt = tries.entry(rule.clone()).or_insert(0);
+        let wait = delay(*attempt, spread(), at_least);
+        *attempt = attempt.saturating_add(1);
+        wait
+    }
+
+    /// The rule got through: its next failure waits a second again.
+    pub fn succeeded(&self, rule: &RuleKey) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(rule);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_from_a_second_to_the_cap_with_jitter_and_a_floor() {
+        let exact: Vec<u64> = (0..12).map(|a| delay(a, 0.0, None).as_secs()).collect();
+        assert_eq!(exact, [1, 2, 4, 8, 16, 32, 60, 60, 60, 60, 60, 60]);
+        assert_eq!(delay(3, 1.0, None), Duration::from_millis(9600));
+        assert_eq!(delay(3, -1.0, None), Duration::from_millis(6400));
+        assert_eq!(delay(40, 1.0, None), CAP, "never past the cap");
+        assert_eq!(
+            delay(0, 0.0, Some(Duration::from_secs(30))),
+            Duration::from_secs(30),
+            "Retry-After is a floor"
+        );
+        for _ in 0..100 {
+            let s = spread();
+            assert!((-1.0..=1.0).contains(&s), "{s}");
+        }
+    }
+
+    #[test]
+    fn each_rule_backs_off_on_its_own_and_starts_over_after_a_success() {
+        let retries = Retries::default();
+        let a = "SyncRule/ns/a".parse::<RuleKey>().unwrap();
+        let b = "SyncRule/ns/b".parse::<RuleKey>().unwrap();
+        let first = retries.failed(&a, None);
+        assert!(first <= Duration::from_millis(1200), "{first:?}");
+        retries.failed(&a, None);
+        let third = retries.failed(&a, None);
+        assert!(third >= Duration::from_millis(3200), "{third:?}");
+        assert!(
+            retries.failed(&b, None) <= Duration::from_millis(1200),
+            "b is on its own"
+        );
+        retries.succeeded(&a);
+        assert!(retries.failed(&a, None) <= Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn retry_after_is_read_from_the_status_details() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 429, "reason": "TooManyRequests", "message": "slow down",
+            "details": {"retryAfterSeconds": 7}
+        }))
+        .unwrap();
+        let error = kube::Error::Api(Box::new(status));
+        assert_eq!(asked_for(&error), Some(Duration::from_secs(7)));
+    }
+}
