@@ -629,3 +629,54 @@ async fn the_controllers_credentials_serve_sync_rules_only_when_the_installation
     wait_filtered(&h, "tenant-rule", "k1").await;
     h.wait_ready("platform", "tenant-rule", "True", "Synced").await;
 }
+
+/// A registry outage does not stop rotation: once a `refreshInterval` is due while the registry
+/// does not answer, the digest pinned before runs on from the caches, the copies follow their
+/// source, and a `PluginsRefreshed=False` condition says the tag was not resolved again.
+#[tokio::test]
+async fn a_registry_outage_keeps_the_pinned_plugin_running() {
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
+    setup(&h).await;
+    let pinned = registry
+        .push_wasm("plugins/filter-keys:stable", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let mut rule = filter_rule(
+        "refreshed",
+        &format!("oci://{}/plugins/filter-keys:stable", registry.host()),
+    );
+    rule["spec"]["transforms"][0]["refreshInterval"] = json!("2s");
+    h.apply(rule).await;
+    wait_filtered(&h, "refreshed", "k1").await;
+
+    drop(registry);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rotated = Instant::now();
+    h.put_secret("platform", "creds", &[("keep", "k2"), ("drop", "d2")])
+        .await;
+    wait_filtered(&h, "refreshed", "k2").await;
+    println!(
+        "with the registry down and the tag due, a rotation reached the copy in {:?}",
+        rotated.elapsed()
+    );
+    let condition = eventually("PluginsRefreshed=False", || async {
+        let status = h.rule("platform", "refreshed").await?.status?;
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+        assert_eq!(ready.status, "True", "{ready:?}");
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "PluginsRefreshed" && c.status == "False")
+    })
+    .await;
+    assert_eq!(condition.reason, "RegistryUnreachable");
+    assert!(
+        condition
+            .message
+            .contains(&format!("the pinned {pinned} runs on")),
+        "{}",
+        condition.message
+    );
+    assert_eq!(pins(&h, "refreshed").await[0].1, pinned);
+}

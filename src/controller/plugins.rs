@@ -38,7 +38,13 @@ pub struct ResolvedChain {
     pub chain: Chain,
     pub pins: Vec<PluginPin>,
     pub refresh_in: Option<Duration>,
+    /// Tags that were due to be resolved again while their registry did not answer: the pinned
+    /// digest runs on, and this says so.
+    pub not_refreshed: Vec<String>,
 }
+
+/// How soon a tag whose registry did not answer is tried again, its pinned digest running on.
+const REFRESH_RETRY: Duration = Duration::from_secs(60);
 
 /// What an installation allows of `oci://` plugins, and its own registry credentials.
 #[derive(Clone, Debug, Default)]
@@ -271,6 +277,7 @@ impl Plugins {
         let mut chain = Vec::with_capacity(transforms.len());
         let mut new_pins = Vec::new();
         let mut refresh_in: Option<Duration> = None;
+        let mut not_refreshed = Vec::new();
         for transform in transforms {
             let problem = |message: String| ChainProblem {
                 reference: transform.plugin.clone(),
@@ -280,7 +287,7 @@ impl Plugins {
             let source = parse(&transform.plugin, rule_namespace).map_err(&problem)?;
             let plugin = match &source {
                 PluginSource::Oci(reference) => {
-                    let (plugin, pin, due) = self
+                    let (plugin, pin, due, stale) = self
                         .load_oci(
                             transform,
                             reference,
@@ -291,6 +298,7 @@ impl Plugins {
                         )
                         .await?;
                     new_pins.push(pin);
+                    not_refreshed.extend(stale);
                     if let Some(due) = due {
                         refresh_in = Some(refresh_in.map_or(due, |r| r.min(due)));
                     }
@@ -318,6 +326,7 @@ impl Plugins {
             chain,
             pins: new_pins,
             refresh_in,
+            not_refreshed,
         })
     }
 
@@ -331,8 +340,9 @@ impl Plugins {
         pull_secrets: &[PullSecretRef],
         pins: &[PluginPin],
         spec_changed: bool,
-    ) -> Result<(Arc<Plugin>, PluginPin, Option<Duration>), ChainProblem> {
+    ) -> Result<(Arc<Plugin>, PluginPin, Option<Duration>, Option<String>), ChainProblem> {
         let name = transform.plugin.clone();
+        let mut stale = None;
         let problem = |reason: &'static str, message: String| ChainProblem {
             reference: name.clone(),
             reason,
@@ -372,24 +382,36 @@ impl Plugins {
                 let recorded = pins.iter().find(|p| p.plugin == name);
                 match recorded.and_then(|p| pin_stands(p, spec_changed, refresh, now).map(|d| (p, d))) {
                     Some((pin, due)) => (pin.clone(), due),
-                    None => {
-                        let digest = self
-                            .oci
-                            .resolve(reference, credentials().await?)
-                            .await
-                            .map_err(registry_problem)?;
-                        let pin = PluginPin {
-                            plugin: name.clone(),
-                            digest,
-                            resolved_at: k8s_openapi::jiff::Timestamp::try_from(now).ok().map(Time),
-                        };
-                        (pin, refresh)
-                    }
+                    None => match self.oci.resolve(reference, credentials().await?).await {
+                        Ok(digest) => {
+                            let pin = PluginPin {
+                                plugin: name.clone(),
+                                digest,
+                                resolved_at: k8s_openapi::jiff::Timestamp::try_from(now).ok().map(Time),
+                            };
+                            (pin, refresh)
+                        }
+                        // A registry that does not answer stops nothing that was pinned before:
+                        // the digest last resolved for this very reference runs on (from the
+                        // caches), and the tag is tried again soon.
+                        Err(e) if e.reason() == "RegistryUnreachable" && recorded.is_some() => {
+                            let pin = recorded.cloned().expect("checked");
+                            stale = Some(format!(
+                                "{name}: not resolved again, the registry does not answer ({}); the \
+                                 pinned {} runs on, and the tag is tried again in {} s",
+                                super::error::short_message(&e.to_string()),
+                                pin.digest,
+                                REFRESH_RETRY.as_secs()
+                            ));
+                            (pin, Some(REFRESH_RETRY))
+                        }
+                        Err(e) => return Err(registry_problem(e)),
+                    },
                 }
             }
         };
         if let Some(plugin) = lock(&self.artifacts).get(&pin.digest) {
-            return Ok((plugin.clone(), pin, due));
+            return Ok((plugin.clone(), pin, due, stale));
         }
         let fetched = match self.oci.cached(&pin.digest).await {
             Ok(Some(fetched)) => fetched,
@@ -410,7 +432,7 @@ impl Plugins {
         }
         artifacts.insert(pin.digest.clone(), plugin.clone());
         drop(artifacts);
-        Ok((plugin, pin, due))
+        Ok((plugin, pin, due, stale))
     }
 
     /// Credentials for a registry: the first of the rule's pull secrets with an entry for it, else

@@ -8,7 +8,9 @@ use super::plugin_config_maps::config_maps_of;
 use super::plugin_files::files_of;
 use super::plugins::Chain;
 use super::rule::RuleResource;
-use super::status::{LastWritten, Readiness, known_copies, needs_write, summarize, with_ready};
+use super::status::{
+    LastWritten, Readiness, known_copies, needs_write, plugins_not_refreshed, summarize, with_ready,
+};
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
@@ -1219,12 +1221,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     };
     // A pinned tag due to be resolved again brings the next look forward.
     let next_look = resolved.refresh_in.map_or(next_look, |due| next_look.min(due));
-    write_status(
-        &*rule,
-        ctx,
-        with_ready(status, previous, rule.meta().generation, ready),
-    )
-    .await?;
+    let mut status = with_ready(status, previous, rule.meta().generation, ready);
+    status.conditions.extend(plugins_not_refreshed(
+        previous.map(|p| p.conditions.as_slice()),
+        rule.meta().generation,
+        &resolved.not_refreshed,
+    ));
+    write_status(&*rule, ctx, status).await?;
     Ok(Action::requeue(next_look))
 }
 

@@ -1,6 +1,7 @@
 //! The rule's status: the inventory of copies and the `Ready` condition, built deterministically
 //! so that an unchanged world writes no status and wakes nobody.
 
+use super::error::short_message;
 use crate::api::{CopyState, CopyStatus, RuleStatus};
 use crate::sync::hash::digest_bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -96,6 +97,38 @@ pub fn with_ready(
     )];
     status
 }
+
+/// The `PluginsRefreshed` condition, only while a tag due to be resolved again could not be,
+/// because its registry does not answer: the rule stays `Ready` (its copies are in sync, made by
+/// the digest pinned before) and this says the tag is not current. Keeps the previous transition
+/// time, so that a rule retried during an outage does not get a new status each time.
+pub fn plugins_not_refreshed(
+    previous: Option<&[Condition]>,
+    generation: Option<i64>,
+    not_refreshed: &[String],
+) -> Option<Condition> {
+    if not_refreshed.is_empty() {
+        return None;
+    }
+    let since = previous
+        .and_then(|p| {
+            p.iter()
+                .find(|c| c.type_ == PLUGINS_REFRESHED && c.status == "False")
+        })
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+    Some(Condition {
+        type_: PLUGINS_REFRESHED.into(),
+        status: "False".into(),
+        reason: "RegistryUnreachable".into(),
+        message: short_message(&not_refreshed.join("; ")),
+        observed_generation: generation,
+        last_transition_time: since,
+    })
+}
+
+/// The condition type of [`plugins_not_refreshed`].
+pub const PLUGINS_REFRESHED: &str = "PluginsRefreshed";
 
 /// The `Ready` condition, keeping the previous transition time when its status did not change.
 pub fn ready_condition(
