@@ -680,3 +680,55 @@ async fn a_registry_outage_keeps_the_pinned_plugin_running() {
     );
     assert_eq!(pins(&h, "refreshed").await[0].1, pinned);
 }
+
+/// A tag moved to an artifact the rule refuses (rename-keys, which refuses filter-keys's config):
+/// the status records what the tag resolved to, when, and why it is refused, and the Ready
+/// message names the digest.
+#[tokio::test]
+async fn a_tag_moved_to_a_refused_artifact_is_recorded_as_refused() {
+    let registry = Registry::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
+    setup(&h).await;
+    let first = registry
+        .push_wasm("plugins/filter-keys:stable", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let mut rule = filter_rule(
+        "moving",
+        &format!("oci://{}/plugins/filter-keys:stable", registry.host()),
+    );
+    rule["spec"]["transforms"][0]["refreshInterval"] = json!("2s");
+    h.apply(rule).await;
+    wait_filtered(&h, "moving", "k1").await;
+    assert_eq!(pins(&h, "moving").await[0].1, first);
+
+    let moved = registry
+        .push_wasm("plugins/filter-keys:stable", &plugin_bytes("rename-keys.wasm"))
+        .unwrap();
+    let pushed = k8s_openapi::jiff::Timestamp::now();
+    let refused = h
+        .wait_ready("platform", "moving", "False", "PluginUnavailable")
+        .await
+        .status
+        .unwrap();
+    let pin = &refused.plugins[0];
+    assert_eq!(pin.digest, moved, "the status records what the tag resolved to");
+    let resolved = pin.resolved_at.as_ref().expect("when it was resolved").0;
+    assert!(
+        resolved >= pushed - std::time::Duration::from_secs(1),
+        "{resolved} vs {pushed}"
+    );
+    assert!(
+        pin.refused
+            .as_deref()
+            .is_some_and(|r| r.contains("the plugin refused its config")),
+        "{pin:?}"
+    );
+    let message = &refused.conditions[0].message;
+    assert!(
+        message.contains(&format!("(the tag resolved to {moved} at ")),
+        "{message}"
+    );
+    // The copy made by the accepted artifact stays.
+    wait_filtered(&h, "moving", "k1").await;
+}

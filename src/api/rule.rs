@@ -389,6 +389,10 @@ pub struct PluginPin {
     /// When a tag was last resolved; unset for a reference pinned by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Why the rule refused what the tag resolved to (the rule is not Ready until the tag moves
+    /// to an artifact it accepts, at the next `refreshInterval` or change of the rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// One copy in a rule's inventory.

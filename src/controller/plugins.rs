@@ -31,6 +31,9 @@ pub struct ChainProblem {
     /// The `Ready` condition's reason: `PluginUnavailable`, or what went wrong with a registry.
     pub reason: &'static str,
     pub message: String,
+    /// What a tag resolved to, when that is what the rule refuses: recorded in status, so that
+    /// the refused digest, and when it was found, are there to see.
+    pub refused: Option<PluginPin>,
 }
 
 /// A chain with what it pinned, and when a pinned tag is due to be resolved again.
@@ -279,10 +282,12 @@ impl Plugins {
         let mut refresh_in: Option<Duration> = None;
         let mut not_refreshed = Vec::new();
         for transform in transforms {
+            let mut tag_pin: Option<PluginPin> = None;
             let problem = |message: String| ChainProblem {
                 reference: transform.plugin.clone(),
                 reason: "PluginUnavailable",
                 message,
+                refused: None,
             };
             let source = parse(&transform.plugin, rule_namespace).map_err(&problem)?;
             let plugin = match &source {
@@ -297,6 +302,9 @@ impl Plugins {
                             spec_changed,
                         )
                         .await?;
+                    if pin.resolved_at.is_some() {
+                        tag_pin = Some(pin.clone());
+                    }
                     new_pins.push(pin);
                     not_refreshed.extend(stale);
                     if let Some(due) = due {
@@ -314,10 +322,17 @@ impl Plugins {
                 // An instance like a transform's: it takes a permit, so it counts in the bound.
                 let _permit = self.calls.clone().acquire_owned().await;
                 let (host, checked, cfg) = (self.host.clone(), plugin.clone(), config.clone());
+                let refused = |message: String| ChainProblem {
+                    refused: tag_pin.clone().map(|pin| PluginPin {
+                        refused: Some(super::error::short_message(&message)),
+                        ..pin
+                    }),
+                    ..problem(message)
+                };
                 tokio::task::spawn_blocking(move || host.validate_config(&checked, &cfg))
                     .await
                     .map_err(|e| problem(e.to_string()))?
-                    .map_err(|e| problem(e.to_string()))?;
+                    .map_err(|e| refused(e.to_string()))?;
                 lock(&self.accepted_configs).insert(&plugin.digest, &config);
             }
             chain.push((plugin, config));
@@ -347,6 +362,7 @@ impl Plugins {
             reference: name.clone(),
             reason,
             message,
+            refused: None,
         };
         allowed(reference, &self.policy).map_err(|(reason, message)| problem(reason, message))?;
         // Read only when the registry is asked: a plugin pinned and compiled or cached needs no
@@ -375,6 +391,7 @@ impl Plugins {
                     plugin: name.clone(),
                     digest: digest.clone(),
                     resolved_at: None,
+                    refused: None,
                 },
                 None,
             ),
@@ -388,6 +405,7 @@ impl Plugins {
                                 plugin: name.clone(),
                                 digest,
                                 resolved_at: k8s_openapi::jiff::Timestamp::try_from(now).ok().map(Time),
+                                refused: None,
                             };
                             (pin, refresh)
                         }
@@ -413,19 +431,30 @@ impl Plugins {
         if let Some(plugin) = lock(&self.artifacts).get(&pin.digest) {
             return Ok((plugin.clone(), pin, due, stale));
         }
+        // From here on a problem is one with what the tag resolved to: say which digest.
+        let refused = |problem: ChainProblem| ChainProblem {
+            refused: pin.resolved_at.is_some().then(|| PluginPin {
+                refused: Some(super::error::short_message(&problem.message)),
+                ..pin.clone()
+            }),
+            ..problem
+        };
         let fetched = match self.oci.cached(&pin.digest).await {
             Ok(Some(fetched)) => fetched,
             // A cache that cannot be read costs a download (fetch says why), not the plugin.
             Ok(None) | Err(_) => self
                 .oci
-                .fetch(&reference.pinned(&pin.digest), credentials().await?)
+                .fetch(
+                    &reference.pinned(&pin.digest),
+                    credentials().await.map_err(&refused)?,
+                )
                 .await
-                .map_err(registry_problem)?,
+                .map_err(|e| refused(registry_problem(e)))?,
         };
         let plugin = self
             .compile(&name, fetched.bytes.to_vec())
             .await
-            .map_err(|e| problem("PluginUnavailable", e))?;
+            .map_err(|e| refused(problem("PluginUnavailable", e)))?;
         let mut artifacts = lock(&self.artifacts);
         if artifacts.len() >= MAX_LOADED_ARTIFACTS {
             artifacts.clear();
@@ -642,6 +671,7 @@ mod tests {
             resolved_at: k8s_openapi::jiff::Timestamp::try_from(now - Duration::from_secs(age))
                 .ok()
                 .map(Time),
+            refused: None,
         };
         assert_eq!(pin_stands(&pin(10), false, None, now), Some(None));
         assert_eq!(pin_stands(&pin(10), true, None, now), None, "the rule changed");

@@ -312,12 +312,30 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                  Ready condition",
                 problem.reference, problem.reason
             );
-            let ready = Readiness::not_ready(problem.reason, problem.to_string());
+            let mut message = problem.to_string();
+            if let Some(pin) = &problem.refused {
+                let when = pin
+                    .resolved_at
+                    .as_ref()
+                    .map(|t| format!(" at {}", t.0))
+                    .unwrap_or_default();
+                message.push_str(&format!(
+                    " (the tag resolved to {}{when}; see status.plugins)",
+                    pin.digest
+                ));
+            }
+            let ready = Readiness::not_ready(problem.reason, message);
             // The status is about to record this generation: pins of tags made for an earlier
             // one must not pass for this one's, or the next look would keep them.
             let mut kept = previous.cloned();
             if spec_changed && let Some(status) = kept.as_mut() {
                 status.plugins.retain(|pin| pin.resolved_at.is_none());
+            }
+            // What the tag resolved to, and that it is refused, replaces the pin it had.
+            if let Some(refused) = problem.refused.clone() {
+                let status = kept.get_or_insert_with(RuleStatus::default);
+                status.plugins.retain(|pin| pin.plugin != refused.plugin);
+                status.plugins.push(refused);
             }
             refuse_with_note(&*rule, ctx, kept.as_ref(), ready, note).await?;
             // A plugin file, ConfigMap or artifact that appears later is noticed on the next look.
