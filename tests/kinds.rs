@@ -474,6 +474,11 @@ async fn the_kyverno_examples_work() {
         .await;
         assert_eq!(copy["spec"]["rules"][0]["generate"]["namespace"], tenant);
         assert_eq!(copy["spec"]["rules"][0]["generate"]["clone"]["namespace"], tenant);
+        assert_eq!(
+            namespace_filters(&copy),
+            Vec::<String>::new(),
+            "Kyverno would refuse the copy"
+        );
     }
 
     h.namespace("mimeo-system", &[], &[]).await;
@@ -488,6 +493,64 @@ async fn the_kyverno_examples_work() {
         .await
         .unwrap();
     assert_eq!(copy["spec"], source["spec"]);
+}
+
+/// Where a namespaced `Policy` filters by namespace, which Kyverno refuses beyond its CRD's
+/// schema ("Filtering namespaces not allowed in namespaced policies"): the paths of every
+/// `namespaces` under a rule's `match` or `exclude` (`resources`, `any[].resources`,
+/// `all[].resources`).
+fn namespace_filters(policy: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let rules = policy["spec"]["rules"].as_array().cloned().unwrap_or_default();
+    for (r, rule) in rules.iter().enumerate() {
+        for block in ["match", "exclude"] {
+            let filter = &rule[block];
+            let mut resources = vec![(format!("rules[{r}].{block}.resources"), &filter["resources"])];
+            for list in ["any", "all"] {
+                for (i, item) in filter[list].as_array().into_iter().flatten().enumerate() {
+                    resources.push((
+                        format!("rules[{r}].{block}.{list}[{i}].resources"),
+                        &item["resources"],
+                    ));
+                }
+            }
+            for (path, resources) in resources {
+                if resources["namespaces"].as_array().is_some_and(|n| !n.is_empty()) {
+                    found.push(format!("{path}.namespaces"));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn namespace_filters_are_found_where_kyverno_looks() {
+    let policy = json!({"spec": {"rules": [
+        {"match": {"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["team"]}}]}},
+        {"exclude": {"resources": {"namespaces": ["kube-system"]}}, "match": {"all": [{"resources": {"kinds": ["Pod"]}}]}},
+    ]}});
+    assert_eq!(
+        namespace_filters(&policy),
+        [
+            "rules[0].match.any[0].resources.namespaces",
+            "rules[1].exclude.resources.namespaces"
+        ]
+    );
+    let example = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/policy-fan-out.yaml"),
+    )
+    .unwrap();
+    for document in serde_yaml_ng::Deserializer::from_str(&example) {
+        let value: Value = serde::Deserialize::deserialize(document).unwrap();
+        if value["kind"] == "Policy" {
+            assert_eq!(
+                namespace_filters(&value),
+                Vec::<String>::new(),
+                "the example's Policy"
+            );
+        }
+    }
 }
 
 fn cel_crds() -> Vec<PathBuf> {
