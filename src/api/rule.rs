@@ -373,6 +373,13 @@ pub struct RuleStatus {
     /// longer matches.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<CopyStatus>,
+    /// Copies counted by state instead of listed in `targets`: past the first few hundred, those
+    /// in a state that holds no copy (`NotAccepted`, `NamespaceMissing`, `NotWatched`,
+    /// `Skipped`, `Conflict`, `KindNotServed`, `Refused`). A rule of many sources and namespaces
+    /// would otherwise outgrow what the apiserver stores, and its status, the inventory of the
+    /// copies it owns included, could no longer be written.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub not_listed: std::collections::BTreeMap<String, i64>,
     /// The digest each `oci://` plugin was resolved to, and when: the artifact that runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<PluginPin>,

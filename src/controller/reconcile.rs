@@ -9,7 +9,7 @@ use super::plugin_files::files_of;
 use super::plugins::Chain;
 use super::rule::RuleResource;
 use super::status::{
-    LastWritten, Readiness, known_copies, needs_write, plugins_not_refreshed, summarize, with_ready,
+    LastWritten, Readiness, bounded, known_copies, needs_write, plugins_not_refreshed, summarize, with_ready,
 };
 use super::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use super::write;
@@ -1192,7 +1192,10 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         let was = previous_copies
             .iter()
             .find(|c| c.cluster == copy.cluster && c.namespace == copy.namespace && c.name == copy.name);
-        if copy.state != CopyState::Synced && was.is_none_or(|w| w.state != copy.state) {
+        // A copy counted rather than listed last time, in a state counted then, is no news.
+        let counted_before = was.is_none()
+            && previous.is_some_and(|p| p.not_listed.contains_key(&format!("{:?}", copy.state)));
+        if copy.state != CopyState::Synced && !counted_before && was.is_none_or(|w| w.state != copy.state) {
             let target = CopyTarget {
                 cluster: copy.cluster.clone(),
                 namespace: copy.namespace.clone(),
@@ -1230,10 +1233,13 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         // The cluster's prober wakes the rule when the cluster answers again.
         if unreachable { RETRY_UNREACHABLE } else { RESYNC }
     };
+    let total = inventory.len();
+    let (targets, not_listed) = bounded(inventory);
     let status = RuleStatus {
         source_hash,
-        copies: Some(format!("{synced}/{}", inventory.len())),
-        targets: inventory,
+        copies: Some(format!("{synced}/{total}")),
+        targets,
+        not_listed,
         plugins: resolved.pins,
         ..Default::default()
     };

@@ -25,6 +25,43 @@ impl Readiness {
     }
 }
 
+/// How many copies in states that hold no copy the status lists; the rest are counted.
+pub const LISTED_WITHOUT_COPY: usize = 200;
+
+/// Whether a copy in this state may be left out of the listed inventory: no object of the
+/// rule's is there, so clean-up does not need it.
+fn holds_no_copy(state: CopyState) -> bool {
+    matches!(
+        state,
+        CopyState::NotAccepted
+            | CopyState::NamespaceMissing
+            | CopyState::NotWatched
+            | CopyState::Skipped
+            | CopyState::Conflict
+            | CopyState::KindNotServed
+            | CopyState::Refused
+    )
+}
+
+/// Splits a sorted inventory into what the status lists and what it counts by state: every copy
+/// in a state that may hold a copy, and the first [`LISTED_WITHOUT_COPY`] of the others.
+pub fn bounded(inventory: Vec<CopyStatus>) -> (Vec<CopyStatus>, std::collections::BTreeMap<String, i64>) {
+    let mut listed = Vec::with_capacity(inventory.len().min(4 * LISTED_WITHOUT_COPY));
+    let mut counted = std::collections::BTreeMap::new();
+    let mut without = 0;
+    for copy in inventory {
+        if holds_no_copy(copy.state) {
+            without += 1;
+            if without > LISTED_WITHOUT_COPY {
+                *counted.entry(format!("{:?}", copy.state)).or_insert(0) += 1;
+                continue;
+            }
+        }
+        listed.push(copy);
+    }
+    (listed, counted)
+}
+
 /// Summarises an inventory: every copy in sync, or which are not and why.
 pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
     let total = inventory.len();
@@ -238,6 +275,37 @@ fn timeless_digest(status: &RuleStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_that_hold_nothing_are_counted_past_the_first_few_hundred() {
+        let copy = |i: usize, state| CopyStatus {
+            source: crate::api::SourceRef {
+                namespace: None,
+                name: format!("s{i}"),
+            },
+            cluster: None,
+            namespace: Some(format!("ns{i:05}")),
+            name: "c".into(),
+            state,
+            hash: None,
+            message: None,
+        };
+        let mut inventory: Vec<CopyStatus> = (0..1000).map(|i| copy(i, CopyState::NotAccepted)).collect();
+        inventory.extend((1000..1300).map(|i| copy(i, CopyState::Synced)));
+        inventory.push(copy(1300, CopyState::NamespaceMissing));
+        let (listed, counted) = bounded(inventory);
+        assert_eq!(
+            listed.len(),
+            LISTED_WITHOUT_COPY + 300,
+            "every copy that may hold one is listed"
+        );
+        assert_eq!(
+            listed.iter().filter(|c| c.state == CopyState::Synced).count(),
+            300
+        );
+        assert_eq!(counted.get("NotAccepted"), Some(&800));
+        assert_eq!(counted.get("NamespaceMissing"), Some(&1));
+    }
     use crate::api::SourceRef;
 
     fn copy(ns: &str, state: CopyState, message: Option<&str>) -> CopyStatus {
