@@ -350,6 +350,12 @@ up() {
 
   step "Building mimeo and envtest (cargo, into $CARGO_TARGET_DIR)"
   cargo build --workspace --bin mimeo --bin envtest
+
+  step "Building the first-party transform plugins (Rust, wasm32-wasip2; plugins/build.sh)"
+  PLUGIN_DIR="$(bash plugins/build.sh | tail -n 1)"
+  [[ -f "$PLUGIN_DIR/filter-keys.wasm" ]] || die "plugins/build.sh named $PLUGIN_DIR, which holds no filter-keys.wasm"
+  say "in $PLUGIN_DIR"
+
   "$MIMEO" run --help >/dev/null 2>&1 ||
     die "this build of mimeo has no working 'mimeo run' command ($MIMEO run --help fails)"
 
@@ -397,7 +403,7 @@ up() {
   step "Starting mimeo (log: .demo/mimeo.log, JSON)"
   started="$(now_ms)"
   KUBECONFIG="$KUBECONFIG_PATH" launch "$STATE/mimeo.log" \
-    "$MIMEO" run --log-format json --http-addr "$HTTP_ADDR"
+    "$MIMEO" run --log-format json --http-addr "$HTTP_ADDR" --plugin-dir "$PLUGIN_DIR"
   MIMEO_PID=$!
   printf '%s\n' "$MIMEO_PID" >"$STATE/mimeo.pid"
   wait_for "mimeo to listen on $HTTP_ADDR" bash -c "exec 3<>/dev/tcp/$host/$port"
@@ -406,6 +412,7 @@ up() {
   scenario_registry_credentials
   scenario_fan_out
   scenario_rotation
+  scenario_plugin_chain
   scenario_new_namespace
   scenario_relabel
   scenario_remote_pull_secret
@@ -483,6 +490,57 @@ scenario_rotation() {
     same_data secret registry-creds platform-helm helm-registry cluster-a
   say "source platform-helm/registry-creds: data sha256 $before -> $new_hash"
   say "copy   cluster-a/helm-registry:      data sha256 $(data_hash secret helm-registry cluster-a), in sync within $(since "$started")"
+}
+
+# Whether the copy reports/db-user holds this token (compared here, never printed).
+copy_token_is() { [[ "$(kc get secret db-user -n reports -o jsonpath='{.data.token}' | base64 -d)" == "$1" ]]; }
+
+# The keys of a Secret, sorted, without their values.
+secret_keys() { kc get secret "$2" -n "$1" -o go-template='{{range $k, $v := .data}}{{$k}} {{end}}'; }
+
+scenario_plugin_chain() {
+  step "A copy shaped by a chain of transform plugins"
+  say "A Secret of a database user goes to the reports team through three first-party plugins:"
+  say "filter-keys keeps username and password, rename-keys renames password to token, and"
+  say "set-metadata labels the copy with where it came from."
+  local manifest started
+  kc create namespace reports -o name | indent
+  kc annotate namespace reports mimeo.dev/accept-from=platform-helm -o name | indent
+  kc create secret generic db-user -n platform-helm \
+    --from-literal=username=reporter --from-literal=password=s3cret-1 \
+    --from-literal=admin-password=never-copied --from-literal=host=db.internal -o name | indent
+  manifest='apiVersion: mimeo.dev/v1alpha1
+kind: SyncRule
+metadata:
+  name: reports-db-user
+  namespace: platform-helm
+spec:
+  source: {kind: Secret, name: db-user}
+  targets:
+    - namespace: reports
+  transforms:
+    - plugin: file://filter-keys.wasm
+      config: {include: [username, password]}
+    - plugin: file://rename-keys.wasm
+      config: {rename: {password: token}}
+    - plugin: file://set-metadata.wasm
+      config: {labels: {example.com/copied-from: "{{source.namespace}}.{{source.name}}"}}'
+  say "\$ kubectl apply -f - <<EOF"
+  say "$manifest" | indent
+  say "EOF"
+  kc apply -f - <<<"$manifest" 2>&1 | indent || die "applying the SyncRule reports-db-user failed"
+  started="$(now_ms)"
+  wait_for "the copy reports/db-user" exists secret db-user -n reports
+  wait_rule platform-helm reports-db-user 1/1
+  say "source platform-helm/db-user keys: $(secret_keys platform-helm db-user)"
+  say "copy   reports/db-user keys:       $(secret_keys reports db-user)(in $(since "$started"))"
+  say "copy's label example.com/copied-from=$(kc get secret db-user -n reports -o jsonpath='{.metadata.labels.example\.com/copied-from}')"
+  local before
+  before="$(data_hash secret db-user reports)"
+  kc patch secret db-user -n platform-helm --type merge -p '{"stringData": {"password": "s3cret-2"}}' -o name | indent
+  started="$(now_ms)"
+  wait_for "reports/db-user to follow the rotation" copy_token_is s3cret-2
+  say "the password rotated: the copy's token followed within $(since "$started") (data sha256 $before -> $(data_hash secret db-user reports))"
 }
 
 scenario_new_namespace() {
