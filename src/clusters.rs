@@ -162,8 +162,31 @@ pub async fn client_from_bytes(bytes: Vec<u8>) -> Result<kube::Client, Kubeconfi
 pub async fn client(kubeconfig: Kubeconfig) -> Result<kube::Client, KubeconfigProblem> {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| invalid(format!("the kubeconfig cannot be used: {e}")))?;
-    kube::Client::try_from(config).map_err(|e| invalid(format!("no client from the kubeconfig: {e}")))
+        .map_err(|e| {
+            invalid(format!(
+                "the kubeconfig cannot be used: {}",
+                explain_client_error(&e)
+            ))
+        })?;
+    kube::Client::try_from(config).map_err(|e| {
+        invalid(format!(
+            "no client from the kubeconfig: {}",
+            explain_client_error(&e)
+        ))
+    })
+}
+
+/// What went wrong making a client from a kubeconfig, with what to do where the TLS library's
+/// words alone would not say: the same for `mimeo run`'s own kubeconfig and a `RemoteCluster`'s.
+pub fn explain_client_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let text = with_causes(error);
+    if text.contains("UnsupportedCertVersion") {
+        return "the kubeconfig's client certificate is X.509 version 1, which mimeo's TLS library \
+                (rustls) does not accept, though kubectl does: reissue it as version 3 (with \
+                openssl, give `x509 -req` an -extfile with extendedKeyUsage=clientAuth)"
+            .into();
+    }
+    text
 }
 
 /// Names the failure of a request to a remote cluster: rejected credentials, or not reached.

@@ -53,9 +53,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
     let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
     let oci = args.oci.settings()?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the cluster (kubeconfig or in-cluster)")?;
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster (kubeconfig or in-cluster): {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })?;
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

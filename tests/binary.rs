@@ -216,3 +216,90 @@ impl<'de> serde::Deserialize<'de> for OneKeyPerField {
         d.deserialize_map(Visitor)
     }
 }
+
+/// A client certificate of X.509 version 1 (openssl's `x509 -req` without extensions makes one;
+/// kubectl accepts it, rustls does not): `mimeo run` stops with a message that says what is
+/// wrong and how to fix it, and a `RemoteCluster` with the same kubeconfig says the same.
+#[tokio::test]
+async fn a_version_1_client_certificate_is_named_and_the_fix_given() {
+    let h = common::Harness::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_cert, ca_key) = h.plane.ca_pem();
+    std::fs::write(dir.path().join("ca.crt"), ca_cert).unwrap();
+    std::fs::write(dir.path().join("ca.key"), ca_key).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "c.key",
+        "-out",
+        "c.csr",
+        "-subj",
+        "/CN=admin/O=system:masters",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "c.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "c.crt",
+        "-days",
+        "1",
+    ]);
+    let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+    let kubeconfig = h
+        .plane
+        .certificate_kubeconfig_yaml(&read("c.crt"), &read("c.key"));
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, &kubeconfig).unwrap();
+
+    let out = mimeo()
+        .args(["run", "--http-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", &path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("mimeo run: {stderr}");
+    assert!(!out.status.success());
+    let words = "X.509 version 1";
+    assert!(stderr.contains(words) && stderr.contains("version 3"), "{stderr}");
+
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.register_cluster("v1-cert", &kubeconfig, serde_json::json!({}))
+        .await;
+    let api = kube::Api::<mimeo::api::RemoteCluster>::all(h.client.clone());
+    let message = common::eventually("the RemoteCluster's status", || async {
+        let rc = api.get_opt("v1-cert").await.unwrap()?;
+        let ready = rc.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        Some((ready.status, ready.message))
+    })
+    .await;
+    println!("RemoteCluster: {message:?}");
+    assert_eq!(message.0, "False");
+    assert!(
+        message.1.contains(words) && message.1.contains("version 3"),
+        "{}",
+        message.1
+    );
+}

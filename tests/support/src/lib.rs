@@ -129,6 +129,7 @@ pub struct ControlPlane {
     api_port: u16,
     server: String,
     ca_cert: String,
+    ca_key: String,
     admin_token: String,
     kubeconfig_yaml: String,
     kubeconfig_path: PathBuf,
@@ -230,6 +231,7 @@ impl ControlPlane {
             api_port,
             server,
             ca_cert: pki.ca_cert,
+            ca_key: pki.ca_key,
             admin_token,
             kubeconfig_yaml,
             kubeconfig_path,
@@ -374,6 +376,25 @@ impl ControlPlane {
             &self.ca_cert,
             "envtest-token",
             &format!("    token: {token}\n"),
+        )
+    }
+
+    /// The CA's certificate and key (PEM), for a test that issues a client certificate itself.
+    pub fn ca_pem(&self) -> (&str, &str) {
+        (&self.ca_cert, &self.ca_key)
+    }
+
+    /// A kubeconfig for this plane's server and CA whose user shows this client certificate.
+    pub fn certificate_kubeconfig_yaml(&self, cert_pem: &str, key_pem: &str) -> String {
+        kubeconfig(
+            &self.server,
+            &self.ca_cert,
+            "envtest-certificate",
+            &format!(
+                "    client-certificate-data: {}\n    client-key-data: {}\n",
+                b64(cert_pem),
+                b64(key_pem)
+            ),
         )
     }
 

@@ -13,6 +13,9 @@ use std::net::{IpAddr, Ipv4Addr};
 /// PEM-encoded material, written to the control plane's data directory.
 pub(crate) struct Pki {
     pub ca_cert: String,
+    /// The CA's key, for tests that issue client certificates of their own (with openssl, for
+    /// kinds rcgen does not make, such as X.509 v1).
+    pub ca_key: String,
     pub serving_cert: String,
     pub serving_key: String,
     pub admin_cert: String,
@@ -35,6 +38,7 @@ impl Pki {
         let service_account = KeyPair::generate()?;
         Ok(Pki {
             ca_cert: ca.pem(),
+            ca_key: ca.key().serialize_pem(),
             serving_cert: serving_cert.pem(),
             serving_key: serving_key.serialize_pem(),
             admin_cert: admin_cert.pem(),
