@@ -407,6 +407,37 @@ impl Rewriter<'_> {
             if let Some(preconditions) = rule.get_mut("preconditions") {
                 self.preconditions(&format!("{path}.preconditions"), preconditions)?;
             }
+            if let Some(Value::Array(entries)) = rule.get_mut("context") {
+                self.context(&format!("{path}.context"), entries)?;
+            }
+            if let Some(Value::Array(targets)) = rule.get_mut("mutate").and_then(|m| m.get_mut("targets")) {
+                for (t, target) in targets.iter_mut().enumerate() {
+                    if let Some(namespace) = target.get_mut("namespace") {
+                        self.name(&format!("{path}.mutate.targets[{t}].namespace"), namespace)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `context[].configMap.namespace`, and the namespace segment of `context[].apiCall.urlPath`
+    /// (`/api/v1/namespaces/<ns>/...`, `/apis/<group>/<version>/namespaces/<ns>/...`).
+    fn context(&mut self, path: &str, entries: &mut [Value]) -> Result<(), String> {
+        for (i, entry) in entries.iter_mut().enumerate() {
+            if let Some(namespace) = entry.get_mut("configMap").and_then(|c| c.get_mut("namespace")) {
+                self.name(&format!("{path}[{i}].configMap.namespace"), namespace)?;
+            }
+            if let Some(Value::String(url)) = entry.get_mut("apiCall").and_then(|c| c.get_mut("urlPath")) {
+                let mut segments: Vec<Value> = url.split('/').map(|s| Value::String(s.to_owned())).collect();
+                for at in 1..segments.len() {
+                    if segments[at - 1] == "namespaces" {
+                        self.name(&format!("{path}[{i}].apiCall.urlPath"), &mut segments[at])?;
+                    }
+                }
+                let rebuilt: Vec<&str> = segments.iter().filter_map(Value::as_str).collect();
+                *url = rebuilt.join("/");
+            }
         }
         Ok(())
     }
@@ -435,10 +466,18 @@ impl Rewriter<'_> {
         Ok(())
     }
 
-    /// `generate.namespace`, `generate.clone.namespace`, `generate.cloneList.namespace`.
+    /// `generate.namespace`, `generate.clone.namespace`, `generate.cloneList.namespace`, and the
+    /// namespace of the object `generate.data` makes (`data.metadata.namespace`).
     fn generate(&mut self, path: &str, generate: &mut Map<String, Value>) -> Result<(), String> {
         if let Some(namespace) = generate.get_mut("namespace") {
             self.name(&format!("{path}.namespace"), namespace)?;
+        }
+        if let Some(namespace) = generate
+            .get_mut("data")
+            .and_then(|d| d.get_mut("metadata"))
+            .and_then(|m| m.get_mut("namespace"))
+        {
+            self.name(&format!("{path}.data.metadata.namespace"), namespace)?;
         }
         for source in ["clone", "cloneList"] {
             if let Some(namespace) = generate.get_mut(source).and_then(|s| s.get_mut("namespace")) {
@@ -754,8 +793,8 @@ mod tests {
                                "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "default"}]}]},
             "generate": {"namespace": "{{request.object.metadata.name}}",
                          "foreach": [{"namespace": "default"}],
-                         "data": {"metadata": {"namespace": "default"}}},
-            "mutate": {"targets": [{"namespace": "default"}],
+                         "data": {"data": {"from": "default"}}},
+            "mutate": {"targets": [{"name": "default"}],
                        "patchStrategicMerge": {"metadata": {"namespace": "default"}}},
             "validate": {"deny": {"conditions": {"any": [{"key": "{{request.namespace}}", "operator": "Equals",
                                                           "value": "default"}]}}},
