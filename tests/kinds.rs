@@ -28,14 +28,32 @@ fn fixtures() -> PathBuf {
     beside
 }
 
-fn kyverno_crds() -> Vec<PathBuf> {
-    let dir = fixtures().join("crds");
+/// The CRD files in one folder of the fixtures, sorted.
+fn crd_files(folder: &str) -> Vec<PathBuf> {
+    let dir = fixtures().join(folder);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
     files
+}
+
+fn kyverno_crds() -> Vec<PathBuf> {
+    crd_files("crds")
+}
+
+/// Kyverno's CEL policy family (`policies.kyverno.io`).
+fn cel_crds() -> Vec<PathBuf> {
+    crd_files("crds-cel")
+}
+
+/// A controller that syncs these kinds.
+fn allowing(kinds: &[&str]) -> ControllerConfig {
+    ControllerConfig {
+        allowed_kinds: kinds.iter().map(|k| k.parse().unwrap()).collect(),
+        ..Default::default()
+    }
 }
 
 /// Every Kyverno object in the sample policy files, by kind: (file, object).
@@ -234,19 +252,13 @@ async fn cluster_policies_go_to_other_clusters_once_they_serve_the_kind() {
 /// cluster-scoped kind aimed at a namespace is refused; none of them writes anything.
 #[tokio::test]
 async fn kinds_outside_the_allow_list_or_the_cluster_are_refused() {
-    let config = ControllerConfig {
-        allowed_kinds: [
-            "Secret",
-            "ConfigMap",
-            "Widget.example.com",
-            "ClusterRole.rbac.authorization.k8s.io",
-        ]
-        .iter()
-        .map(|k| k.parse().unwrap())
-        .collect(),
-        ..Default::default()
-    };
-    let h = Harness::start_with(config).await;
+    let h = Harness::start_with(allowing(&[
+        "Secret",
+        "ConfigMap",
+        "Widget.example.com",
+        "ClusterRole.rbac.authorization.k8s.io",
+    ]))
+    .await;
     h.namespace("team", &[], &[]).await;
     let rule = |name: &str, source: Value, targets: Value| {
         json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule", "metadata": {"name": name, "namespace": "team"},
@@ -553,16 +565,6 @@ fn namespace_filters_are_found_where_kyverno_looks() {
     }
 }
 
-fn cel_crds() -> Vec<PathBuf> {
-    let dir = fixtures().join("crds-cel");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-}
-
 /// Write requests for `resource` that `client`'s apiserver serves over `idle`, after the copies
 /// settled: what mimeo writes when nothing changes. Prints them with `what`.
 async fn writes_while_idle(client: &Client, resource: &str, idle: std::time::Duration, what: &str) -> u64 {
@@ -656,19 +658,13 @@ async fn rules_naming_two_versions_of_cluster_policies_leave_the_copies_idle() {
 /// cluster and into a remote one: the copies arrive and nothing is written while idle.
 #[tokio::test]
 async fn rules_naming_two_versions_of_a_cel_policy_kind_leave_the_copies_idle() {
-    let config = ControllerConfig {
-        allowed_kinds: [
-            "Secret",
-            "ConfigMap",
-            "NamespacedValidatingPolicy.policies.kyverno.io",
-            "ValidatingPolicy.policies.kyverno.io",
-        ]
-        .iter()
-        .map(|k| k.parse().unwrap())
-        .collect(),
-        ..Default::default()
-    };
-    let h = Harness::start_with(config).await;
+    let h = Harness::start_with(allowing(&[
+        "Secret",
+        "ConfigMap",
+        "NamespacedValidatingPolicy.policies.kyverno.io",
+        "ValidatingPolicy.policies.kyverno.io",
+    ]))
+    .await;
     h.plane.install_crds(&cel_crds()).await.unwrap();
     let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     b.install_crds(&cel_crds()).await.unwrap();

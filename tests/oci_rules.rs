@@ -630,6 +630,22 @@ async fn the_controllers_credentials_serve_sync_rules_only_when_the_installation
     h.wait_ready("platform", "tenant-rule", "True", "Synced").await;
 }
 
+/// filter-keys pushed as `plugins/filter-keys:stable`, and a rule `name` running it by tag with a
+/// `refreshInterval` of 2 s, once its first copy is there; returns the digest it pinned.
+async fn rule_refreshing_every_2s(h: &Harness, registry: &Registry, name: &str) -> String {
+    let pinned = registry
+        .push_wasm("plugins/filter-keys:stable", &plugin_bytes("filter-keys.wasm"))
+        .unwrap();
+    let mut rule = filter_rule(
+        name,
+        &format!("oci://{}/plugins/filter-keys:stable", registry.host()),
+    );
+    rule["spec"]["transforms"][0]["refreshInterval"] = json!("2s");
+    h.apply(rule).await;
+    wait_filtered(h, name, "k1").await;
+    pinned
+}
+
 /// A registry outage does not stop rotation: once a `refreshInterval` is due while the registry
 /// does not answer, the digest pinned before runs on from the caches, the copies follow their
 /// source, and a `PluginsRefreshed=False` condition says the tag was not resolved again.
@@ -639,16 +655,7 @@ async fn a_registry_outage_keeps_the_pinned_plugin_running() {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
     setup(&h).await;
-    let pinned = registry
-        .push_wasm("plugins/filter-keys:stable", &plugin_bytes("filter-keys.wasm"))
-        .unwrap();
-    let mut rule = filter_rule(
-        "refreshed",
-        &format!("oci://{}/plugins/filter-keys:stable", registry.host()),
-    );
-    rule["spec"]["transforms"][0]["refreshInterval"] = json!("2s");
-    h.apply(rule).await;
-    wait_filtered(&h, "refreshed", "k1").await;
+    let pinned = rule_refreshing_every_2s(&h, &registry, "refreshed").await;
 
     drop(registry);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -690,16 +697,7 @@ async fn a_tag_moved_to_a_refused_artifact_is_recorded_as_refused() {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::start_with(config(dir.path(), OciPolicy::default())).await;
     setup(&h).await;
-    let first = registry
-        .push_wasm("plugins/filter-keys:stable", &plugin_bytes("filter-keys.wasm"))
-        .unwrap();
-    let mut rule = filter_rule(
-        "moving",
-        &format!("oci://{}/plugins/filter-keys:stable", registry.host()),
-    );
-    rule["spec"]["transforms"][0]["refreshInterval"] = json!("2s");
-    h.apply(rule).await;
-    wait_filtered(&h, "moving", "k1").await;
+    let first = rule_refreshing_every_2s(&h, &registry, "moving").await;
     assert_eq!(pins(&h, "moving").await[0].1, first);
 
     let moved = registry
