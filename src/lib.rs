@@ -12,6 +12,7 @@ pub mod clusters;
 pub mod controller;
 pub mod error_text;
 pub mod leader;
+pub(crate) mod locks;
 pub mod metrics;
 pub mod plugin;
 pub mod remote_rbac;

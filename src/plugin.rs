@@ -20,6 +20,7 @@ mod state;
 pub use compiler::{CompilerProcess, SUBCOMMAND as COMPILE_SUBCOMMAND, compile_into_cache};
 pub use output::check_output;
 
+use crate::locks::lock;
 use crate::sync::hash::digest_bytes;
 use engine::Compiled;
 use state::HostState;
@@ -302,10 +303,6 @@ impl CompileRefusal {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Adds to a bounded map, starting afresh past the bound: each entry of `loaded` holds compiled
 /// code, and plugins of rules long gone (or every version a ConfigMap plugin went through) would
 /// stay otherwise.
@@ -335,26 +332,22 @@ impl PluginHost {
     /// Loads a plugin from its bytes: compiled once per digest (or read from the on-disk cache),
     /// checked for the interface version, and described. Blocking: call it off the async runtime.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Arc<Plugin>, PluginError> {
-        match self.compile(name, bytes)? {
+        match self.compile(name, bytes, digest_bytes(bytes))? {
             Loading::Loaded(plugin) => Ok(plugin),
             Loading::Compiled(undescribed) => self.describe_and_keep(undescribed),
         }
     }
 
-    /// The plugin of these bytes if it is loaded under `name` already.
-    pub fn loaded(&self, name: &str, bytes: &[u8]) -> Option<Arc<Plugin>> {
-        self.loaded_digest(name, &digest_bytes(bytes))
-    }
-
-    fn loaded_digest(&self, name: &str, digest: &str) -> Option<Arc<Plugin>> {
+    /// The plugin of this digest (`sha256:<hex>` of its bytes) if it is loaded under `name`.
+    pub fn loaded(&self, name: &str, digest: &str) -> Option<Arc<Plugin>> {
         lock(&self.loaded).get(digest).filter(|p| p.name == name).cloned()
     }
 
     /// The first half of [`PluginHost::load`]: compiles (or finds) the component, checks its
-    /// interface version and links it. Blocking.
-    pub fn compile(&self, name: &str, bytes: &[u8]) -> Result<Loading, PluginError> {
-        let digest = digest_bytes(bytes);
-        if let Some(plugin) = self.loaded_digest(name, &digest) {
+    /// interface version and links it. `digest` is that of `bytes`, hashed once by the caller.
+    /// Blocking.
+    pub fn compile(&self, name: &str, bytes: &[u8], digest: String) -> Result<Loading, PluginError> {
+        if let Some(plugin) = self.loaded(name, &digest) {
             return Ok(Loading::Loaded(plugin));
         }
         if let Some(refusal) = lock(&self.refused).get(&digest) {

@@ -10,6 +10,7 @@ use super::error::Error;
 use super::watches::{CappedBackoff, Listed, Reach, Triggers, Watches, wait_listed};
 use crate::api::{CopyState, KubeconfigSecretRef, RemoteCluster};
 use crate::clusters::{self, KubeconfigProblem};
+use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::hash::digest_bytes;
 use crate::sync::ownership::{RuleKey, RuleKind};
@@ -132,10 +133,6 @@ impl Drop for Fleet {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Fleet {
     /// Starts the watches of this cluster and, unless `scope` limits mimeo to namespaces, the
     /// watch on `RemoteCluster`s.
@@ -251,11 +248,12 @@ impl Fleet {
                 .collect()
         };
         // The status of each says which one mimeo uses.
+        if others.is_empty() {
+            return;
+        }
         for cluster in others.iter().map(String::as_str).chain([name]) {
-            if !others.is_empty() {
-                self.triggers.fire_cluster(cluster);
-                self.fire_users(cluster, false);
-            }
+            self.triggers.fire_cluster(cluster);
+            self.fire_users(cluster, false);
         }
     }
 

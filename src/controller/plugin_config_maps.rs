@@ -5,6 +5,7 @@
 use super::used_by::UsedBy;
 use super::watches::Triggers;
 use crate::api::Transform;
+use crate::locks::lock;
 use crate::plugin::source::{PluginSource, parse};
 use crate::sync::ownership::RuleKey;
 use futures::StreamExt;
@@ -45,10 +46,6 @@ impl Drop for PluginConfigMaps {
             task.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl PluginConfigMaps {

@@ -7,6 +7,7 @@
 use super::used_by::UsedBy;
 use super::watches::Triggers;
 use crate::api::Transform;
+use crate::locks::lock;
 use crate::plugin::source::{PluginSource, parse};
 use crate::sync::ownership::RuleKey;
 use std::collections::{BTreeSet, HashMap};
@@ -61,10 +62,6 @@ impl Drop for PluginFiles {
             task.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl PluginFiles {

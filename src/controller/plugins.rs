@@ -7,6 +7,7 @@
 //! warm artifact cache asks no registry anything.
 
 use crate::api::{PluginPin, PullSecretRef, Transform};
+use crate::locks::lock;
 use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_from_docker_config};
 use crate::plugin::source::{PluginSource, parse};
 use crate::plugin::{ChainError, ChainOutcome, Loading, Plugin, PluginHost, TransformContext};
@@ -236,10 +237,6 @@ pub struct Plugins {
     /// Compiles at once: each is a process with up to the compile memory limit, and a slow one
     /// must not hold the permits of calls.
     compiles: Arc<Semaphore>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Plugins {
@@ -587,13 +584,14 @@ impl Plugins {
     }
 
     async fn compile(&self, reference: &str, bytes: Vec<u8>) -> Result<Arc<Plugin>, String> {
-        if let Some(plugin) = self.host.loaded(reference, &bytes) {
+        let digest = crate::sync::hash::digest_bytes(&bytes);
+        if let Some(plugin) = self.host.loaded(reference, &digest) {
             return Ok(plugin);
         }
         let (host, name) = (self.host.clone(), reference.to_owned());
         let loading = {
             let _permit = self.compiles.clone().acquire_owned().await;
-            tokio::task::spawn_blocking(move || host.compile(&name, &bytes))
+            tokio::task::spawn_blocking(move || host.compile(&name, &bytes, digest))
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?

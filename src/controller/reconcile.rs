@@ -16,6 +16,7 @@ use super::write;
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec, RuleStatus, SourceRef, Target};
 use crate::clusters;
 use crate::error_text::with_causes;
+use crate::locks::lock;
 use crate::plugin::{ChainError, ChainOutcome, TransformContext};
 use crate::sync::consent::{accepts, not_accepted_message, not_shared_message, shares};
 use crate::sync::desired::{CopyTarget, CopyTemplate, DesiredCopy};
@@ -961,16 +962,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     .filter_map(|c| lock(&ctx.flaps).record(&flap, *c, now))
                     .last();
                 if let Some(held) = tripped {
-                    let why = held.describe(now);
-                    ctx.metrics.copy_flapped();
-                    tracing::warn!(rule = %key, copy = %place, "{why}");
-                    events.note_copy(
-                        EventType::Warning,
-                        "CopyFlapping",
-                        format!("copy {place}: {why}"),
-                        &resource,
-                        &plan.target,
-                    );
+                    let why = report_flapping(ctx, &mut events, &key, &resource, &plan.target, &held, now);
                     plan.state = CopyState::Flapping;
                     plan.message = Some(why);
                 }
@@ -1076,16 +1068,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
                     if done == "delete"
                         && let Some(held) = lock(&ctx.flaps).record(&flap, Churn::Deleted, now)
                     {
-                        let why = held.describe(now);
-                        ctx.metrics.copy_flapped();
-                        tracing::warn!(rule = %key, copy = %place_of(&target), "{why}");
-                        events.note_copy(
-                            EventType::Warning,
-                            "CopyFlapping",
-                            format!("copy {}: {why}", place_of(&target)),
-                            &kind,
-                            &target,
-                        );
+                        let why = report_flapping(ctx, &mut events, &key, &kind, &target, &held, now);
                         leftovers.push(CopyStatus {
                             source: source.clone(),
                             cluster: cluster.name.clone(),
@@ -1532,16 +1515,37 @@ async fn live_object(
 /// not the version).
 pub(super) type FlapKey = (RuleKey, CopyTarget, String);
 
+/// Says that the flap guard just tripped for a copy (metric, log, Warning event); returns what
+/// the copy's status says.
+fn report_flapping(
+    ctx: &Context,
+    events: &mut EventLog,
+    rule: &RuleKey,
+    resource: &ApiResource,
+    target: &CopyTarget,
+    held: &crate::sync::flap_guard::Held,
+    now: Instant,
+) -> String {
+    let why = held.describe(now);
+    let place = place_of(target);
+    ctx.metrics.copy_flapped();
+    tracing::warn!(rule = %rule, copy = %place, "{why}");
+    events.note_copy(
+        EventType::Warning,
+        "CopyFlapping",
+        format!("copy {place}: {why}"),
+        resource,
+        target,
+    );
+    why
+}
+
 fn flap_key(rule: &RuleKey, target: &CopyTarget, resource: &ApiResource) -> FlapKey {
     (
         rule.clone(),
         target.clone(),
         format!("{}/{}", resource.group, resource.plural),
     )
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One resource whatever the version it is served at: a copy's identity is its group, resource

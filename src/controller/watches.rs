@@ -17,6 +17,7 @@ use super::error::Error;
 use super::named_namespaces::{self, NamespaceEvent};
 use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
+use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::desired::strip_uncarried;
 use crate::sync::kinds::KindRef;
@@ -356,10 +357,6 @@ impl Drop for Watches {
             task.abort();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Watches {
