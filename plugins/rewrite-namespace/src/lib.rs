@@ -1,539 +1,51 @@
-//! `rewrite-namespace`: rewrites namespace references inside a Kyverno `Policy` or
-//! `ClusterPolicy` (`kyverno.io/v1`, `kyverno.io/v2beta1`) for the copy's target: the namespaces of
-//! `match`/`exclude` resource filters, the namespaces of `generate` (its target, `clone` and
-//! `cloneList`), and preconditions that compare the request's namespace with a plain name. Only
-//! plain namespace names are rewritten, never Kyverno variables, JMESPath or wildcards, and
-//! nothing outside `spec.rules[]` (in particular never `metadata`: the host sets the copy's
-//! namespace). Other objects are written unchanged.
+//! `rewrite-namespace`: rewrites the namespace names a Kyverno policy names, for the copy's
+//! target. Two families: `kyverno.io` `Policy` and `ClusterPolicy` (`v1`, `v2beta1`), whose
+//! `spec.rules[]` name namespaces in filters, generate targets, contexts and preconditions; and
+//! the CEL kinds of `policies.kyverno.io` (`ValidatingPolicy`, `NamespacedValidatingPolicy`, ...),
+//! whose namespace selectors and CEL expressions do. Plain namespace names are rewritten always;
+//! string literals inside JMESPath and CEL expressions (found by parsing them) and wildcards only
+//! when the config asks. Never `metadata`: the host sets the copy's namespace. Other objects are
+//! written unchanged.
 
-use mimeo_plugin_sdk::template::{self, Piece};
+mod cel_policies;
+mod config;
+mod kyverno_rules;
+mod literals;
+mod rewriter;
+
+use config::Config;
 use mimeo_plugin_sdk::{Context, Guest, Outcome, PluginInfo, log, outcome, parse_object};
-use serde_json::{Map, Value};
+use rewriter::Rewriter;
+use serde_json::Value;
 
-/// The placeholders `to` may use, in the order the error message lists them.
-const PLACEHOLDERS: [&str; 3] = ["target.namespace", "target.cluster", "source.namespace"];
-
-/// Kyverno's comparison operators for which a precondition on the request's namespace is a
-/// comparison of namespace names (`Equal` and `NotEqual` are the deprecated spellings).
-const OPERATORS: [&str; 10] = [
-    "Equals",
-    "NotEquals",
-    "Equal",
-    "NotEqual",
-    "In",
-    "AnyIn",
-    "AllIn",
-    "NotIn",
-    "AnyNotIn",
-    "AllNotIn",
-];
-
-/// The Kyverno variables that hold the namespace of the admission request.
-const NAMESPACE_VARIABLES: [&str; 2] = ["request.namespace", "request.object.metadata.namespace"];
-
-/// The API versions of `Policy` and `ClusterPolicy` whose rules this plugin knows.
-const VERSIONS: [&str; 2] = ["v1", "v2beta1"];
-
-const EXAMPLE: &str = r#"{"rewrites": [{"from": "default", "to": "{{target.namespace}}"}]}"#;
-
-/// Whether `s` is a namespace name: a DNS-1123 label (at most 63 lowercase letters, digits and
-/// '-', starting and ending with a letter or digit).
-fn is_namespace_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+/// Which policy family an object is of, if any.
+enum Family {
+    Rules,
+    Cel,
 }
 
-/// What a JSON value is, for error messages.
-fn describe_value(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(_) => format!("the boolean {v}"),
-        Value::Number(_) => format!("the number {v}"),
-        Value::String(_) => format!("the string {v}"),
-        Value::Array(_) => "a list".into(),
-        Value::Object(_) => "an object".into(),
+/// The family of `api_version` `kind`; an error for a version of a known kind this plugin does
+/// not know, rather than a guess.
+fn family(api_version: &str, kind: &str) -> Result<Option<Family>, String> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let (family, versions, what) = match group {
+        "kyverno.io" if matches!(kind, "Policy" | "ClusterPolicy") => {
+            (Family::Rules, &kyverno_rules::VERSIONS[..], "rules")
+        }
+        "policies.kyverno.io" if cel_policies::KINDS.contains(&kind) => {
+            (Family::Cel, &cel_policies::VERSIONS[..], "fields")
+        }
+        _ => return Ok(None),
+    };
+    if !versions.contains(&version) {
+        let mut known: Vec<String> = versions.iter().map(|v| format!("{group}/{v}")).collect();
+        let last = known.pop().unwrap_or_default();
+        return Err(format!(
+            "{api_version} {kind}: this plugin knows the {what} of {} and {last} only",
+            known.join(", ")
+        ));
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Placeholder {
-    TargetNamespace,
-    TargetCluster,
-    SourceNamespace,
-}
-
-impl Placeholder {
-    fn parse(name: &str) -> Option<Self> {
-        match name {
-            "target.namespace" => Some(Self::TargetNamespace),
-            "target.cluster" => Some(Self::TargetCluster),
-            "source.namespace" => Some(Self::SourceNamespace),
-            _ => None,
-        }
-    }
-
-    /// Its value for a copy; an error naming it when that is empty.
-    fn value(self, ctx: &Context) -> Result<&str, String> {
-        let (value, name, why) = match self {
-            Self::TargetNamespace => (
-                ctx.target.namespace.as_deref(),
-                "target.namespace",
-                "the copy has no namespace (a cluster-scoped kind such as ClusterPolicy)",
-            ),
-            Self::TargetCluster => (
-                Some(ctx.target.cluster.as_str()),
-                "target.cluster",
-                "the copy goes to the cluster mimeo runs in",
-            ),
-            Self::SourceNamespace => (
-                ctx.source.namespace.as_deref(),
-                "source.namespace",
-                "the source has no namespace (a cluster-scoped kind such as ClusterPolicy)",
-            ),
-        };
-        match value {
-            Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(format!("{{{{{name}}}}} is empty: {why}")),
-        }
-    }
-}
-
-#[derive(Debug, PartialEq)]
-enum Part {
-    Text(String),
-    Var(Placeholder),
-}
-
-/// A `to` value: a namespace name, possibly with `{{placeholder}}`s (spaces inside the braces
-/// allowed).
-#[derive(Debug, PartialEq)]
-struct Template {
-    text: String,
-    parts: Vec<Part>,
-}
-
-impl Template {
-    fn parse(value: &str) -> Result<Self, String> {
-        let parts = template::split(value)?
-            .into_iter()
-            .map(|piece| match piece {
-                Piece::Text(text) => Ok(Part::Text(text.to_owned())),
-                Piece::Placeholder(name) => Placeholder::parse(name).map(Part::Var).ok_or_else(|| {
-                    let known: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{{{p}}}}}")).collect();
-                    format!(
-                        "{value:?} uses the unknown placeholder {{{{{name}}}}}; known: {}",
-                        known.join(", ")
-                    )
-                }),
-            })
-            .collect::<Result<Vec<Part>, String>>()?;
-        let template = Template {
-            text: value.to_owned(),
-            parts,
-        };
-        if template.parts.iter().all(|p| matches!(p, Part::Text(_))) {
-            if !is_namespace_name(value) {
-                return Err(format!(
-                    "{value:?} is not a namespace name (at most 63 lowercase letters, digits and '-', \
-                     starting and ending with a letter or digit)"
-                ));
-            }
-        } else {
-            for part in &template.parts {
-                if let Part::Text(text) = part
-                    && !text
-                        .bytes()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-                {
-                    return Err(format!(
-                        "{value:?} has {text:?} around its placeholders; a namespace name has only \
-                         lowercase letters, digits and '-'"
-                    ));
-                }
-            }
-        }
-        Ok(template)
-    }
-
-    /// The namespace name for a copy.
-    fn render(&self, ctx: &Context) -> Result<String, String> {
-        let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(text) => out.push_str(text),
-                Part::Var(placeholder) => out.push_str(placeholder.value(ctx)?),
-            }
-        }
-        if is_namespace_name(&out) {
-            Ok(out)
-        } else {
-            Err(format!("it gives {out:?}, which is not a namespace name"))
-        }
-    }
-}
-
-#[derive(Debug, PartialEq)]
-enum From {
-    /// `*`: any namespace name.
-    Any,
-    Name(String),
-}
-
-#[derive(Debug)]
-struct Rewrite {
-    /// Where the rewrite is in the config (`rewrites[0]`), for messages.
-    at: String,
-    from: From,
-    to: Template,
-}
-
-impl Rewrite {
-    /// Reads one `{"from": ..., "to": ...}`; `at` says where it is in the config (empty for the
-    /// shorthand config that is just one rewrite).
-    fn parse(at: &str, value: &Value) -> Result<Self, String> {
-        let field = |name: &str| {
-            if at.is_empty() {
-                name.to_owned()
-            } else {
-                format!("{at}.{name}")
-            }
-        };
-        let Value::Object(map) = value else {
-            return Err(format!(
-                "{at} must be an object {{\"from\": ..., \"to\": ...}}, not {}",
-                describe_value(value)
-            ));
-        };
-        if let Some(unknown) = map.keys().find(|k| *k != "from" && *k != "to") {
-            let prefix = if at.is_empty() {
-                String::new()
-            } else {
-                format!("{at}: ")
-            };
-            return Err(format!(
-                "{prefix}unknown field `{unknown}`, expected `from` and `to`"
-            ));
-        }
-        let string = |name: &str| -> Result<&str, String> {
-            match map.get(name) {
-                None => Err(format!("missing field `{}`", field(name))),
-                Some(Value::String(s)) if s.is_empty() => Err(format!("{} is empty", field(name))),
-                Some(Value::String(s)) => Ok(s),
-                Some(other) => Err(format!(
-                    "{} must be a string, not {}",
-                    field(name),
-                    describe_value(other)
-                )),
-            }
-        };
-        let from = match string("from")? {
-            "*" => From::Any,
-            name if is_namespace_name(name) => From::Name(name.to_owned()),
-            name => {
-                return Err(format!(
-                    "{} {name:?} is not a namespace name: give an exact name, or \"*\" alone for any \
-                     namespace",
-                    field("from")
-                ));
-            }
-        };
-        let to = Template::parse(string("to")?).map_err(|e| format!("{}: {e}", field("to")))?;
-        let at = if at.is_empty() {
-            "the rewrite".to_owned()
-        } else {
-            at.to_owned()
-        };
-        Ok(Rewrite { at, from, to })
-    }
-
-    fn applies_to(&self, name: &str) -> bool {
-        match &self.from {
-            From::Any => is_namespace_name(name),
-            From::Name(from) => from == name,
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Config {
-    rewrites: Vec<Rewrite>,
-}
-
-impl Config {
-    fn parse(config: &str) -> Result<Self, String> {
-        let config = if config.trim().is_empty() { "{}" } else { config };
-        let value: Value = serde_json::from_str(config).map_err(|e| format!("invalid config: {e}"))?;
-        Self::from_value(&value).map_err(|e| format!("invalid config: {e}"))
-    }
-
-    fn from_value(value: &Value) -> Result<Self, String> {
-        let Value::Object(top) = value else {
-            return Err(format!(
-                "expected an object such as {EXAMPLE}, not {}",
-                describe_value(value)
-            ));
-        };
-        let rewrites = if let Some(rewrites) = top.get("rewrites") {
-            if let Some(unknown) = top.keys().find(|k| *k != "rewrites") {
-                return Err(format!("unknown field `{unknown}`, expected `rewrites`"));
-            }
-            match rewrites {
-                Value::Array(list) if list.is_empty() => {
-                    return Err(format!("rewrites is empty: give at least one, as in {EXAMPLE}"));
-                }
-                Value::Array(list) => list
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| Rewrite::parse(&format!("rewrites[{i}]"), r))
-                    .collect::<Result<Vec<_>, _>>()?,
-                Value::Object(_) => vec![Rewrite::parse("rewrites", rewrites)?],
-                other => {
-                    return Err(format!(
-                        "rewrites must be a list of {{\"from\": ..., \"to\": ...}} objects, not {}",
-                        describe_value(other)
-                    ));
-                }
-            }
-        } else if top.contains_key("from") || top.contains_key("to") {
-            vec![Rewrite::parse("", value)?]
-        } else if let Some(unknown) = top.keys().next() {
-            return Err(format!(
-                "unknown field `{unknown}`, expected `rewrites` (or `from` and `to` for a single rewrite)"
-            ));
-        } else {
-            return Err(format!("missing field `rewrites`, as in {EXAMPLE}"));
-        };
-        for (i, rewrite) in rewrites.iter().enumerate() {
-            match &rewrite.from {
-                From::Any if i + 1 < rewrites.len() => {
-                    return Err(format!(
-                        "{} has from \"*\", which matches every namespace: it must be the last rewrite, \
-                         or {} would never apply",
-                        rewrite.at,
-                        rewrites[i + 1].at
-                    ));
-                }
-                From::Name(name) => {
-                    if let Some(earlier) = rewrites[..i].iter().find(|r| r.from == rewrite.from) {
-                        return Err(format!(
-                            "{} rewrites {name:?} again; {} already does",
-                            rewrite.at, earlier.at
-                        ));
-                    }
-                }
-                From::Any => {}
-            }
-        }
-        Ok(Config { rewrites })
-    }
-
-    /// The first rewrite that applies to `name`.
-    fn find(&self, name: &str) -> Option<&Rewrite> {
-        self.rewrites.iter().find(|r| r.applies_to(name))
-    }
-}
-
-/// Whether `value` is exactly one Kyverno variable holding the request's namespace, such as
-/// `{{request.namespace}}` or `{{ request.object.metadata.namespace }}`.
-fn is_namespace_variable(value: &Value) -> bool {
-    value
-        .as_str()
-        .and_then(|s| s.strip_prefix("{{"))
-        .and_then(|s| s.strip_suffix("}}"))
-        .is_some_and(|inner| NAMESPACE_VARIABLES.contains(&inner.trim()))
-}
-
-/// Rewrites the namespace names it is shown, and remembers what it changed.
-struct Rewriter<'a> {
-    config: &'a Config,
-    ctx: &'a Context,
-    changes: Vec<String>,
-}
-
-impl Rewriter<'_> {
-    /// Rewrites `value` at `path` if it is a string that a rewrite applies to.
-    fn name(&mut self, path: &str, value: &mut Value) -> Result<(), String> {
-        let Value::String(name) = value else {
-            return Ok(());
-        };
-        let Some(rewrite) = self.config.find(name) else {
-            return Ok(());
-        };
-        let to = rewrite.to.render(self.ctx).map_err(|e| {
-            format!(
-                "{path}: cannot rewrite {name:?} with {} (to {:?}): {e}",
-                rewrite.at, rewrite.to.text
-            )
-        })?;
-        if to != *name {
-            self.changes.push(format!("{path}: {name} -> {to}"));
-            *name = to;
-        }
-        Ok(())
-    }
-
-    /// Rewrites the strings of a list at `path`; anything else is left alone.
-    fn names(&mut self, path: &str, value: &mut Value) -> Result<(), String> {
-        if let Value::Array(items) = value {
-            for (i, item) in items.iter_mut().enumerate() {
-                self.name(&format!("{path}[{i}]"), item)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn rules(&mut self, spec: &mut Value) -> Result<(), String> {
-        let Some(Value::Array(rules)) = spec.get_mut("rules") else {
-            return Ok(());
-        };
-        for (i, rule) in rules.iter_mut().enumerate() {
-            let Value::Object(rule) = rule else {
-                continue;
-            };
-            let path = format!("spec.rules[{i}]");
-            for block in ["match", "exclude"] {
-                if let Some(Value::Object(filter)) = rule.get_mut(block) {
-                    self.resource_filters(&format!("{path}.{block}"), filter)?;
-                }
-            }
-            if let Some(Value::Object(generate)) = rule.get_mut("generate") {
-                self.generate(&format!("{path}.generate"), generate)?;
-            }
-            if let Some(preconditions) = rule.get_mut("preconditions") {
-                self.preconditions(&format!("{path}.preconditions"), preconditions)?;
-            }
-            if let Some(Value::Array(entries)) = rule.get_mut("context") {
-                self.context(&format!("{path}.context"), entries)?;
-            }
-            if let Some(Value::Array(targets)) = rule.get_mut("mutate").and_then(|m| m.get_mut("targets")) {
-                for (t, target) in targets.iter_mut().enumerate() {
-                    if let Some(namespace) = target.get_mut("namespace") {
-                        self.name(&format!("{path}.mutate.targets[{t}].namespace"), namespace)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `context[].configMap.namespace`, and the namespace segment of `context[].apiCall.urlPath`
-    /// (`/api/v1/namespaces/<ns>/...`, `/apis/<group>/<version>/namespaces/<ns>/...`).
-    fn context(&mut self, path: &str, entries: &mut [Value]) -> Result<(), String> {
-        for (i, entry) in entries.iter_mut().enumerate() {
-            if let Some(namespace) = entry.get_mut("configMap").and_then(|c| c.get_mut("namespace")) {
-                self.name(&format!("{path}[{i}].configMap.namespace"), namespace)?;
-            }
-            if let Some(Value::String(url)) = entry.get_mut("apiCall").and_then(|c| c.get_mut("urlPath")) {
-                let mut segments: Vec<Value> = url.split('/').map(|s| Value::String(s.to_owned())).collect();
-                for at in 1..segments.len() {
-                    if segments[at - 1] == "namespaces" {
-                        self.name(&format!("{path}[{i}].apiCall.urlPath"), &mut segments[at])?;
-                    }
-                }
-                let rebuilt: Vec<&str> = segments.iter().filter_map(Value::as_str).collect();
-                *url = rebuilt.join("/");
-            }
-        }
-        Ok(())
-    }
-
-    /// `match` or `exclude`: `resources`, `any[].resources`, `all[].resources`.
-    fn resource_filters(&mut self, path: &str, filter: &mut Map<String, Value>) -> Result<(), String> {
-        if let Some(resources) = filter.get_mut("resources") {
-            self.resources(&format!("{path}.resources"), resources)?;
-        }
-        for list in ["any", "all"] {
-            if let Some(Value::Array(items)) = filter.get_mut(list) {
-                for (i, item) in items.iter_mut().enumerate() {
-                    if let Some(resources) = item.get_mut("resources") {
-                        self.resources(&format!("{path}.{list}[{i}].resources"), resources)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn resources(&mut self, path: &str, resources: &mut Value) -> Result<(), String> {
-        if let Some(namespaces) = resources.get_mut("namespaces") {
-            self.names(&format!("{path}.namespaces"), namespaces)?;
-        }
-        Ok(())
-    }
-
-    /// `generate.namespace`, `generate.clone.namespace`, `generate.cloneList.namespace`, and the
-    /// namespace of the object `generate.data` makes (`data.metadata.namespace`).
-    fn generate(&mut self, path: &str, generate: &mut Map<String, Value>) -> Result<(), String> {
-        if let Some(namespace) = generate.get_mut("namespace") {
-            self.name(&format!("{path}.namespace"), namespace)?;
-        }
-        if let Some(namespace) = generate
-            .get_mut("data")
-            .and_then(|d| d.get_mut("metadata"))
-            .and_then(|m| m.get_mut("namespace"))
-        {
-            self.name(&format!("{path}.data.metadata.namespace"), namespace)?;
-        }
-        for source in ["clone", "cloneList"] {
-            if let Some(namespace) = generate.get_mut(source).and_then(|s| s.get_mut("namespace")) {
-                self.name(&format!("{path}.{source}.namespace"), namespace)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// `preconditions.any[]`, `preconditions.all[]`, or the legacy list `preconditions[]`.
-    fn preconditions(&mut self, path: &str, preconditions: &mut Value) -> Result<(), String> {
-        match preconditions {
-            Value::Array(conditions) => self.conditions(path, conditions),
-            Value::Object(map) => {
-                for list in ["any", "all"] {
-                    if let Some(Value::Array(conditions)) = map.get_mut(list) {
-                        self.conditions(&format!("{path}.{list}"), conditions)?;
-                    }
-                }
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// A condition with one of [`OPERATORS`] whose one side is exactly a namespace variable: the
-    /// other side, a plain name (or, for `value`, a list of them), is rewritten.
-    fn conditions(&mut self, path: &str, conditions: &mut [Value]) -> Result<(), String> {
-        for (i, condition) in conditions.iter_mut().enumerate() {
-            let Value::Object(condition) = condition else {
-                continue;
-            };
-            let comparison = condition
-                .get("operator")
-                .and_then(Value::as_str)
-                .is_some_and(|op| OPERATORS.contains(&op));
-            if !comparison {
-                continue;
-            }
-            let key_is_variable = condition.get("key").is_some_and(is_namespace_variable);
-            let value_is_variable = condition.get("value").is_some_and(is_namespace_variable);
-            if key_is_variable && !value_is_variable {
-                match condition.get_mut("value") {
-                    Some(value @ Value::String(_)) => self.name(&format!("{path}[{i}].value"), value)?,
-                    Some(values @ Value::Array(_)) => self.names(&format!("{path}[{i}].value"), values)?,
-                    _ => {}
-                }
-            } else if value_is_variable
-                && !key_is_variable
-                && let Some(key) = condition.get_mut("key")
-            {
-                self.name(&format!("{path}[{i}].key"), key)?;
-            }
-        }
-        Ok(())
-    }
+    Ok(Some(family))
 }
 
 struct RewriteNamespace;
@@ -543,12 +55,18 @@ impl Guest for RewriteNamespace {
         PluginInfo {
             name: "rewrite-namespace".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "Rewrites namespace references in a Kyverno Policy or ClusterPolicy (match/exclude \
-                          namespaces, generate namespaces, namespace preconditions) for the copy's target"
-                .into(),
-            kinds: VERSIONS
+            description:
+                "Rewrites namespace references in Kyverno policies (Policy, ClusterPolicy and the CEL \
+                          kinds of policies.kyverno.io) for the copy's target"
+                    .into(),
+            kinds: kyverno_rules::VERSIONS
                 .iter()
                 .flat_map(|v| ["Policy", "ClusterPolicy"].map(|k| format!("kyverno.io/{v}/{k}")))
+                .chain(
+                    cel_policies::VERSIONS
+                        .iter()
+                        .flat_map(|v| cel_policies::KINDS.map(|k| format!("policies.kyverno.io/{v}/{k}"))),
+                )
                 .collect(),
         }
     }
@@ -565,19 +83,12 @@ impl Guest for RewriteNamespace {
             .and_then(Value::as_str)
             .unwrap_or_default();
         let kind = before.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        if group != "kyverno.io" || !matches!(kind, "Policy" | "ClusterPolicy") {
+        let Some(family) = family(api_version, kind)? else {
             log::debug(&format!(
-                "{api_version} {kind} is not a Kyverno Policy or ClusterPolicy: left unchanged"
+                "{api_version} {kind} is not a Kyverno policy this plugin knows: left unchanged"
             ));
             return Ok(Outcome::Unchanged);
-        }
-        if !VERSIONS.contains(&version) {
-            return Err(format!(
-                "{api_version} {kind}: this plugin knows the rules of kyverno.io/v1 and kyverno.io/v2beta1 \
-                 only"
-            ));
-        }
+        };
         let mut after = before.clone();
         let mut rewriter = Rewriter {
             config: &config,
@@ -585,7 +96,10 @@ impl Guest for RewriteNamespace {
             changes: Vec::new(),
         };
         if let Some(spec) = after.get_mut("spec") {
-            rewriter.rules(spec)?;
+            match family {
+                Family::Rules => rewriter.rules(spec)?,
+                Family::Cel => rewriter.cel_policy(spec)?,
+            }
         }
         if rewriter.changes.is_empty() {
             log::debug("no namespace references to rewrite");
@@ -606,6 +120,8 @@ mimeo_plugin_sdk::export!(RewriteNamespace);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Config, From, is_namespace_name};
+    use crate::kyverno_rules::is_namespace_variable;
     use mimeo_plugin_sdk::{ObjectRef, Target};
     use serde_json::json;
 
@@ -931,5 +447,288 @@ mod tests {
             got["spec"]["rules"][0]["generate"]["namespace"],
             json!("tenant-a")
         );
+    }
+
+    fn with_options(expressions: bool, wildcards: bool) -> Value {
+        let mut config = to_target();
+        config["expressions"] = json!(expressions);
+        config["wildcards"] = json!(wildcards);
+        config
+    }
+
+    #[test]
+    fn options_in_the_config() {
+        let err = |c: &str| Config::parse(c).unwrap_err();
+        assert!(
+            err(r#"{"rewrites": [{"from": "a", "to": "b"}], "expressions": "yes"}"#)
+                .contains("expressions must be true or false, not the string \"yes\"")
+        );
+        assert!(
+            err(r#"{"from": "a", "to": "b", "wildcards": true}"#)
+                .contains("wildcards goes beside a list of rewrites")
+        );
+        assert!(
+            err(r#"{"rewrites": [{"from": "a", "to": "b"}], "x": 1}"#)
+                .contains("unknown field `x`, expected `rewrites`, `expressions` or `wildcards`")
+        );
+        let config =
+            Config::parse(r#"{"rewrites": [{"from": "a", "to": "b"}], "expressions": true}"#).unwrap();
+        assert!(config.expressions && !config.wildcards);
+    }
+
+    /// Literals inside JMESPath (Kyverno's `{{ }}` and context `jmesPath`) and CEL (`validate.cel`,
+    /// `celPreconditions`) of `kyverno.io` rules, only with `expressions` on; and never by `*`.
+    #[test]
+    fn expressions_in_kyverno_rules() {
+        let rule = json!({
+            "name": "r",
+            "context": [{"name": "ns", "variable": {"jmesPath": "request.namespace == 'default'"}},
+                        {"name": "cm", "apiCall": {"urlPath": "/api/v1/namespaces/default/configmaps",
+                                                    "jmesPath": "items[?metadata.namespace == `\"default\"`]"}}],
+            "preconditions": {"all": [{"key": "{{ request.namespace == 'default' || request.namespace == 'default-x' }}",
+                                       "operator": "Equals", "value": true}]},
+            "celPreconditions": [{"name": "ns", "expression": "request.namespace in ['default', 'shared']"}],
+            "validate": {"message": "not in {{ 'default' }}: {{request.object.metadata.name}}",
+                         "cel": {"expressions": [{"expression": "object.metadata.namespace != \"default\"",
+                                                  "messageExpression": "'default is ' + 'reserved'"}]}}
+        });
+        let got = run(with_options(true, false), &policy(rule.clone())).unwrap();
+        let r = &got["spec"]["rules"][0];
+        assert_eq!(
+            r["context"][0]["variable"]["jmesPath"],
+            json!("request.namespace == 'tenant-a'")
+        );
+        assert_eq!(
+            r["context"][1]["apiCall"]["urlPath"],
+            json!("/api/v1/namespaces/tenant-a/configmaps")
+        );
+        assert_eq!(
+            r["context"][1]["apiCall"]["jmesPath"],
+            json!("items[?metadata.namespace == `\"tenant-a\"`]")
+        );
+        assert_eq!(
+            r["preconditions"]["all"][0]["key"],
+            json!("{{ request.namespace == 'tenant-a' || request.namespace == 'default-x' }}")
+        );
+        assert_eq!(
+            r["celPreconditions"][0]["expression"],
+            json!("request.namespace in ['tenant-a', 'shared-eu1']")
+        );
+        assert_eq!(
+            r["validate"]["message"],
+            json!("not in {{ 'tenant-a' }}: {{request.object.metadata.name}}")
+        );
+        assert_eq!(
+            r["validate"]["cel"]["expressions"][0],
+            json!({"expression": "object.metadata.namespace != \"tenant-a\"",
+                   "messageExpression": "'default is ' + 'reserved'"})
+        );
+        // Off by default: only the URL path, a plain place, changes.
+        let got = run(to_target(), &policy(rule.clone())).unwrap();
+        let mut want = policy(rule.clone());
+        want["spec"]["rules"][0]["context"][1]["apiCall"]["urlPath"] =
+            json!("/api/v1/namespaces/tenant-a/configmaps");
+        assert_eq!(got, want);
+        // `*` never applies inside an expression.
+        let config = json!({"rewrites": [{"from": "*", "to": "{{target.namespace}}"}], "expressions": true});
+        let got = run(
+            config,
+            &policy(json!({"context": [{"name": "n",
+            "variable": {"jmesPath": "request.namespace == 'default'"}}]})),
+        )
+        .unwrap();
+        assert_eq!(
+            got["spec"]["rules"][0]["context"][0]["variable"]["jmesPath"],
+            json!("request.namespace == 'default'")
+        );
+        // An expression that does not parse is an error naming where it is.
+        let broken = policy(
+            json!({"preconditions": {"all": [{"key": "{{ request.namespace = 'default' }}",
+                                                               "operator": "Equals", "value": true}]}}),
+        );
+        let err = run(with_options(true, false), &broken).unwrap_err();
+        assert!(
+            err.starts_with("spec.rules[0].preconditions.all[0].key: "),
+            "{err}"
+        );
+        assert!(err.contains("'=' is not valid"), "{err}");
+        assert!(err.contains("\"expressions\": true"), "{err}");
+        assert!(run(to_target(), &broken).is_ok());
+    }
+
+    #[test]
+    fn wildcards_with_the_namespace_as_prefix() {
+        let rule = json!({
+            "match": {"any": [{"resources": {"namespaces": ["default-*", "default*", "default-?", "defaults-*",
+                                                            "kube-*", "*", "shared-*-x"]}}]},
+            "preconditions": {"any": [{"key": "{{request.namespace}}", "operator": "AnyIn",
+                                       "value": ["default-*", "other-*"]}]}
+        });
+        let got = run(with_options(false, true), &policy(rule.clone())).unwrap();
+        let r = &got["spec"]["rules"][0];
+        assert_eq!(
+            r["match"]["any"][0]["resources"]["namespaces"],
+            json!([
+                "tenant-a-*",
+                "tenant-a*",
+                "tenant-a-?",
+                "defaults-*",
+                "kube-*",
+                "*",
+                "shared-eu1-*-x"
+            ])
+        );
+        assert_eq!(
+            r["preconditions"]["any"][0]["value"],
+            json!(["tenant-a-*", "other-*"])
+        );
+        let got = run(to_target(), &policy(rule.clone())).unwrap();
+        assert_eq!(got, policy(rule));
+    }
+
+    #[test]
+    fn namespace_selectors_by_name() {
+        let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": "default", "team": "default"},
+                              "matchExpressions": [
+                                  {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["default", "x"]},
+                                  {"key": "kubernetes.io/metadata.name", "operator": "Exists"},
+                                  {"key": "team", "operator": "In", "values": ["default"]}]});
+        let want = json!({"matchLabels": {"kubernetes.io/metadata.name": "tenant-a", "team": "default"},
+                          "matchExpressions": [
+                              {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["tenant-a", "x"]},
+                              {"key": "kubernetes.io/metadata.name", "operator": "Exists"},
+                              {"key": "team", "operator": "In", "values": ["default"]}]});
+        let got = run(
+            to_target(),
+            &policy(json!({"match": {"resources": {"namespaceSelector": selector}}})),
+        )
+        .unwrap();
+        assert_eq!(
+            got["spec"]["rules"][0]["match"]["resources"]["namespaceSelector"],
+            want
+        );
+        let cel = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+                         "metadata": {"name": "v"},
+                         "spec": {"matchConstraints": {"namespaceSelector": selector},
+                                  "validations": [{"expression": "true"}]}});
+        let got = run_in(
+            context(&to_target(), Some("default"), Some("tenant-a"), "eu1"),
+            &cel,
+        )
+        .unwrap();
+        assert_eq!(got["spec"]["matchConstraints"]["namespaceSelector"], want);
+    }
+
+    fn cel_policy(kind: &str, version: &str, spec: Value) -> Value {
+        json!({"apiVersion": format!("policies.kyverno.io/{version}"), "kind": kind,
+               "metadata": {"name": "p", "namespace": "tenant-a"}, "spec": spec})
+    }
+
+    #[test]
+    fn cel_policy_family() {
+        let spec = json!({
+            "matchConditions": [{"name": "ns", "expression": "request.namespace == 'default'"}],
+            "variables": [{"name": "v", "expression": "object.metadata.namespace == \"default\" ? 'default' : 'x'"}],
+            "validations": [{"expression": "variables.v != 'default-x'", "message": "in default",
+                             "messageExpression": "'namespace ' + 'default'"}],
+            "auditAnnotations": [{"key": "k", "valueExpression": "'default'"}],
+            "generate": [{"expression": "generator.apply(\"default\", [variables.v])"}],
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels/ns', value: 'default'}]"}}],
+            "template": {"value": "metadata: {namespace: default}"}
+        });
+        for (kind, version) in [
+            ("NamespacedValidatingPolicy", "v1"),
+            ("ValidatingPolicy", "v1beta1"),
+            ("NamespacedMutatingPolicy", "v1beta1"),
+            ("PolicyException", "v1alpha1"),
+        ] {
+            let got = run(
+                with_options(true, false),
+                &cel_policy(kind, version, spec.clone()),
+            )
+            .unwrap();
+            let s = &got["spec"];
+            assert_eq!(
+                s["matchConditions"][0]["expression"],
+                json!("request.namespace == 'tenant-a'"),
+                "{kind}"
+            );
+            assert_eq!(
+                s["variables"][0]["expression"],
+                json!("object.metadata.namespace == \"tenant-a\" ? 'tenant-a' : 'x'")
+            );
+            assert_eq!(
+                s["validations"][0],
+                json!({"expression": "variables.v != 'default-x'", "message": "in default",
+                              "messageExpression": "'namespace ' + 'tenant-a'"})
+            );
+            assert_eq!(s["auditAnnotations"][0]["valueExpression"], json!("'tenant-a'"));
+            assert_eq!(
+                s["generate"][0]["expression"],
+                json!("generator.apply(\"tenant-a\", [variables.v])")
+            );
+            assert_eq!(
+                s["mutations"][0]["jsonPatch"]["expression"],
+                json!("[JSONPatch{op: 'add', path: '/metadata/labels/ns', value: 'tenant-a'}]")
+            );
+            assert_eq!(s["template"], spec["template"]);
+            assert_eq!(got["metadata"], cel_policy(kind, version, json!({}))["metadata"]);
+        }
+        // Without `expressions`, CEL stays as it is.
+        let object = cel_policy("NamespacedValidatingPolicy", "v1", spec.clone());
+        assert_eq!(run(to_target(), &object).unwrap(), object);
+        // A CEL expression that does not parse is an error naming the field.
+        let broken = cel_policy(
+            "NamespacedValidatingPolicy",
+            "v1",
+            json!({"validations": [{"expression": "object.metadata.namespace == "}]}),
+        );
+        let err = run(with_options(true, false), &broken).unwrap_err();
+        assert!(err.starts_with("spec.validations[0].expression: "), "{err}");
+        assert!(err.contains("Syntax error"), "{err}");
+        // A version this plugin does not know, and a kind of the group it does not know.
+        let future = cel_policy("ValidatingPolicy", "v2", spec.clone());
+        assert!(run(to_target(), &future).unwrap_err().contains(
+            "policies.kyverno.io/v2 ValidatingPolicy: this plugin knows the fields of policies.kyverno.io/v1, \
+             policies.kyverno.io/v1beta1 and policies.kyverno.io/v1alpha1 only"
+        ));
+        let other = cel_policy("SomethingNew", "v1", spec);
+        assert_eq!(run(with_options(true, false), &other).unwrap(), other);
+    }
+
+    /// Kyverno's own namespaced CEL samples (`policies-cel/` of the Kyverno fixtures beside the
+    /// repository, read in place, as `tests/kinds.rs` finds them): copied from their namespace to `tenant-a`, only their namespace literals differ.
+    #[test]
+    fn kyverno_cel_samples() {
+        let beside =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/kyverno");
+        let kyverno = match std::env::var_os("MIMEO_KYVERNO_FIXTURES") {
+            Some(dir) => std::path::PathBuf::from(dir),
+            None if !beside.exists() => std::path::PathBuf::from("/work/shared/fixtures/kyverno"),
+            None => beside,
+        };
+        let dir = kyverno.join("policies-cel");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            panic!("the fixtures are missing: {}", dir.display());
+        };
+        let mut seen = 0;
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let object: Value = serde_yaml_ng::from_str(&text).unwrap();
+            let from = object["metadata"]["namespace"].as_str().unwrap().to_owned();
+            let config =
+                json!({"rewrites": [{"from": from, "to": "{{target.namespace}}"}], "expressions": true});
+            let got = run_in(context(&config, Some(&from), Some("tenant-a"), ""), &object).unwrap();
+            // What changed is exactly the literals: the text with each quoted `from` replaced.
+            let want_text = text
+                .replace(&format!("'{from}'"), "'tenant-a'")
+                .replace(&format!("\"{from}\""), "\"tenant-a\"");
+            let mut want: Value = serde_yaml_ng::from_str(&want_text).unwrap();
+            want["metadata"] = object["metadata"].clone();
+            assert_eq!(got, want, "{}", path.display());
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
     }
 }
