@@ -44,7 +44,8 @@ pub enum RemoteCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct RemoteRbacArgs {
-    /// A kind mimeo copies with this cluster: Secret, ConfigMap, Policy or ClusterPolicy (Kyverno);
+    /// A kind mimeo copies with this cluster: Secret, ConfigMap, Policy or ClusterPolicy (Kyverno),
+    /// or one of Kyverno's CEL policy kinds (ValidatingPolicy, NamespacedValidatingPolicy, ...);
     /// its plural, `Kind.group` (Policy.kyverno.io) or lowercase work too. Repeat for several.
     #[arg(long = "kind", value_name = "KIND", default_value = "Secret")]
     pub kinds: Vec<String>,
@@ -395,7 +396,10 @@ pub struct RunArgs {
     pub leader: LeaderArgs,
     /// A kind rules may sync, as Kind for the core group or Kind.group (Secret,
     /// Policy.kyverno.io); repeat it, or separate kinds with commas. Rules for any other kind are
-    /// refused. Default: Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io.
+    /// refused. Default: Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io and
+    /// Kyverno's CEL policies: ValidatingPolicy, MutatingPolicy, GeneratingPolicy,
+    /// DeletingPolicy, ImageValidatingPolicy and their Namespaced kinds, of policies.kyverno.io
+    /// (not its PolicyException).
     #[arg(
         long = "allow-kind",
         env = "MIMEO_ALLOW_KINDS",

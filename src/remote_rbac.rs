@@ -77,8 +77,19 @@ impl KnownKind {
     }
 }
 
-/// The kinds `mimeo remote rbac` knows, in the order its output names them.
-pub const KNOWN_KINDS: [KnownKind; 4] = [
+/// Kyverno's CEL policy kind `kind` (`policies.kyverno.io`), of plural `plural`.
+const fn cel_policy(kind: &'static str, plural: &'static str, namespaced: bool) -> KnownKind {
+    KnownKind {
+        kind,
+        group: "policies.kyverno.io",
+        plural,
+        namespaced,
+    }
+}
+
+/// The kinds `mimeo remote rbac` knows, in the order its output names them: the controller's
+/// default allow-list.
+pub const KNOWN_KINDS: [KnownKind; 14] = [
     KnownKind {
         kind: "Secret",
         group: "",
@@ -103,6 +114,20 @@ pub const KNOWN_KINDS: [KnownKind; 4] = [
         plural: "clusterpolicies",
         namespaced: false,
     },
+    cel_policy("ValidatingPolicy", "validatingpolicies", false),
+    cel_policy("MutatingPolicy", "mutatingpolicies", false),
+    cel_policy("GeneratingPolicy", "generatingpolicies", false),
+    cel_policy("DeletingPolicy", "deletingpolicies", false),
+    cel_policy("ImageValidatingPolicy", "imagevalidatingpolicies", false),
+    cel_policy("NamespacedValidatingPolicy", "namespacedvalidatingpolicies", true),
+    cel_policy("NamespacedMutatingPolicy", "namespacedmutatingpolicies", true),
+    cel_policy("NamespacedGeneratingPolicy", "namespacedgeneratingpolicies", true),
+    cel_policy("NamespacedDeletingPolicy", "namespaceddeletingpolicies", true),
+    cel_policy(
+        "NamespacedImageValidatingPolicy",
+        "namespacedimagevalidatingpolicies",
+        true,
+    ),
 ];
 
 /// How mimeo uses the remote cluster.
@@ -243,7 +268,7 @@ pub enum RbacError {
 }
 
 /// The names of the kinds `mimeo remote rbac` knows, for messages:
-/// `Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io`.
+/// `Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io, ValidatingPolicy.policies.kyverno.io, ...`.
 pub fn supported_kinds() -> String {
     KNOWN_KINDS
         .iter()
@@ -786,6 +811,34 @@ mod tests {
     }
 
     #[test]
+    fn kyvernos_cel_policy_kinds_are_known() {
+        let options = target(
+            &[
+                "NamespacedValidatingPolicy",
+                "validatingpolicies.policies.kyverno.io",
+            ],
+            &[],
+        );
+        let objects = objects(&options).unwrap();
+        let all = ["get", "list", "watch", "create", "update", "patch", "delete"];
+        assert_eq!(
+            objects[0]["rules"],
+            json!([
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["policies.kyverno.io"],
+                 "resources": ["validatingpolicies", "namespacedvalidatingpolicies"], "verbs": all},
+                crd_rule(),
+            ])
+        );
+        assert_eq!(
+            resolve_kind("NamespacedImageValidatingPolicy").unwrap().plural,
+            "namespacedimagevalidatingpolicies"
+        );
+        // `policies` stays Kyverno's Policy, not the group of the CEL kinds.
+        assert_eq!(resolve_kind("policies").unwrap().group, "kyverno.io");
+    }
+
+    #[test]
     fn a_target_of_cluster_scoped_kinds_alone_has_no_roles_and_takes_no_namespace() {
         let options = target(&["ClusterPolicy"], &[]);
         assert!(!options.grants_in_every_namespace());
@@ -1068,9 +1121,16 @@ mod tests {
             );
         }
         let error = objects(&target(&["Secret", "Pod"], &[])).unwrap_err().to_string();
-        assert_eq!(
-            error,
-            "unknown kind \"Pod\": mimeo copies Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io"
+        assert!(
+            error.starts_with(
+                "unknown kind \"Pod\": mimeo copies Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io, \
+                 ValidatingPolicy.policies.kyverno.io,"
+            ),
+            "{error}"
+        );
+        assert!(
+            error.ends_with(", NamespacedImageValidatingPolicy.policies.kyverno.io"),
+            "{error}"
         );
         assert!(matches!(objects(&target(&[], &[])), Err(RbacError::NoKinds(_))));
     }

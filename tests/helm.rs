@@ -605,6 +605,10 @@ fn check_variant(name: &str, docs: &[Value]) {
             assert_eq!(verbs(role, "kyverno.io", "clusterpolicies"), sorted(READ));
             assert_eq!(verbs(role, "", "namespaces"), sorted(READ));
             assert_eq!(verbs(role, "", "pods"), Vec::<String>::new());
+            assert_eq!(
+                verbs(role, "policies.kyverno.io", "policyexceptions"),
+                Vec::<String>::new()
+            );
             for kind in [
                 "Secret",
                 "ConfigMap",
@@ -613,6 +617,25 @@ fn check_variant(name: &str, docs: &[Value]) {
             ] {
                 assert!(has_arg(&format!("--allow-kind={kind}")), "{args:?}");
             }
+            for kind in mimeo::sync::kinds::CEL_POLICY_KINDS {
+                assert!(
+                    has_arg(&format!("--allow-kind={kind}.policies.kyverno.io")),
+                    "{args:?}"
+                );
+                let plural = format!("{}ies", kind.to_lowercase().trim_end_matches('y'));
+                let expected = if kind.starts_with("Namespaced") {
+                    sorted(ALL)
+                } else {
+                    sorted(READ)
+                };
+                assert_eq!(verbs(role, "policies.kyverno.io", &plural), expected, "{kind}");
+            }
+            let allowed = args.iter().filter(|a| a.starts_with("--allow-kind=")).count();
+            assert_eq!(
+                allowed,
+                mimeo::sync::kinds::default_allowed_kinds().len(),
+                "{args:?}"
+            );
             assert!(has_arg("--leader-elect"), "{args:?}");
             assert!(has_arg("--leader-elect-namespace=mimeo-system"), "{args:?}");
             assert!(has_arg("--leader-elect-lease-name=mimeo"), "{args:?}");
@@ -670,7 +693,16 @@ fn check_variant(name: &str, docs: &[Value]) {
             check_watch_namespaces(docs, &["platform", "team-a"], |ns| {
                 watch_namespace_grants(
                     ns,
-                    &[("", "secrets"), ("", "configmaps"), ("kyverno.io", "policies")],
+                    &[
+                        ("", "secrets"),
+                        ("", "configmaps"),
+                        ("kyverno.io", "policies"),
+                        ("policies.kyverno.io", "namespacedvalidatingpolicies"),
+                        ("policies.kyverno.io", "namespacedmutatingpolicies"),
+                        ("policies.kyverno.io", "namespacedgeneratingpolicies"),
+                        ("policies.kyverno.io", "namespaceddeletingpolicies"),
+                        ("policies.kyverno.io", "namespacedimagevalidatingpolicies"),
+                    ],
                     &[],
                 )
             });
@@ -1295,6 +1327,19 @@ async fn the_chart_installs_and_grants_least_privilege() {
             ask("get", "configmaps", "plugins", "filters"),
             ask("patch", "kyverno.io/policies", "team-a", "p"),
             ask("watch", "kyverno.io/clusterpolicies", "", ""),
+            ask(
+                "patch",
+                "policies.kyverno.io/namespacedvalidatingpolicies",
+                "team-a",
+                "p",
+            ),
+            ask(
+                "delete",
+                "policies.kyverno.io/namespacedmutatingpolicies",
+                "team-a",
+                "p",
+            ),
+            ask("watch", "policies.kyverno.io/validatingpolicies", "", ""),
             // Namespaces and discovery.
             ask("watch", "namespaces", "", ""),
             ask("list", "apiextensions.k8s.io/customresourcedefinitions", "", ""),
@@ -1326,6 +1371,11 @@ async fn the_chart_installs_and_grants_least_privilege() {
             ask("delete", "coordination.k8s.io/leases", NAMESPACE, "mimeo"),
             ask("create", "kyverno.io/clusterpolicies", "", ""),
             ask("patch", "kyverno.io/clusterpolicies", "", "p"),
+            ask("create", "policies.kyverno.io/validatingpolicies", "", ""),
+            ask("patch", "policies.kyverno.io/deletingpolicies", "", "p"),
+            // Not in the default allow-list: an exception exempts resources from policies.
+            ask("create", "policies.kyverno.io/policyexceptions", "team-a", ""),
+            ask("list", "kyverno.io/policyexceptions", "", ""),
             ask("delete", "mimeo.dev/syncrules", "platform", "r"),
             ask("create", "mimeo.dev/syncrules", "platform", ""),
             ask("update", "mimeo.dev/syncrules", "platform", "r"),

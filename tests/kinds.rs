@@ -383,6 +383,137 @@ async fn a_policy_fans_out_with_its_namespaces_rewritten() {
     assert_eq!(rule.status.unwrap().copies.as_deref(), Some("3/3"));
 }
 
+/// The expected spec of a copy of a CEL policy from `from` into `tenant`: the source's spec (as
+/// the apiserver holds it, defaults filled in) with each string literal `'from'` or `"from"`
+/// inside its strings replaced; a field whose whole value is `from` stays.
+fn cel_rewritten(spec: &Value, from: &str, tenant: &str) -> Value {
+    let text = serde_json::to_string(spec)
+        .unwrap()
+        .replace(&format!("'{from}'"), &format!("'{tenant}'"))
+        .replace(&format!("\\\"{from}\\\""), &format!("\\\"{tenant}\\\""));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Issue 18: each of Kyverno's four namespaced CEL samples fanned out, under the default
+/// allow-list, to two tenant namespaces through `rewrite-namespace` with `expressions` on: each
+/// copy is accepted by the real CRD schema and equals the sample but for the namespace literals
+/// of its CEL. A policy whose CEL does not parse is `PluginFailed`, naming the field, and no copy
+/// of it is written.
+#[tokio::test]
+async fn cel_policies_fan_out_with_their_namespace_literals_rewritten() {
+    let config = ControllerConfig {
+        plugin_dir: Some(common::plugin_dir()),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane.install_crds(&cel_crds()).await.unwrap();
+    let dir = fixtures().join("policies-cel");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let samples: Vec<Value> = files
+        .iter()
+        .map(|f| serde_yaml_ng::from_str(&std::fs::read_to_string(f).unwrap()).unwrap())
+        .collect();
+    assert_eq!(samples.len(), 4);
+    let mut sources: Vec<String> = samples
+        .iter()
+        .map(|o| o["metadata"]["namespace"].as_str().unwrap().to_owned())
+        .collect();
+    sources.sort();
+    sources.dedup();
+    for ns in &sources {
+        h.namespace(ns, &[], &[]).await;
+    }
+    let tenants = ["team-a", "team-b"];
+    for tenant in tenants {
+        h.namespace(
+            tenant,
+            &[("tenant", "yes")],
+            &[("mimeo.dev/accept-from", &sources.join(","))],
+        )
+        .await;
+    }
+    let plural = |kind: &str| format!("{}ies", kind.to_lowercase().trim_end_matches('y'));
+    for (i, object) in samples.iter().enumerate() {
+        let kind = object["kind"].as_str().unwrap();
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let from = object["metadata"]["namespace"].as_str().unwrap();
+        apply_object(&h.client, &resource(api_version, kind, &plural(kind)), object).await;
+        h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+            "metadata": {"name": format!("cel-{i}"), "namespace": from},
+            "spec": {"source": {"apiVersion": api_version, "kind": kind,
+                                "name": object["metadata"]["name"]},
+                     "targets": [{"namespaceSelector": {"matchLabels": {"tenant": "yes"}}}],
+                     "transforms": [{"plugin": "file://rewrite-namespace.wasm",
+                                     "config": {"rewrites": [{"from": from, "to": "{{target.namespace}}"}],
+                                                "expressions": true}}]}}))
+            .await;
+    }
+    let mut literals = 0;
+    for (i, object) in samples.iter().enumerate() {
+        let kind = object["kind"].as_str().unwrap();
+        let from = object["metadata"]["namespace"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let resource = resource(object["apiVersion"].as_str().unwrap(), kind, &plural(kind));
+        h.wait_ready(from, &format!("cel-{i}"), "True", "Synced").await;
+        let source = get_object(&h.client, &resource, Some(from), name).await.unwrap();
+        for tenant in tenants {
+            let copy = get_object(&h.client, &resource, Some(tenant), name)
+                .await
+                .unwrap_or_else(|| panic!("{kind} {name} in {tenant}"));
+            let want = cel_rewritten(&source["spec"], from, tenant);
+            assert_eq!(copy["spec"], want, "{kind} {name} in {tenant}");
+            if want != source["spec"] {
+                literals += 1;
+            }
+        }
+    }
+    // Two of the samples name their namespace inside CEL (a matchCondition, a condition).
+    assert_eq!(literals, 2 * tenants.len(), "the samples changed shape");
+
+    // CEL that does not parse (the CRD schema does not check it; Kyverno's webhook would).
+    let broken = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "NamespacedValidatingPolicy",
+        "metadata": {"name": "broken", "namespace": "test-namespace"},
+        "spec": {"validationActions": ["Deny"],
+                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                         "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                 "validations": [{"expression": "request.namespace == 'test-namespace' &&"}]}});
+    let namespaced = resource(
+        "policies.kyverno.io/v1",
+        "NamespacedValidatingPolicy",
+        "namespacedvalidatingpolicies",
+    );
+    apply_object(&h.client, &namespaced, &broken).await;
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+        "metadata": {"name": "broken", "namespace": "test-namespace"},
+        "spec": {"source": {"apiVersion": "policies.kyverno.io/v1", "kind": "NamespacedValidatingPolicy", "name": "broken"},
+                 "targets": [{"namespace": "team-a"}],
+                 "transforms": [{"plugin": "file://rewrite-namespace.wasm",
+                                 "config": {"rewrites": [{"from": "test-namespace", "to": "{{target.namespace}}"}],
+                                            "expressions": true}}]}}))
+        .await;
+    let failed = eventually("the unparseable policy PluginFailed", || async {
+        let rule = h.rule("test-namespace", "broken").await?;
+        let copy = rule.status?.targets.first()?.clone();
+        (copy.state == CopyState::PluginFailed).then_some(copy)
+    })
+    .await;
+    let message = failed.message.unwrap();
+    assert!(
+        message.contains("spec.validations[0].expression: ERROR: <input>:1:")
+            && message.contains("Syntax error"),
+        "{message}"
+    );
+    assert!(
+        get_object(&h.client, &namespaced, Some("team-a"), "broken")
+            .await
+            .is_none()
+    );
+}
+
 /// A copy the target cluster's own schema rejects (here a Kyverno CRD whose
 /// `validationFailureAction` allows only `Enforce`, as a differently configured installation
 /// might): the copy's state carries the apiserver's message and nothing is written.
@@ -505,6 +636,39 @@ async fn the_kyverno_examples_work() {
         .await
         .unwrap();
     assert_eq!(copy["spec"], source["spec"]);
+}
+
+/// `examples/cel-policy-fan-out.yaml` does what its comments say, under the default allow-list.
+#[tokio::test]
+async fn the_cel_policy_example_works() {
+    let config = ControllerConfig {
+        plugin_dir: Some(common::plugin_dir()),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane.install_crds(&cel_crds()).await.unwrap();
+    apply_file(&h.client, "examples/cel-policy-fan-out.yaml").await;
+    let resource = resource(
+        "policies.kyverno.io/v1",
+        "NamespacedValidatingPolicy",
+        "namespacedvalidatingpolicies",
+    );
+    let source = get_object(&h.client, &resource, Some("platform-policies"), "require-owner")
+        .await
+        .unwrap();
+    for team in ["team-red", "team-gold"] {
+        let copy = eventually(&format!("the policy in {team}"), || async {
+            get_object(&h.client, &resource, Some(team), "require-owner").await
+        })
+        .await;
+        let mut want = source["spec"].clone();
+        want["matchConditions"][0]["expression"] = json!(format!("request.namespace == '{team}'"));
+        assert_eq!(copy["spec"], want, "{team}");
+    }
+    let rule = h
+        .wait_ready("platform-policies", "team-policies", "True", "Synced")
+        .await;
+    assert_eq!(rule.status.unwrap().copies.as_deref(), Some("2/2"));
 }
 
 /// Where a namespaced `Policy` filters by namespace, which Kyverno refuses beyond its CRD's
@@ -658,13 +822,8 @@ async fn rules_naming_two_versions_of_cluster_policies_leave_the_copies_idle() {
 /// cluster and into a remote one: the copies arrive and nothing is written while idle.
 #[tokio::test]
 async fn rules_naming_two_versions_of_a_cel_policy_kind_leave_the_copies_idle() {
-    let h = Harness::start_with(allowing(&[
-        "Secret",
-        "ConfigMap",
-        "NamespacedValidatingPolicy.policies.kyverno.io",
-        "ValidatingPolicy.policies.kyverno.io",
-    ]))
-    .await;
+    // The default allow-list covers both kinds.
+    let h = Harness::start().await;
     h.plane.install_crds(&cel_crds()).await.unwrap();
     let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     b.install_crds(&cel_crds()).await.unwrap();
@@ -749,5 +908,18 @@ async fn rules_naming_two_versions_of_a_cel_policy_kind_leave_the_copies_idle() 
             get_object(&b_client, &cluster_wide, None, &name).await.is_some(),
             "{name}"
         );
+    }
+    // Copies keep their content exactly, whichever version the rule named.
+    for (resource, ns, prefix, client) in [
+        (&namespaced, Some("tenant"), "p", &h.client),
+        (&cluster_wide, None, "c", &b_client),
+    ] {
+        for i in 0..4 {
+            let name = format!("{prefix}{i}");
+            let source_ns = ns.map(|_| "policies");
+            let source = get_object(&h.client, resource, source_ns, &name).await.unwrap();
+            let copy = get_object(client, resource, ns, &name).await.unwrap();
+            assert_eq!(copy["spec"], source["spec"], "{name}");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! Nothing else in the pipeline is specific to a kind: an object travels as JSON, and what is
 //! copied is every top-level field but `apiVersion`, `kind`, `metadata` and `status` (for a
 //! Secret: `type`, `data`, `immutable`; for a ConfigMap: `data`, `binaryData`, `immutable`; for
-//! a Kyverno policy: `spec`). Kinds other than Secret and ConfigMap are found by discovery.
+//! a Kyverno policy, of `kyverno.io` or the CEL kinds of `policies.kyverno.io`: `spec`). Kinds other than Secret and ConfigMap are found by discovery.
 
 use crate::api::Source;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -125,8 +125,24 @@ impl fmt::Display for AllowedKind {
     }
 }
 
-/// What an installation syncs unless told otherwise: Secrets, ConfigMaps, and Kyverno's
-/// `Policy` and `ClusterPolicy`.
+/// Kyverno's CEL policy kinds (`policies.kyverno.io`), the cluster-scoped ones first, then their
+/// namespaced twins. `PolicyException` of that group is not among them: an exception exempts
+/// resources from policies, so copying them is left to an explicit `--allow-kind`.
+pub const CEL_POLICY_KINDS: [&str; 10] = [
+    "ValidatingPolicy",
+    "MutatingPolicy",
+    "GeneratingPolicy",
+    "DeletingPolicy",
+    "ImageValidatingPolicy",
+    "NamespacedValidatingPolicy",
+    "NamespacedMutatingPolicy",
+    "NamespacedGeneratingPolicy",
+    "NamespacedDeletingPolicy",
+    "NamespacedImageValidatingPolicy",
+];
+
+/// What an installation syncs unless told otherwise: Secrets, ConfigMaps, Kyverno's `Policy` and
+/// `ClusterPolicy`, and its CEL policy kinds.
 pub fn default_allowed_kinds() -> Vec<AllowedKind> {
     [
         "Secret",
@@ -134,7 +150,13 @@ pub fn default_allowed_kinds() -> Vec<AllowedKind> {
         "Policy.kyverno.io",
         "ClusterPolicy.kyverno.io",
     ]
-    .iter()
+    .into_iter()
+    .map(str::to_owned)
+    .chain(
+        CEL_POLICY_KINDS
+            .iter()
+            .map(|k| format!("{k}.policies.kyverno.io")),
+    )
     .map(|k| k.parse().expect("the defaults are well-formed"))
     .collect()
 }
@@ -214,13 +236,28 @@ mod tests {
         let defaults = default_allowed_kinds();
         let names: Vec<String> = defaults.iter().map(|k| k.to_string()).collect();
         assert_eq!(
-            names,
+            names[..5],
             [
                 "Secret",
                 "ConfigMap",
                 "Policy.kyverno.io",
-                "ClusterPolicy.kyverno.io"
+                "ClusterPolicy.kyverno.io",
+                "ValidatingPolicy.policies.kyverno.io",
             ]
+        );
+        assert_eq!(names.len(), 14);
+        assert!(names.contains(&"NamespacedImageValidatingPolicy.policies.kyverno.io".to_owned()));
+        assert!(!names.iter().any(|n| n.starts_with("PolicyException")));
+        for version in ["v1", "v1beta1"] {
+            let api_version = format!("policies.kyverno.io/{version}");
+            assert!(
+                KindRef::of_source(&source(Some(&api_version), "NamespacedValidatingPolicy"))
+                    .allowed_by(&defaults)
+            );
+        }
+        assert!(
+            !KindRef::of_source(&source(Some("policies.kyverno.io/v1"), "PolicyException"))
+                .allowed_by(&defaults)
         );
         assert!(KindRef::of_source(&source(None, "Policy")).allowed_by(&defaults));
         assert!(KindRef::of_source(&source(Some("kyverno.io/v2beta1"), "Policy")).allowed_by(&defaults));

@@ -80,13 +80,18 @@ name. Fails on an unknown string and on a kind listed twice.
   "Policy.kyverno.io" (dict "kind" "Policy" "group" "kyverno.io" "resource" "policies" "namespaced" true)
   "ClusterPolicy.kyverno.io" (dict "kind" "ClusterPolicy" "group" "kyverno.io" "resource" "clusterpolicies" "namespaced" false)
 }}
+{{- range $kind := list "ValidatingPolicy" "MutatingPolicy" "GeneratingPolicy" "DeletingPolicy" "ImageValidatingPolicy" }}
+{{- $_ := set $known (printf "%s.policies.kyverno.io" $kind) (dict "kind" $kind "group" "policies.kyverno.io" "resource" (printf "%sies" (lower $kind | trimSuffix "y")) "namespaced" false) }}
+{{- $namespaced := printf "Namespaced%s" $kind }}
+{{- $_ := set $known (printf "%s.policies.kyverno.io" $namespaced) (dict "kind" $namespaced "group" "policies.kyverno.io" "resource" (printf "%sies" (lower $namespaced | trimSuffix "y")) "namespaced" true) }}
+{{- end }}
 {{- $kinds := list }}
 {{- $seen := dict }}
 {{- range $entry := .Values.allowKinds }}
 {{- $resolved := dict }}
 {{- if kindIs "string" $entry }}
 {{- if not (hasKey $known $entry) }}
-{{- fail (printf "allowKinds: the chart does not know the kind %q; list Secret, ConfigMap, Policy.kyverno.io or ClusterPolicy.kyverno.io by name, and any other kind as an object {kind: Widget, group: example.com, resource: widgets, namespaced: true} (resource is the plural, as `kubectl api-resources` shows it)" $entry) }}
+{{- fail (printf "allowKinds: the chart does not know the kind %q; list Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io or one of Kyverno's CEL policy kinds (ValidatingPolicy.policies.kyverno.io, NamespacedValidatingPolicy.policies.kyverno.io, ...) by name, and any other kind as an object {kind: Widget, group: example.com, resource: widgets, namespaced: true} (resource is the plural, as `kubectl api-resources` shows it)" $entry) }}
 {{- end }}
 {{- $resolved = get $known $entry }}
 {{- else }}
@@ -127,6 +132,6 @@ What the chart refuses before rendering anything: combinations the controller ca
 {{- fail "rbac.createNamespaces has no use with watchNamespaces: only ClusterSyncRules create namespaces, and with watchNamespaces mimeo reconciles no ClusterSyncRules" }}
 {{- end }}
 {{- if not .Values.allowKinds }}
-{{- fail "allowKinds is empty: list at least one kind (the controller's default is Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io)" }}
+{{- fail "allowKinds is empty: list at least one kind (the controller's default is Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io and Kyverno's CEL policy kinds)" }}
 {{- end }}
 {{- end }}
