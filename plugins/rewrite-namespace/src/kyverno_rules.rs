@@ -65,6 +65,14 @@ impl Rewriter<'_> {
                     }
                 }
             }
+            if let Some(namespace) = rule
+                .get_mut("validate")
+                .and_then(|v| v.get_mut("cel"))
+                .and_then(|c| c.get_mut("paramRef"))
+                .and_then(|p| p.get_mut("namespace"))
+            {
+                self.name(&format!("{path}.validate.cel.paramRef.namespace"), namespace)?;
+            }
             self.rule_expressions(&path, rule)?;
         }
         Ok(())
@@ -143,9 +151,23 @@ impl Rewriter<'_> {
         Ok(())
     }
 
-    /// `namespaces[]` (names, or with `wildcards` on, wildcards) and a `namespaceSelector` by
-    /// name.
+    /// `namespaces[]` (names, or with `wildcards` on, wildcards), a `namespaceSelector` by name,
+    /// and `names[]` when the resources are `Namespace`s only (then the names are namespaces).
     fn resources(&mut self, path: &str, resources: &mut Value) -> Result<(), String> {
+        let only_namespaces = resources
+            .get("kinds")
+            .and_then(Value::as_array)
+            .is_some_and(|kinds| {
+                !kinds.is_empty()
+                    && kinds
+                        .iter()
+                        .all(|k| matches!(k.as_str(), Some("Namespace" | "v1/Namespace")))
+            });
+        if only_namespaces && let Some(Value::Array(names)) = resources.get_mut("names") {
+            for (i, name) in names.iter_mut().enumerate() {
+                self.name_or_wildcard(&format!("{path}.names[{i}]"), name)?;
+            }
+        }
         if let Some(Value::Array(namespaces)) = resources.get_mut("namespaces") {
             for (i, namespace) in namespaces.iter_mut().enumerate() {
                 self.name_or_wildcard(&format!("{path}.namespaces[{i}]"), namespace)?;

@@ -554,6 +554,37 @@ mod tests {
         assert!(err.contains("'=' is not valid"), "{err}");
         assert!(err.contains("\"expressions\": true"), "{err}");
         assert!(run(to_target(), &broken).is_ok());
+        // Kyverno's ternary, which this parser cannot read: left as it is when it quotes no
+        // rewritten namespace (as in the library's schedule-based-quotas policy).
+        let ternary = policy(json!({"mutate": {"patchStrategicMerge": {"spec": {"hard": {
+            "cpu": "{{ isBusinessHours ? '20' : '10' }}"}}}}}));
+        assert_eq!(run(with_options(true, false), &ternary).unwrap(), ternary);
+        let ternary = policy(json!({"mutate": {"patchStrategicMerge": {"spec": {"hard": {
+            "cpu": "{{ request.namespace == 'default' ? '20' : '10' }}"}}}}}));
+        let err = run(with_options(true, false), &ternary).unwrap_err();
+        assert!(err.contains("Invalid character: ?"), "{err}");
+    }
+
+    #[test]
+    fn namespace_names_and_param_refs() {
+        let rule = json!({
+            "match": {"any": [{"resources": {"kinds": ["Namespace"], "names": ["default", "kube-system", "default-*"]}},
+                              {"resources": {"kinds": ["ConfigMap"], "names": ["default"]}}]},
+            "validate": {"cel": {"paramRef": {"name": "limits", "namespace": "default"},
+                                 "expressions": [{"expression": "true"}]}}
+        });
+        let got = run(to_target(), &policy(rule)).unwrap();
+        let r = &got["spec"]["rules"][0];
+        assert_eq!(
+            r["match"]["any"][0]["resources"]["names"],
+            json!(["tenant-a", "kube-system", "default-*"])
+        );
+        assert_eq!(
+            r["match"]["any"][1]["resources"]["names"],
+            json!(["default"]),
+            "not Namespaces"
+        );
+        assert_eq!(r["validate"]["cel"]["paramRef"]["namespace"], json!("tenant-a"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::config::{Config, Rewrite};
 use crate::literals::{self, Language};
-use mimeo_plugin_sdk::Context;
+use mimeo_plugin_sdk::{Context, log};
 use serde_json::{Map, Value};
 
 /// The label every namespace carries with its own name.
@@ -131,12 +131,28 @@ impl Rewriter<'_> {
     }
 
     /// The literals of `source` rewritten, or `None` when none needed it.
+    ///
+    /// Kyverno's JMESPath is a dialect (it has a ternary `a ? b : c`, which the `jmespath`
+    /// crate's grammar lacks), so a JMESPath expression this parser cannot read is left as it is,
+    /// with a warning, unless a quoted `from` name appears in it: then it may hold a namespace
+    /// literal that cannot be rewritten safely, and the copy fails. CEL's grammar is one, so CEL
+    /// that does not parse always fails.
     fn rewrite_literals(
         &mut self,
         path: &str,
         language: Language,
         source: &str,
     ) -> Result<Option<String>, String> {
+        if language == Language::JmesPath
+            && let Err(e) = literals::find(language, source)
+            && !self.quotes_a_from(source)
+        {
+            log::warn(&format!(
+                "{path}: left as it is: this JMESPath parser cannot read it ({e}), and it quotes no \
+                 namespace that is rewritten"
+            ));
+            return Ok(None);
+        }
         let mut changes = Vec::new();
         let new = literals::replace(language, source, |literal| {
             let Some(rewrite) = self.config.find_exact(&literal.value) else {
@@ -161,6 +177,16 @@ impl Rewriter<'_> {
             self.changes.extend(changes);
         }
         Ok(new)
+    }
+
+    /// Whether `source` holds a `from` name in quotes (`'ns'`, `"ns"` or `` `"ns"` ``).
+    fn quotes_a_from(&self, source: &str) -> bool {
+        self.config.rewrites.iter().any(|r| match &r.from {
+            crate::config::From::Name(name) => {
+                source.contains(&format!("'{name}'")) || source.contains(&format!("\"{name}\""))
+            }
+            crate::config::From::Any => false,
+        })
     }
 
     /// With `expressions` on, the JMESPath inside each of Kyverno's `{{ }}` variables in the
