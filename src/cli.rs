@@ -31,6 +31,32 @@ pub enum Command {
     /// Work with the clusters that `RemoteCluster`s name.
     #[command(subcommand)]
     Remote(RemoteCommand),
+    /// Read what another copy tool copies in the current kubeconfig's cluster (with your own
+    /// permissions) and print the equivalent mimeo objects as YAML on stdout: the rules, the
+    /// mimeo.dev/accept-from consent of each target namespace, and a mimeo.dev/adopt-by mark on
+    /// each copy that tool made, so that the new rules adopt exactly those (metadata only: no
+    /// Secret value is printed). What cannot be translated, and why, goes to stderr. Apply the
+    /// output with `kubectl apply --server-side -f`, then stop the other tool (docs/migrating.md).
+    Migrate(MigrateArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MigrateArgs {
+    /// The tool to migrate from: replicator (mittwald's kubernetes-replicator), reflector
+    /// (emberstack's kubernetes-reflector), kubed (config-syncer) or kyverno (generate rules that
+    /// clone with synchronize: true). Repeat, or separate with commas. Default: all four.
+    #[arg(long = "from", value_name = "TOOL", value_delimiter = ',', value_parser = ["replicator", "reflector", "kubed", "kyverno"])]
+    pub from: Vec<String>,
+}
+
+impl MigrateArgs {
+    /// The tools asked for, in a fixed order.
+    pub fn tools(&self) -> Vec<crate::migrate::Tool> {
+        crate::migrate::Tool::ALL
+            .into_iter()
+            .filter(|t| self.from.is_empty() || self.from.iter().any(|f| f == t.name()))
+            .collect()
+    }
 }
 
 #[derive(Subcommand, Debug)]

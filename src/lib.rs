@@ -14,6 +14,7 @@ pub mod error_text;
 pub mod leader;
 pub(crate) mod locks;
 pub mod metrics;
+pub mod migrate;
 pub mod plugin;
 pub mod remote_rbac;
 pub mod server;

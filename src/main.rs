@@ -35,6 +35,33 @@ async fn main() -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Migrate(args) => {
+            let client = kube::Client::try_default().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "connecting to the cluster: {}",
+                    mimeo::clusters::explain_client_error(&e)
+                )
+            })?;
+            let inventory = mimeo::migrate::read::inventory(&client).await?;
+            let migration = mimeo::migrate::migrate(&inventory, &args.tools());
+            print!(
+                "{}",
+                migration
+                    .to_yaml(&inventory)
+                    .context("rendering the migration as YAML")?
+            );
+            for note in &migration.notes {
+                eprintln!("note: {note}");
+            }
+            eprintln!(
+                "{} rules; {} copies, {} of them existing (to adopt); consent asked of {} namespaces",
+                migration.rules.len(),
+                migration.copies.len(),
+                migration.adoptions.len(),
+                migration.consents.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;
             let yaml = mimeo::remote_rbac::render(&options)?;

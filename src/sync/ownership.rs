@@ -25,6 +25,10 @@ pub const HASH_ANNOTATION: &str = "mimeo.dev/hash";
 pub const ACCEPT_FROM_ANNOTATION: &str = "mimeo.dev/accept-from";
 /// On a source object in another cluster: which namespaces' `SyncRule`s may read it (`a,b` or `*`).
 pub const SHARE_WITH_ANNOTATION: &str = "mimeo.dev/share-with";
+/// On an object that is not a copy: the rule (`SyncRule/ns/name`, `ClusterSyncRule/name`) that
+/// may adopt it, whatever its `conflict` says. Written by whoever may write the object (`mimeo
+/// migrate` prints it for the copies another tool made), so it is that object's owner's consent.
+pub const ADOPT_BY_ANNOTATION: &str = "mimeo.dev/adopt-by";
 
 /// The two rule kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

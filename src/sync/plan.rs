@@ -1,7 +1,7 @@
 //! What to do about one copy, given the copy as it should be and the object now in its place.
 
 use super::desired::DesiredCopy;
-use super::ownership::{Owner, RuleKey, owner_of};
+use super::ownership::{ADOPT_BY_ANNOTATION, Owner, RuleKey, owner_of};
 use crate::api::ConflictPolicy;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
@@ -48,6 +48,12 @@ pub fn decide(
             Some(write) => Decision::Write(write),
         },
         Owner::OtherRule(other) => Decision::Conflict(format!("the object is a copy made by {other}")),
+        // Its owner asked for this rule to take it over (as `mimeo migrate` prints for the
+        // copies another tool made): this object only, whatever `conflict` says.
+        Owner::Nobody if adopted_by(live, rule) => match must_recreate(desired, live) {
+            true => Decision::Write(Write::Recreate),
+            false => Decision::Write(Write::Replace),
+        },
         Owner::Nobody => match conflict {
             ConflictPolicy::Fail => Decision::Conflict(
                 "an object not managed by mimeo has this name; it is left alone \
@@ -64,6 +70,16 @@ pub fn decide(
             ConflictPolicy::Overwrite => Decision::Write(Write::Recreate),
         },
     }
+}
+
+/// Whether the object's `mimeo.dev/adopt-by` names `rule`.
+fn adopted_by(live: &DynamicObject, rule: &RuleKey) -> bool {
+    live.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ADOPT_BY_ANNOTATION))
+        .and_then(|v| v.trim().parse::<RuleKey>().ok())
+        .is_some_and(|named| &named == rule)
 }
 
 /// The content of a live object, as plain JSON (everything but metadata and status).
@@ -283,6 +299,34 @@ mod tests {
             panic!("a SyncRule must not adopt outside its namespace");
         };
         assert!(reason.contains("only in its own namespace"), "{reason}");
+    }
+
+    /// `mimeo.dev/adopt-by` naming the rule: adopted, whatever `conflict` and wherever the place;
+    /// naming another rule, or something that is not a rule: a conflict as before.
+    #[test]
+    fn adopt_by_names_the_one_rule_that_may_adopt() {
+        let want = desired(json!({"k": "dg=="}));
+        let marked = |value: &str| {
+            let mut live = unmanaged(json!({"k": "dg=="}));
+            live.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(ADOPT_BY_ANNOTATION.to_owned(), value.to_owned());
+            live
+        };
+        for (value, expected) in [
+            ("SyncRule/platform/creds", Decision::Write(Write::Replace)),
+            (" SyncRule/platform/creds ", Decision::Write(Write::Replace)),
+            ("SyncRule/platform/other", conflict_fail()),
+            ("ClusterSyncRule/creds", conflict_fail()),
+            ("yes", conflict_fail()),
+        ] {
+            assert_eq!(
+                decide(&rule(), &want, Some(&marked(value)), ConflictPolicy::Fail, false),
+                expected,
+                "{value:?}"
+            );
+        }
     }
 
     fn conflict_fail() -> Decision {

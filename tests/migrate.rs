@@ -1,0 +1,402 @@
+//! `mimeo migrate` against a real apiserver: for each tool, objects annotated as that tool's
+//! documentation describes them, and the copies it made; the command's output applied as
+//! `kubectl apply --server-side` would; then mimeo keeps exactly the copies that tool makes (the
+//! expected set written out here from the tool's semantics), adopting the existing ones in place.
+
+mod common;
+
+use common::{Harness, apiserver_writes, eventually};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Runs `mimeo migrate` with the plane's kubeconfig: (stdout, stderr).
+fn migrate(h: &Harness, from: &str) -> (String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["migrate", "--from", from])
+        .env("KUBECONFIG", h.plane.kubeconfig_path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    (String::from_utf8(output.stdout).unwrap(), stderr)
+}
+
+/// Applies every document, each with server-side apply (as `kubectl apply --server-side`).
+async fn apply_all(h: &Harness, yaml: &str) {
+    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let object: Value = serde::Deserialize::deserialize(document).unwrap();
+        if object.is_null() {
+            continue;
+        }
+        let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: object["apiVersion"].as_str().unwrap().into(),
+            kind: object["kind"].as_str().unwrap().into(),
+        })
+        .unwrap();
+        let (resource, _) = kube::discovery::pinned_kind(&h.client, &gvk).await.unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(h.client.clone(), ns, &resource),
+            None => Api::all_with(h.client.clone(), &resource),
+        };
+        api.patch(name, &PatchParams::apply("kubectl"), &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("applying {name}: {e}\n{object}"));
+    }
+}
+
+/// Metadata with these annotations (none: no `annotations` field, which server-side apply would
+/// otherwise own as a whole).
+fn metadata(ns: &str, name: &str, pairs: &[(&str, &str)]) -> Value {
+    let mut metadata = json!({"name": name, "namespace": ns});
+    if !pairs.is_empty() {
+        let annotations: serde_json::Map<_, _> =
+            pairs.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        metadata["annotations"] = annotations.into();
+    }
+    metadata
+}
+
+async fn secret(h: &Harness, ns: &str, name: &str, value: &str, annotations_: &[(&str, &str)]) {
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": metadata(ns, name, annotations_),
+                   "stringData": {"value": value}}))
+        .await;
+}
+
+async fn config_map(h: &Harness, ns: &str, name: &str, value: &str, annotations_: &[(&str, &str)]) {
+    h.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": metadata(ns, name, annotations_),
+                   "data": {"value": value}}))
+        .await;
+}
+
+/// Every copy mimeo holds now, as `Kind ns/name`.
+async fn mimeo_copies(h: &Harness) -> BTreeSet<String> {
+    let params = ListParams::default().labels("mimeo.dev/managed-by=mimeo");
+    let mut out = BTreeSet::new();
+    for s in Api::<Secret>::all(h.client.clone()).list(&params).await.unwrap() {
+        out.insert(format!(
+            "Secret {}/{}",
+            s.metadata.namespace.unwrap(),
+            s.metadata.name.unwrap()
+        ));
+    }
+    for c in Api::<ConfigMap>::all(h.client.clone())
+        .list(&params)
+        .await
+        .unwrap()
+    {
+        out.insert(format!(
+            "ConfigMap {}/{}",
+            c.metadata.namespace.unwrap(),
+            c.metadata.name.unwrap()
+        ));
+    }
+    out
+}
+
+/// Waits until mimeo holds exactly `expected`, then checks that nothing is written for 5 s.
+async fn keeps_exactly(h: &Harness, expected: &[&str]) {
+    let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
+    eventually("mimeo holds exactly the expected copies", || async {
+        let got = mimeo_copies(h).await;
+        (got == expected).then_some(()).or_else(|| {
+            println!("copies now: {got:?}");
+            None
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = apiserver_writes(&h.client, &["secrets", "configmaps"]).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = apiserver_writes(&h.client, &["secrets", "configmaps"]).await;
+    assert_eq!(after - before, 0, "copies written while nothing changed");
+    assert_eq!(mimeo_copies(h).await, expected);
+}
+
+/// The uid and value of an existing copy, to show it was adopted in place with its content.
+async fn uid_and_value(h: &Harness, ns: &str, name: &str) -> (String, Value) {
+    let s = Api::<Secret>::namespaced(h.client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap();
+    (s.metadata.uid.unwrap(), serde_json::to_value(s.data).unwrap())
+}
+
+/// kubernetes-replicator: push by names, a regular expression and a label selector; pull with
+/// `replicate-from`, allowed and refused.
+#[tokio::test]
+async fn from_kubernetes_replicator() {
+    let mut h = Harness::without_controller().await;
+    for (ns, labels) in [
+        ("my-ns-1", vec![]),
+        ("namespace-1", vec![]),
+        ("namespace-22", vec![("team", "a")]),
+        ("other", vec![("team", "a")]),
+        ("nope", vec![]),
+    ] {
+        h.namespace(ns, &labels, &[]).await;
+    }
+    const TO: &str = "replicator.v1.mittwald.de/replicate-to";
+    const MATCHING: &str = "replicator.v1.mittwald.de/replicate-to-matching";
+    const FROM: &str = "replicator.v1.mittwald.de/replicate-from";
+    secret(
+        &h,
+        "default",
+        "test-secret",
+        "s1",
+        &[(TO, "my-ns-1,namespace-[0-9]*")],
+    )
+    .await;
+    config_map(&h, "default", "settings", "c1", &[(MATCHING, "team=a")]).await;
+    secret(
+        &h,
+        "default",
+        "some-secret",
+        "p1",
+        &[
+            ("replicator.v1.mittwald.de/replication-allowed", "true"),
+            (
+                "replicator.v1.mittwald.de/replication-allowed-namespaces",
+                "other,namespace-.*",
+            ),
+        ],
+    )
+    .await;
+    // The copies the replicator made: a pushed one, and the pull replicas (one it refuses).
+    secret(&h, "my-ns-1", "test-secret", "s1", &[]).await;
+    secret(
+        &h,
+        "other",
+        "secret-replica",
+        "p1",
+        &[(FROM, "default/some-secret")],
+    )
+    .await;
+    secret(&h, "nope", "secret-replica", "", &[(FROM, "default/some-secret")]).await;
+    let adopted_before = uid_and_value(&h, "my-ns-1", "test-secret").await;
+
+    let (yaml, notes) = migrate(&h, "replicator");
+    assert!(
+        !yaml.contains("czE") && !yaml.contains("cDE"),
+        "a Secret value in the output:\n{yaml}"
+    );
+    assert!(notes.contains("does not allow the namespace nope"), "{notes}");
+    assert!(
+        notes.contains("\"namespace-[0-9]*\" is resolved to the 2 namespaces"),
+        "{notes}"
+    );
+    apply_all(&h, &yaml).await;
+    h.start_controller().await;
+    keeps_exactly(
+        &h,
+        &[
+            "ConfigMap namespace-22/settings",
+            "ConfigMap other/settings",
+            "Secret my-ns-1/test-secret",
+            "Secret namespace-1/test-secret",
+            "Secret namespace-22/test-secret",
+            "Secret other/secret-replica",
+        ],
+    )
+    .await;
+    assert_eq!(
+        uid_and_value(&h, "my-ns-1", "test-secret").await,
+        adopted_before,
+        "adopted in place"
+    );
+    let replica = uid_and_value(&h, "other", "secret-replica").await;
+    assert_eq!(replica.1, json!({"value": "cDE="}));
+    // The refused replica is left as it was: not mimeo's.
+    let refused = Api::<Secret>::namespaced(h.client.clone(), "nope")
+        .get("secret-replica")
+        .await
+        .unwrap();
+    assert!(refused.metadata.labels.unwrap_or_default().is_empty());
+}
+
+/// kubernetes-reflector: auto-reflection by pattern, a hand-made mirror (`reflects`), and a
+/// mirror into a namespace the source does not allow.
+#[tokio::test]
+async fn from_kubernetes_reflector() {
+    let mut h = Harness::without_controller().await;
+    for ns in ["cert-manager", "app-1", "app-2", "manual", "web"] {
+        h.namespace(ns, &[], &[]).await;
+    }
+    const P: &str = "reflector.v1.k8s.emberstack.com/";
+    let a = |k: &str| format!("{P}{k}");
+    let (allowed, namespaces, auto, auto_ns) = (
+        a("reflection-allowed"),
+        a("reflection-allowed-namespaces"),
+        a("reflection-auto-enabled"),
+        a("reflection-auto-namespaces"),
+    );
+    secret(
+        &h,
+        "cert-manager",
+        "wildcard-tls",
+        "t1",
+        &[
+            (&allowed, "true"),
+            (&namespaces, "app-[0-9]+,manual"),
+            (&auto, "true"),
+            (&auto_ns, "app-.*"),
+        ],
+    )
+    .await;
+    secret(
+        &h,
+        "app-1",
+        "wildcard-tls",
+        "t1",
+        &[(&a("auto-reflects"), "True")],
+    )
+    .await;
+    secret(
+        &h,
+        "manual",
+        "tls",
+        "t1",
+        &[(&a("reflects"), "cert-manager/wildcard-tls")],
+    )
+    .await;
+    secret(
+        &h,
+        "web",
+        "tls",
+        "",
+        &[(&a("reflects"), "cert-manager/wildcard-tls")],
+    )
+    .await;
+    let adopted_before = uid_and_value(&h, "manual", "tls").await;
+
+    let (yaml, notes) = migrate(&h, "reflector");
+    assert!(
+        notes.contains("which does not allow the namespace web"),
+        "{notes}"
+    );
+    apply_all(&h, &yaml).await;
+    h.start_controller().await;
+    keeps_exactly(
+        &h,
+        &[
+            "Secret app-1/wildcard-tls",
+            "Secret app-2/wildcard-tls",
+            "Secret manual/tls",
+        ],
+    )
+    .await;
+    assert_eq!(
+        uid_and_value(&h, "manual", "tls").await,
+        adopted_before,
+        "adopted in place"
+    );
+}
+
+/// config-syncer (kubed): into every other namespace, and into those a selector picks.
+#[tokio::test]
+async fn from_config_syncer() {
+    let mut h = Harness::without_controller().await;
+    for (ns, labels) in [("platform", vec![]), ("a", vec![("app", "kubed")]), ("b", vec![])] {
+        h.namespace(ns, &labels, &[]).await;
+    }
+    config_map(&h, "platform", "omni", "o", &[("kubed.appscode.com/sync", "")]).await;
+    secret(
+        &h,
+        "platform",
+        "picked",
+        "k",
+        &[("kubed.appscode.com/sync", "app=kubed")],
+    )
+    .await;
+    config_map(&h, "b", "omni", "o", &[("kubed.appscode.com/origin", "platform")]).await;
+
+    let (yaml, _) = migrate(&h, "kubed");
+    apply_all(&h, &yaml).await;
+    h.start_controller().await;
+    // Every other namespace, the system ones too, as config-syncer does.
+    keeps_exactly(
+        &h,
+        &[
+            "ConfigMap a/omni",
+            "ConfigMap b/omni",
+            "ConfigMap default/omni",
+            "ConfigMap kube-node-lease/omni",
+            "ConfigMap kube-public/omni",
+            "ConfigMap kube-system/omni",
+            "Secret a/picked",
+        ],
+    )
+    .await;
+    // A namespace labelled later is picked up by the selector, consent given as the docs say.
+    h.namespace("c", &[("app", "kubed")], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    eventually("the copy in a namespace labelled later", || async {
+        mimeo_copies(&h).await.contains("Secret c/picked").then_some(())
+    })
+    .await;
+}
+
+/// Kyverno: a ClusterPolicy that clones a Secret into every namespace but kube-system, and one
+/// that clones a labelled list into namespaces with a label.
+#[tokio::test]
+async fn from_kyverno_clone_policies() {
+    let mut h = Harness::without_controller().await;
+    let crds = std::path::PathBuf::from("/work/shared/fixtures/kyverno/crds/kyverno.io_clusterpolicies.yaml");
+    let beside = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/kyverno/crds/kyverno.io_clusterpolicies.yaml");
+    let crd = if beside.exists() { beside } else { crds };
+    h.plane.install_crds(&[crd]).await.unwrap();
+    for (ns, labels) in [
+        ("platform", vec![]),
+        ("team-a", vec![("env", "prod")]),
+        ("team-b", vec![]),
+    ] {
+        h.namespace(ns, &labels, &[]).await;
+    }
+    secret(&h, "platform", "regcred", "r", &[]).await;
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "ca", "namespace": "platform", "labels": {"allowedToBeCloned": "true"}},
+                   "stringData": {"value": "c"}}))
+        .await;
+    secret(&h, "team-a", "regcred", "r", &[]).await;
+    let adopted_before = uid_and_value(&h, "team-a", "regcred").await;
+    h.apply(json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "sync-secrets"},
+        "spec": {"rules": [
+            {"name": "sync-image-pull-secret",
+             "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+             "exclude": {"any": [{"resources": {"names": ["kube-system", "kube-public", "kube-node-lease", "default"]}}]},
+             "generate": {"apiVersion": "v1", "kind": "Secret", "name": "regcred",
+                          "namespace": "{{request.object.metadata.name}}", "synchronize": true,
+                          "clone": {"namespace": "platform", "name": "regcred"}}},
+            {"name": "sync-list",
+             "match": {"any": [{"resources": {"kinds": ["Namespace"], "selector": {"matchLabels": {"env": "prod"}}}}]},
+             "generate": {"namespace": "{{request.object.metadata.name}}", "synchronize": true,
+                          "cloneList": {"namespace": "platform", "kinds": ["v1/Secret"],
+                                        "selector": {"matchLabels": {"allowedToBeCloned": "true"}}}}}]}}))
+        .await;
+
+    let (yaml, notes) = migrate(&h, "kyverno");
+    apply_all(&h, &yaml).await;
+    h.start_controller().await;
+    // kube-system and the others excluded; the source's own namespace keeps its source.
+    keeps_exactly(
+        &h,
+        &[
+            "Secret team-a/ca",
+            "Secret team-a/regcred",
+            "Secret team-b/regcred",
+        ],
+    )
+    .await;
+    assert_eq!(
+        uid_and_value(&h, "team-a", "regcred").await,
+        adopted_before,
+        "adopted in place: {notes}"
+    );
+}
