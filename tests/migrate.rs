@@ -400,3 +400,174 @@ async fn from_kyverno_clone_policies() {
         "adopted in place: {notes}"
     );
 }
+
+/// The copies the replicator made: every object carrying its `replicated-at` mark.
+async fn replicator_copies(h: &Harness) -> BTreeSet<String> {
+    let marked = |a: &Option<std::collections::BTreeMap<String, String>>| {
+        a.as_ref()
+            .is_some_and(|a| a.contains_key("replicator.v1.mittwald.de/replicated-at"))
+    };
+    let mut out = BTreeSet::new();
+    for s in Api::<Secret>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        if marked(&s.metadata.annotations) {
+            out.insert(format!(
+                "Secret {}/{}",
+                s.metadata.namespace.unwrap(),
+                s.metadata.name.unwrap()
+            ));
+        }
+    }
+    for c in Api::<ConfigMap>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        if marked(&c.metadata.annotations) {
+            out.insert(format!(
+                "ConfigMap {}/{}",
+                c.metadata.namespace.unwrap(),
+                c.metadata.name.unwrap()
+            ));
+        }
+    }
+    out
+}
+
+/// The real kubernetes-replicator (v2.12.4, built from `../shared/peers/`) on one fixture first,
+/// then `mimeo migrate`, the replicator stopped, and mimeo: mimeo keeps the very copies the
+/// replicator made, with the same content, adopting every one in place.
+#[tokio::test]
+async fn the_real_replicator_and_mimeo_after_migrating_keep_the_same_copies() {
+    let peers = ["../shared/peers", "/work/shared/peers"]
+        .iter()
+        .map(|p| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p))
+        .find(|p| p.join("build-kubernetes-replicator.sh").exists())
+        .expect("../shared/peers/build-kubernetes-replicator.sh");
+    let build = std::process::Command::new("bash")
+        .arg(peers.join("build-kubernetes-replicator.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let binary = String::from_utf8(build.stdout).unwrap().trim().to_owned();
+
+    let mut h = Harness::without_controller().await;
+    for (ns, labels) in [
+        ("my-ns-1", vec![]),
+        ("namespace-1", vec![]),
+        ("namespace-22", vec![("team", "a")]),
+        ("other", vec![("team", "a")]),
+        ("nope", vec![]),
+    ] {
+        h.namespace(ns, &labels, &[]).await;
+    }
+    const P: &str = "replicator.v1.mittwald.de/";
+    let a = |k: &str| format!("{P}{k}");
+    secret(
+        &h,
+        "default",
+        "test-secret",
+        "s1",
+        &[(&a("replicate-to"), "my-ns-1,namespace-[0-9]*")],
+    )
+    .await;
+    config_map(
+        &h,
+        "default",
+        "settings",
+        "c1",
+        &[(&a("replicate-to-matching"), "team=a")],
+    )
+    .await;
+    secret(
+        &h,
+        "default",
+        "some-secret",
+        "p1",
+        &[
+            (&a("replication-allowed"), "true"),
+            (&a("replication-allowed-namespaces"), "other,namespace-.*"),
+        ],
+    )
+    .await;
+    secret(
+        &h,
+        "other",
+        "secret-replica",
+        "",
+        &[(&a("replicate-from"), "default/some-secret")],
+    )
+    .await;
+    secret(
+        &h,
+        "nope",
+        "secret-replica",
+        "",
+        &[(&a("replicate-from"), "default/some-secret")],
+    )
+    .await;
+
+    let mut replicator = std::process::Command::new(&binary)
+        .args([
+            "--kubeconfig",
+            h.plane.kubeconfig_path().to_str().unwrap(),
+            "--status-addr",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--replicate-roles=false",
+            "--replicate-role-bindings=false",
+            "--replicate-service-accounts=false",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Settled: the same copies for 5 s running.
+    let mut made = BTreeSet::new();
+    let mut stable_since = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while stable_since.elapsed() < Duration::from_secs(5) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replicator did not settle: {made:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = replicator_copies(&h).await;
+        if now != made || now.is_empty() {
+            made = now;
+            stable_since = std::time::Instant::now();
+        }
+    }
+    println!("the replicator made {} copies: {made:?}", made.len());
+    let mut uids = Vec::new();
+    for copy in &made {
+        let (kind, place) = copy.split_once(' ').unwrap();
+        let (ns, name) = place.split_once('/').unwrap();
+        if kind == "Secret" {
+            uids.push((ns.to_owned(), name.to_owned(), uid_and_value(&h, ns, name).await));
+        }
+    }
+
+    let (yaml, _) = migrate(&h, "replicator");
+    apply_all(&h, &yaml).await;
+    replicator.kill().unwrap();
+    replicator.wait().unwrap();
+    h.start_controller().await;
+    let made: Vec<&str> = made.iter().map(String::as_str).collect();
+    keeps_exactly(&h, &made).await;
+    for (ns, name, before) in uids {
+        assert_eq!(
+            uid_and_value(&h, &ns, &name).await,
+            before,
+            "{ns}/{name} adopted in place"
+        );
+    }
+}
