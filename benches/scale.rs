@@ -13,6 +13,9 @@
 //! `MIMEO_BENCH_WRAP=heaptrack` the controller runs under that profiler (its resident set is
 //! then the profiler's too).
 
+#[path = "support/processes.rs"]
+mod processes;
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -22,9 +25,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use mimeo_envtest::ControlPlane;
+use processes::{Mimeo, apiserver_requests, requests_since};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
-use std::process::{Child, Command, Stdio};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// Target namespaces.
@@ -36,6 +39,8 @@ const ALL_SOURCES: usize = 50;
 const RAW_CONCURRENCY: usize = 16;
 /// The resources mimeo writes, whose apiserver write counters a restart must leave alone.
 const WRITTEN: &[&str] = &["secrets", "syncrules", "events"];
+/// The resources whose requests the many-rules figure counts.
+const SCALE_RESOURCES: &[&str] = &["secrets", "syncrules", "events", "namespaces"];
 /// Rules of one copy each, created at once.
 const RULES: usize = 500;
 /// Bytes of data in each Secret.
@@ -129,7 +134,7 @@ async fn main() {
         )
         .await;
     }
-    let requests_before = apiserver_requests(&client).await;
+    let requests_before = apiserver_requests(&client, SCALE_RESOURCES).await;
     let started = Instant::now();
     futures::stream::iter(0..RULES)
         .map(|r| {
@@ -152,7 +157,10 @@ async fn main() {
     let many = started.elapsed();
     // Let the status writes and events land.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let requests = requests_since(&requests_before, &apiserver_requests(&client).await);
+    let requests = requests_since(
+        &requests_before,
+        &apiserver_requests(&client, SCALE_RESOURCES).await,
+    );
     let at_many = mimeo.rss_mib();
 
     // Restart with nothing changed.
@@ -228,105 +236,6 @@ async fn main() {
          Secrets, SyncRules and Events; copies reported Synced {caught_up:.2?} after ready",
         n2 + RULES
     );
-}
-
-/// `mimeo run` as a child process, killed when dropped.
-struct Mimeo {
-    child: Child,
-    port: u16,
-}
-
-impl Mimeo {
-    fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        // MIMEO_BENCH_WRAP runs it under a profiler, e.g. `heaptrack`.
-        let mut command = match std::env::var("MIMEO_BENCH_WRAP") {
-            Ok(wrapper) if !wrapper.is_empty() => {
-                let mut command = Command::new(wrapper);
-                command.arg(env!("CARGO_BIN_EXE_mimeo"));
-                command
-            }
-            _ => Command::new(env!("CARGO_BIN_EXE_mimeo")),
-        };
-        let child = command
-            .args([
-                "run",
-                "--log-level=warn",
-                "--log-format=json",
-                &format!("--http-addr=127.0.0.1:{port}"),
-                &format!("--plugin-cache-dir={}", dir.join("plugins").display()),
-                &format!("--artifact-cache-dir={}", dir.join("artifacts").display()),
-            ])
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("MIMEO_WATCH_NAMESPACE")
-            .env_remove("MIMEO_ALLOW_KINDS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("mimeo.log")).unwrap())
-            .spawn()
-            .expect("starting mimeo run");
-        Mimeo { child, port }
-    }
-
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await.ok()?;
-        let text = String::from_utf8_lossy(&response).into_owned();
-        let code = text.get(9..12)?.parse().ok()?;
-        Some((code, text))
-    }
-
-    async fn wait_ready(&mut self) {
-        let started = Instant::now();
-        while self.get("/readyz").await.map(|(code, _)| code) != Some(200) {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("mimeo run exited: {status}");
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "mimeo is not ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn metrics(&self) -> String {
-        self.get("/metrics")
-            .await
-            .map(|(_, text)| text)
-            .unwrap_or_default()
-    }
-
-    /// Resident set size, from /proc.
-    fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/<pid>/status");
-        kib / 1024.0
-    }
-
-    fn stop(&mut self) {
-        // SIGTERM: the graceful path a pod takes.
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Mimeo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Counts the distinct copies a watch of its own has seen.
@@ -421,42 +330,4 @@ async fn apply(client: &Client, object: Value) {
     )
     .await
     .unwrap_or_else(|e| panic!("applying {name}: {e}"));
-}
-
-/// Requests the apiserver served, by verb and resource, on the resources mimeo reads and writes
-/// (WATCH excluded: those are long-running).
-async fn apiserver_requests(client: &Client) -> BTreeMap<(String, String), f64> {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.unwrap();
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
-        let label = |name: &str| {
-            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-            let end = line[start..].find('"')? + start;
-            Some(line[start..end].to_owned())
-        };
-        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
-            continue;
-        };
-        if verb == "WATCH" || !["secrets", "syncrules", "events", "namespaces"].contains(&resource.as_str()) {
-            continue;
-        }
-        let count: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry((verb, resource)).or_insert(0.0) += count;
-    }
-    out
-}
-
-fn requests_since(
-    before: &BTreeMap<(String, String), f64>,
-    after: &BTreeMap<(String, String), f64>,
-) -> BTreeMap<(String, String), f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .collect()
 }
