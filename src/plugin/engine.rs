@@ -15,8 +15,8 @@ use super::state::{HostState, Limiter};
 use super::{HostSettings, PluginError, SUPPORTED_INTERFACES, TRANSFORMER_EXPORT};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -53,7 +53,7 @@ pub(super) struct Engine {
     cache_max_bytes: u64,
     /// The settings a compiler process is started with, and its limits; `None` compiles here.
     compiler: Option<(HostSettings, super::CompilerProcess)>,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Ticker,
     /// Drives the timers of calls: each call's deadline, and the clocks a guest waits on.
     timers: Timers,
 }
@@ -87,9 +87,75 @@ impl Drop for Timers {
     }
 }
 
-impl Drop for Engine {
+/// Advances the engine's epoch every [`TICK`] while a call runs, and sleeps otherwise: an idle
+/// controller (no plugin running, or none at all) wakes for nothing.
+struct Ticker {
+    /// Calls running, and whether the engine is gone.
+    state: Arc<(Mutex<TickerState>, Condvar)>,
+}
+
+#[derive(Default)]
+struct TickerState {
+    running: usize,
+    stop: bool,
+    /// Ticks so far, for tests.
+    ticks: u64,
+}
+
+/// Holds the ticker awake while it lives.
+struct Ticking<'a>(&'a Ticker);
+
+impl Ticker {
+    fn start(engine: wasmtime::Engine) -> Result<Self, PluginError> {
+        let state: Arc<(Mutex<TickerState>, Condvar)> = Arc::default();
+        let shared = state.clone();
+        std::thread::Builder::new()
+            .name("plugin-epoch".into())
+            .spawn(move || {
+                let (lock, wake) = &*shared;
+                loop {
+                    {
+                        let mut state = crate::locks::lock(lock);
+                        while state.running == 0 && !state.stop {
+                            state = wake.wait(state).unwrap_or_else(|e| e.into_inner());
+                        }
+                        if state.stop {
+                            return;
+                        }
+                    }
+                    std::thread::sleep(TICK);
+                    engine.increment_epoch();
+                    crate::locks::lock(lock).ticks += 1;
+                }
+            })
+            .map_err(|e| PluginError::Host(format!("starting the epoch ticker: {e}")))?;
+        Ok(Ticker { state })
+    }
+
+    fn ticking(&self) -> Ticking<'_> {
+        let (lock, wake) = &*self.state;
+        crate::locks::lock(lock).running += 1;
+        wake.notify_one();
+        Ticking(self)
+    }
+
+    #[cfg(test)]
+    fn ticks(&self) -> u64 {
+        crate::locks::lock(&self.state.0).ticks
+    }
+}
+
+impl Drop for Ticking<'_> {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        crate::locks::lock(&self.0.state.0).running -= 1;
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.state;
+        crate::locks::lock(lock).stop = true;
+        wake.notify_one();
     }
 }
 
@@ -139,17 +205,7 @@ impl Engine {
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let compatibility = format!("{:016x}", hasher.finish());
 
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        let (ticking, stop) = (engine.clone(), stop_ticker.clone());
-        std::thread::Builder::new()
-            .name("plugin-epoch".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(TICK);
-                    ticking.increment_epoch();
-                }
-            })
-            .map_err(|e| PluginError::Host(format!("starting the epoch ticker: {e}")))?;
+        let ticker = Ticker::start(engine.clone())?;
 
         Ok(Engine {
             engine,
@@ -159,7 +215,7 @@ impl Engine {
             cache_key,
             cache_max_bytes: settings.cache_max_bytes,
             compiler: settings.compiler.clone().map(|c| (settings.clone(), c)),
-            stop_ticker,
+            ticker,
             timers: Timers::start()?,
         })
     }
@@ -367,6 +423,7 @@ impl Engine {
     /// future, the guest's instance with it, is dropped then, wherever the guest was: in its own
     /// code, which yields at every tick, or waiting in a WASI call, which is a timer here.
     pub fn run_until<T>(&self, deadline: Duration, call: impl std::future::Future<Output = T>) -> Option<T> {
+        let _ticking = self.ticker.ticking();
         let _timers = self.timers.handle().enter();
         futures::executor::block_on(tokio::time::timeout(deadline, call)).ok()
     }
@@ -567,5 +624,23 @@ mod tests {
                 .contains("core WebAssembly module")
         );
         assert!(check_header(b"PK").is_err());
+    }
+
+    /// The epoch advances while a call runs, and the ticker sleeps while none does.
+    #[test]
+    fn the_ticker_sleeps_while_no_call_runs() {
+        let ticker = Ticker::start(wasmtime::Engine::default()).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(ticker.ticks(), 0, "ticking with no call");
+        let during = {
+            let _call = ticker.ticking();
+            std::thread::sleep(Duration::from_millis(60));
+            ticker.ticks()
+        };
+        assert!(during >= 3, "{during} ticks in 60 ms of a call");
+        std::thread::sleep(Duration::from_millis(20));
+        let after = ticker.ticks();
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(ticker.ticks(), after, "ticking after the call ended");
     }
 }
