@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Harness, eventually, secret_value};
+use common::{Harness, eventually, eventually_within, secret_value};
 use kube::api::{Api, Patch, PatchParams};
 use mimeo::api::SyncRule;
 use mimeo::controller::{ControllerConfig, OciPolicy};
@@ -136,7 +136,12 @@ async fn rules_run_plugins_from_a_registry_and_then_from_the_cache() {
     };
     let started = Instant::now();
     h.apply(python_rule("python-cold")).await;
-    let cold_python = eventually("python copy", || annotated(&h, "python-cold")).await - started;
+    // The 18 MB Python component compiles for 15-30 s alone, more beside the other tests.
+    let cold_python = eventually_within("python copy", Duration::from_secs(180), || {
+        annotated(&h, "python-cold")
+    })
+    .await
+        - started;
     assert_eq!(pins(&h, "by-tag").await, [(by_tag.clone(), rust.clone())]);
 
     let by_digest = format!("oci://{host}/plugins/filter-keys@{rust}");

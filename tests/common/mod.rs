@@ -457,18 +457,28 @@ pub fn secret_value(secret: &Secret, key: &str) -> Option<String> {
 }
 
 /// Polls `check` until it returns `Some`, or panics after [`WAIT`] naming `what`.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + WAIT;
+    eventually_within(what, WAIT, check).await
+}
+
+/// [`eventually`] with another wait, for what is known to take long (a large plugin's first
+/// compile while other tests compile theirs).
+pub async fn eventually_within<T, F, Fut>(what: &str, wait: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + wait;
     loop {
         if let Some(found) = check().await {
             return found;
         }
         if Instant::now() > deadline {
-            panic!("timed out after {WAIT:?} waiting for: {what}");
+            panic!("timed out after {wait:?} waiting for: {what}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
