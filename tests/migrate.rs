@@ -571,3 +571,46 @@ async fn the_real_replicator_and_mimeo_after_migrating_keep_the_same_copies() {
         );
     }
 }
+
+/// `mimeo.dev/adopt-by` is consent to be taken over, not consent to receive copies: a rule that
+/// the target namespace does not accept adopts nothing there, and a mark naming another rule
+/// adopts nothing either.
+#[tokio::test]
+async fn an_adopt_by_mark_does_not_stand_in_for_consent() {
+    let h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("closed", &[], &[]).await;
+    h.namespace("open", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    secret(&h, "platform", "creds", "new", &[]).await;
+    let mark = [("mimeo.dev/adopt-by", "SyncRule/platform/creds")];
+    secret(&h, "closed", "creds", "old", &mark).await;
+    secret(
+        &h,
+        "open",
+        "creds",
+        "old",
+        &[("mimeo.dev/adopt-by", "SyncRule/platform/another")],
+    )
+    .await;
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                   "metadata": {"name": "creds", "namespace": "platform"},
+                   "spec": {"source": {"kind": "Secret", "name": "creds"},
+                            "targets": [{"namespace": "closed"}, {"namespace": "open"}]}}))
+        .await;
+    let states = eventually("both copies reported", || async {
+        let status = h.rule("platform", "creds").await?.status?;
+        let states: Vec<String> = status
+            .targets
+            .iter()
+            .map(|t| format!("{} {:?}", t.namespace.clone().unwrap_or_default(), t.state))
+            .collect();
+        (states.len() == 2).then_some(states)
+    })
+    .await;
+    assert_eq!(states, ["closed NotAccepted", "open Conflict"]);
+    for ns in ["closed", "open"] {
+        let (_, value) = uid_and_value(&h, ns, "creds").await;
+        assert_eq!(value, json!({"value": "b2xk"}), "{ns} left as it was");
+    }
+}
