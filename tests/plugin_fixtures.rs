@@ -48,6 +48,10 @@ fn run_case(plugin: &Path, case: &Path) -> Result<(), String> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mimeo"));
     command
         .args(["plugin", "test", "--json", "--rule", "SyncRule/platform/fixtures"])
+        // The cases check outcomes, not speed (the deadline is tested in plugin_host.rs): a call
+        // of a few milliseconds ran past the 100 ms default once, on a machine running CI and
+        // benchmarks at once.
+        .args(["--deadline-ms", "5000"])
         .arg(plugin);
     command.arg("-f").arg(case.join("object.yaml"));
     if case.join("config.json").exists() {
