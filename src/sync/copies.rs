@@ -105,8 +105,11 @@ pub enum Pending {
     /// What the transform chain made of it.
     Made(Made),
     /// The copy as it should be; no copy is cached in its place, so what is there must be read.
-    /// Boxed: every copy carries a `Pending`, and few of them wait for a read.
-    Read(Box<DesiredCopy>),
+    Read(DesiredCopy),
+    /// The copy as it should be, to be written: a desired copy is kept only while it is to be
+    /// written (or its place read), since with thousands of copies in sync, holding them all
+    /// would double the memory a reconcile needs.
+    Write(DesiredCopy),
 }
 
 /// What the transform chain made of one copy.
@@ -131,9 +134,6 @@ pub struct PlannedCopy {
     pub message: Option<String>,
     /// The digest of the copy as it should be, once it was made.
     pub hash: Option<String>,
-    /// The copy as it should be, kept only while it is to be written: with thousands of copies
-    /// in sync, holding them all would double the memory a reconcile needs.
-    pub desired: Option<DesiredCopy>,
     /// The object in the copy's place, shared with the copies cache; kept only for a write.
     pub live: Option<Arc<DynamicObject>>,
     pub decision: Option<Decision>,
@@ -162,7 +162,6 @@ impl PlannedCopy {
             state,
             message: Some(message),
             hash: None,
-            desired: None,
             live: None,
             decision: None,
             keeps_previous: false,
@@ -193,7 +192,7 @@ impl PlannedCopy {
         let decision = decide(rule, &desired, live.as_deref(), conflict, self.may_take_over);
         if matches!(decision, Decision::Write(_)) {
             self.live = live;
-            self.desired = Some(desired);
+            self.pending = Pending::Write(desired);
         }
         self.decision = Some(decision);
     }
@@ -451,7 +450,7 @@ impl Plan {
             copy.hash = Some(desired.hash.clone());
             match live.cached(c, &copy.target) {
                 Some(there) => copy.decide(rule, desired, Some(there), conflict),
-                None => copy.pending = Pending::Read(Box::new(desired)),
+                None => copy.pending = Pending::Read(desired),
             }
         }
     }
@@ -476,7 +475,7 @@ impl Plan {
                 continue;
             };
             match read {
-                Ok(live) => copy.decide(rule, *desired, live, conflict),
+                Ok(live) => copy.decide(rule, desired, live, conflict),
                 Err((state, why)) => {
                     copy.state = state;
                     copy.message = Some(why);
@@ -495,7 +494,7 @@ impl Plan {
             }
             if let Some(why) = held(&copy.target) {
                 copy.decision = None;
-                copy.desired = None;
+                copy.pending = Pending::Nothing;
                 copy.state = CopyState::Flapping;
                 copy.message = Some(why);
                 copy.keeps_previous = true;
@@ -504,22 +503,23 @@ impl Plan {
     }
 
     /// The writes decided on, each taking its desired copy out of the plan.
-    pub fn take_writes(&mut self) -> Vec<PlannedWrite> {
-        self.copies
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(index, copy)| match (&copy.decision, copy.desired.take()) {
-                (Some(Decision::Write(how)), Some(desired)) => Some(PlannedWrite {
-                    index,
-                    cluster: copy.from?.1,
-                    how: *how,
-                    desired,
-                    live: copy.live.clone(),
-                    may_take_over: copy.may_take_over,
-                }),
-                _ => None,
+    pub fn take_writes(&mut self) -> impl Iterator<Item = PlannedWrite> + '_ {
+        self.copies.iter_mut().enumerate().filter_map(|(index, copy)| {
+            let (Some(Decision::Write(how)), Pending::Write(_)) = (&copy.decision, &copy.pending) else {
+                return None;
+            };
+            let Pending::Write(desired) = std::mem::take(&mut copy.pending) else {
+                return None;
+            };
+            Some(PlannedWrite {
+                index,
+                cluster: copy.from?.1,
+                how: *how,
+                desired,
+                live: copy.live.clone(),
+                may_take_over: copy.may_take_over,
             })
-            .collect()
+        })
     }
 
     /// Gives each copy left alone for a conflict its state and reason.
@@ -998,7 +998,7 @@ mod tests {
             assert!(message.contains(words), "{case}: {message}");
             // Only a write keeps the copy as it should be; a copy in sync is held without it.
             let writes = matches!(decision, Some(Decision::Write(_)));
-            assert_eq!(copy.desired.is_some(), writes, "{case}");
+            assert_eq!(matches!(copy.pending, Pending::Write(_)), writes, "{case}");
             assert_eq!(
                 copy.hash.is_some(),
                 state != NotAccepted,
@@ -1261,7 +1261,10 @@ mod tests {
             );
             if decision.is_some() {
                 assert_eq!(
-                    copy.desired.as_ref().map(|d| &d.hash),
+                    match &copy.pending {
+                        Pending::Write(desired) => Some(&desired.hash),
+                        _ => None,
+                    },
                     Some(&filtered.hash),
                     "{case}"
                 );
@@ -1448,7 +1451,7 @@ mod tests {
         );
         // The flap guard holds t1: not written, and kept.
         plan.hold_flapping(|t| (t.namespace.as_deref() == Some("t1")).then(|| "held".to_owned()));
-        assert!(plan.take_writes().is_empty());
+        assert_eq!(plan.take_writes().count(), 0);
         let t1 = at(&plan, &target(Some("b"), "t1", "creds"));
         assert_eq!((t1.state, t1.holds_copy()), (CopyState::Flapping, true));
     }

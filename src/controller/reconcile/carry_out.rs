@@ -64,7 +64,6 @@ pub(super) async fn write_copies(
 ) -> Outcome {
     let jobs: Vec<Job> = plan
         .take_writes()
-        .into_iter()
         .map(|write| {
             let cluster = &gathered.reachable[write.cluster];
             Job {
