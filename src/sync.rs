@@ -3,6 +3,7 @@
 //! with plain values; the controller gathers the inputs and carries out the decisions.
 
 pub mod consent;
+pub mod copies;
 pub mod desired;
 pub mod filter;
 pub mod flap_guard;

@@ -1,0 +1,393 @@
+//! Carrying out the plan: the writes it decided on, then the removal of what the rule owns but no
+//! longer wants. These steps write and say what came of it (the [`Outcome`]); they decide only
+//! what a write's own result forces (an object that appeared in the copy's place, the flap
+//! guard tripping).
+
+use super::gather::{Gathered, Reachable};
+use super::make::live_object;
+use super::record::EventLog;
+use super::{WRITE_CONCURRENCY, failure, flap_key, owned_copies, place_of, remote_call};
+use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec};
+use crate::controller::Context;
+use crate::controller::fleet::ClusterHandle;
+use crate::controller::write;
+use crate::locks::lock;
+use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
+use crate::sync::desired::CopyTarget;
+use crate::sync::flap_guard::{Churn, Held};
+use crate::sync::ownership::{HASH_ANNOTATION, Owner, RuleKey, owner_of};
+use crate::sync::plan::{Decision, Write, decide};
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::events::EventType;
+use kube::{Client, ResourceExt};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What the writes and removals did: every copy of the plan with what became of it, the owned
+/// copies that were not removed (and why), and the events to publish.
+pub(super) struct Outcome {
+    pub plan: Plan,
+    pub leftovers: Vec<CopyStatus>,
+    pub events: EventLog,
+}
+
+/// What became of one write.
+enum WriteDone {
+    /// The copy was written this way over `over` (the object that was there, if any).
+    Stored {
+        how: Write,
+        over: Option<Arc<DynamicObject>>,
+        stored: Box<DynamicObject>,
+    },
+    /// An object appeared in the copy's place after it was read, and the rule's conflict policy
+    /// leaves it alone.
+    Conflict(String),
+}
+
+/// A write with what it needs to be made, owned: borrowed ones trip up the `Send` proof of the
+/// reconcile future.
+struct Job {
+    write: PlannedWrite,
+    client: Client,
+    resource: ApiResource,
+    cluster: Option<String>,
+}
+
+/// Writes every copy the plan decided to write, 16 at once, and records what came of each.
+pub(super) async fn write_copies(
+    ctx: &Context,
+    gathered: &Gathered<'_>,
+    mut plan: Plan,
+    now: Instant,
+) -> Outcome {
+    let jobs: Vec<Job> = plan
+        .take_writes()
+        .map(|write| {
+            let cluster = &gathered.reachable[write.cluster];
+            Job {
+                client: cluster.handle.client.clone(),
+                resource: cluster.resource.clone(),
+                cluster: cluster.name.clone(),
+                write,
+            }
+        })
+        .collect();
+    let (key, conflict) = (&gathered.key, gathered.spec.conflict);
+    let results: Vec<(usize, kube::Result<WriteDone>)> = futures::stream::iter(jobs)
+        .map(move |job| async move {
+            let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
+            (job.write.index, done)
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut events = EventLog::default();
+    for (i, done) in results {
+        let copy = &mut plan.copies[i];
+        let cluster = copy.from.map(|(_, c)| &gathered.reachable[c]);
+        record_write(ctx, gathered, cluster, copy, done, &mut events, now);
+    }
+    Outcome {
+        plan,
+        leftovers: Vec::new(),
+        events,
+    }
+}
+
+/// Writes one copy. When its create finds an object that appeared since the place was read, the
+/// copy is decided again against that object (once), as if it had been there all along: it is
+/// taken over only as the rule's conflict policy says, never merged into.
+async fn write_copy(job: &Job, key: &RuleKey, conflict: ConflictPolicy) -> kube::Result<WriteDone> {
+    let (client, resource, desired) = (&job.client, &job.resource, &job.write.desired);
+    let (live, how) = (&job.write.live, job.write.how);
+    let there = match write::write(client, resource, desired, live.as_deref(), how).await? {
+        write::Written::Stored(stored) => {
+            return Ok(WriteDone::Stored {
+                how,
+                over: live.clone(),
+                stored: Box::new(stored),
+            });
+        }
+        write::Written::Raced(there) => Arc::new(there),
+    };
+    match decide(key, desired, Some(&there), conflict, job.write.may_take_over) {
+        Decision::InSync => Ok(WriteDone::Stored {
+            how,
+            over: None,
+            stored: Box::new((*there).clone()),
+        }),
+        Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
+        Decision::Write(again) => match write::write(client, resource, desired, Some(&there), again).await? {
+            write::Written::Stored(stored) => Ok(WriteDone::Stored {
+                how: again,
+                over: Some(there),
+                stored: Box::new(stored),
+            }),
+            write::Written::Raced(_) => Err(kube::Error::Service(
+                "objects keep appearing in the copy's place as it is written; trying again later".into(),
+            )),
+        },
+    }
+}
+
+/// Records what came of one write on its copy: the churn it was (for the flap guard), the
+/// copies cache's memory of our writes, metrics, an event, and the propagation time.
+fn record_write(
+    ctx: &Context,
+    gathered: &Gathered<'_>,
+    cluster: Option<&Reachable>,
+    copy: &mut PlannedCopy,
+    done: kube::Result<WriteDone>,
+    events: &mut EventLog,
+    now: Instant,
+) {
+    let (key, resource) = (&gathered.key, &gathered.resource);
+    let place = place_of(&copy.target);
+    let (how, over, stored) = match done {
+        Ok(WriteDone::Stored { how, over, stored }) => (how, over, stored),
+        Ok(WriteDone::Conflict(why)) => {
+            tracing::info!(rule = %key, copy = %place, "an object appeared in the copy's place before it was created; left alone");
+            copy.decision = Some(Decision::Conflict(why));
+            return;
+        }
+        Err(e) => {
+            let (state, why) = failure(ctx, &copy.target.cluster, "writing the copy", &e);
+            copy.state = state;
+            copy.message = Some(why);
+            copy.decision = None;
+            // A copy whose write did not arrive stays until a write does.
+            copy.keeps_previous = state != CopyState::Failed;
+            return;
+        }
+    };
+    let flap = flap_key(key, &copy.target, resource);
+    let churn: &[Churn] = match how {
+        Write::Create => &[Churn::Created],
+        Write::Recreate => &[Churn::Deleted, Churn::Created],
+        // The content mimeo gave the copy last, written back: something changed it.
+        Write::Apply | Write::Replace
+            if copy.hash.is_some()
+                && copy
+                    .live
+                    .as_deref()
+                    .and_then(|l| l.annotations().get(HASH_ANNOTATION))
+                    == copy.hash.as_ref() =>
+        {
+            &[Churn::Repaired]
+        }
+        Write::Apply | Write::Replace => &[],
+    };
+    let tripped = churn
+        .iter()
+        .filter_map(|c| lock(&ctx.flaps).record(&flap, *c, now))
+        .last();
+    if let Some(held) = tripped {
+        let why = report_flapping(ctx, events, key, resource, &copy.target, &held, now);
+        copy.state = CopyState::Flapping;
+        copy.message = Some(why);
+    }
+    copy.live = over;
+    if let Some(cluster) = cluster {
+        cluster
+            .handle
+            .watches
+            .wrote(&cluster.resource, copy.live.as_deref(), *stored);
+    }
+    ctx.metrics.wrote(verb(how));
+    tracing::info!(rule = %key, copy = %place, verb = verb(how), "wrote a copy");
+    events.note_copy(
+        EventType::Normal,
+        reason(how),
+        format!("{} copy {place}", past(how)),
+        resource,
+        &copy.target,
+    );
+    if let Some(seen) = copy.source_version.as_deref().and_then(|rv| {
+        gathered.source_side.watches.seen_at(
+            resource,
+            copy.source.namespace.as_deref().unwrap_or_default(),
+            &copy.source.name,
+            rv,
+        )
+    }) {
+        ctx.metrics.propagated(seen.elapsed());
+    }
+}
+
+/// Removes what the rule owns but no longer wants, in every cluster that can be used now; a copy
+/// the flap guard holds, or whose removal fails, stays and is listed with the reason.
+pub(super) async fn remove_unwanted(
+    ctx: &Context,
+    gathered: &Gathered<'_>,
+    outcome: &mut Outcome,
+    now: Instant,
+) {
+    let kept = outcome.plan.kept();
+    for cluster in &gathered.clusters {
+        let Ok((handle, cluster_resource)) = &cluster.usable else {
+            continue;
+        };
+        let recorded: Vec<&CopyStatus> = gathered
+            .previous_copies
+            .iter()
+            .filter(|c| c.cluster == cluster.name)
+            .collect();
+        let owned = owned_copies(
+            handle,
+            &gathered.key,
+            cluster_resource,
+            gathered.namespaced,
+            &recorded,
+            &ctx.scope,
+        );
+        for copy in unwanted(owned, &cluster.name, cluster_resource, &kept) {
+            let left = remove_one(ctx, gathered, handle, copy, &mut outcome.events, now).await;
+            outcome.leftovers.extend(left);
+        }
+    }
+}
+
+/// Removes one copy no longer wanted, unless the flap guard holds it; returns its status if it
+/// stays (held, failed) or the removal tripped the guard.
+async fn remove_one(
+    ctx: &Context,
+    gathered: &Gathered<'_>,
+    handle: &ClusterHandle,
+    copy: OwnedCopy,
+    events: &mut EventLog,
+    now: Instant,
+) -> Option<CopyStatus> {
+    let key = &gathered.key;
+    let target = CopyTarget {
+        cluster: handle.name.clone(),
+        namespace: copy.namespace.clone(),
+        name: copy.name.clone(),
+    };
+    let left = |state, message| CopyStatus {
+        source: copy.source.clone(),
+        cluster: handle.name.clone(),
+        namespace: copy.namespace.clone(),
+        name: copy.name.clone(),
+        state,
+        hash: None,
+        message: Some(message),
+    };
+    let flap = flap_key(key, &target, &copy.resource);
+    if let Some(held) = lock(&ctx.flaps).held(&flap, now) {
+        return Some(left(CopyState::Flapping, held.describe(now)));
+    }
+    let removal = remove_owned(
+        handle,
+        key,
+        &copy.resource,
+        copy.namespace.as_deref(),
+        &copy.name,
+        gathered.spec,
+    );
+    match remote_call(&handle.name, removal).await {
+        Ok(Some(done)) => {
+            ctx.metrics.wrote(done);
+            let mut stays = None;
+            if done == "delete"
+                && let Some(held) = lock(&ctx.flaps).record(&flap, Churn::Deleted, now)
+            {
+                let why = report_flapping(ctx, events, key, &copy.resource, &target, &held, now);
+                stays = Some(left(CopyState::Flapping, why));
+            }
+            let place = place_of(&target);
+            let what = if done == "delete" { "Deleted" } else { "Orphaned" };
+            tracing::info!(rule = %key, copy = %place, verb = done, "removed a copy that is no longer wanted");
+            events.note_copy(
+                EventType::Normal,
+                &format!("Copy{what}"),
+                format!(
+                    "{what} copy {place}: no longer wanted there (its namespace or cluster no longer \
+                     matches, accepts copies or exists, or the source is gone)"
+                ),
+                &copy.resource,
+                &target,
+            );
+            stays
+        }
+        Ok(None) => None,
+        Err(e) => {
+            let (state, why) = failure(ctx, &handle.name, "removing a copy that is no longer wanted", &e);
+            Some(left(state, why))
+        }
+    }
+}
+
+/// Removes a copy per the rule's deletion policy if the object there is still this rule's.
+/// Returns the verb done, or `None` when there was nothing of ours to remove.
+pub(super) async fn remove_owned(
+    cluster: &ClusterHandle,
+    key: &RuleKey,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+    spec: &RuleSpec,
+) -> kube::Result<Option<&'static str>> {
+    let Some(live) = live_object(cluster, resource, namespace, name).await? else {
+        return Ok(None);
+    };
+    if owner_of(&live.metadata, key) != Owner::ThisRule {
+        return Ok(None);
+    }
+    write::remove(&cluster.client, resource, &live, spec.deletion).await?;
+    Ok(Some(match spec.deletion {
+        crate::api::DeletionPolicy::Delete => "delete",
+        crate::api::DeletionPolicy::Orphan => "orphan",
+    }))
+}
+
+/// Says that the flap guard just tripped for a copy (metric, log, Warning event); returns what
+/// the copy's status says.
+fn report_flapping(
+    ctx: &Context,
+    events: &mut EventLog,
+    rule: &RuleKey,
+    resource: &ApiResource,
+    target: &CopyTarget,
+    held: &Held,
+    now: Instant,
+) -> String {
+    let why = held.describe(now);
+    let place = place_of(target);
+    ctx.metrics.copy_flapped();
+    tracing::warn!(rule = %rule, copy = %place, "{why}");
+    events.note_copy(
+        EventType::Warning,
+        "CopyFlapping",
+        format!("copy {place}: {why}"),
+        resource,
+        target,
+    );
+    why
+}
+
+fn verb(how: Write) -> &'static str {
+    match how {
+        Write::Create => "create",
+        Write::Apply => "apply",
+        Write::Replace => "replace",
+        Write::Recreate => "recreate",
+    }
+}
+
+fn reason(how: Write) -> &'static str {
+    match how {
+        Write::Create => "CopyCreated",
+        Write::Apply | Write::Replace | Write::Recreate => "CopyUpdated",
+    }
+}
+
+fn past(how: Write) -> &'static str {
+    match how {
+        Write::Create => "Created",
+        Write::Apply => "Updated",
+        Write::Replace => "Replaced the content of",
+        Write::Recreate => "Recreated",
+    }
+}

@@ -1,0 +1,623 @@
+//! The gather step: everything a rule's copies are decided from, read from the fleet, the caches
+//! and (for kinds and clusters not known yet) the apiservers. It writes nothing: a rule that
+//! cannot go on comes back as a [`Refusal`], which the record step reports.
+
+use super::{RETRY_UNREACHABLE, failure};
+use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, Target};
+use crate::controller::Context;
+use crate::controller::error::Error;
+use crate::controller::fleet::{ClusterHandle, ClusterProblem};
+use crate::controller::plugin_config_maps::config_maps_of;
+use crate::controller::plugin_files::files_of;
+use crate::controller::plugins::{ChainProblem, ResolvedChain};
+use crate::controller::rule::RuleResource;
+use crate::controller::status::{Readiness, known_copies};
+use crate::controller::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
+use crate::locks::lock;
+use crate::sync::consent::shares;
+use crate::sync::copies::{ClusterPlaces, LiveCopies, Source, Unusable, Wants};
+use crate::sync::desired::CopyTarget;
+use crate::sync::kinds::KindRef;
+use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::targets::{placements, selector, targets_by_cluster};
+use crate::sync::{scope, validate};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::core::{ApiResource, SelectorExt};
+use kube::runtime::reflector::Store;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a reconcile decides from: the rule, its chain, its clusters, sources and namespaces, and
+/// the caches that hold its live copies.
+pub(in crate::controller) struct Gathered<'r> {
+    pub key: RuleKey,
+    pub spec: &'r RuleSpec,
+    pub previous: Option<&'r RuleStatus>,
+    pub generation: Option<i64>,
+    pub chain: ResolvedChain,
+    pub source_cluster: Option<String>,
+    pub source_side: ClusterHandle,
+    /// The copied kind as the source's cluster serves it, and whether it is namespaced.
+    pub resource: ApiResource,
+    pub namespaced: bool,
+    pub source_ns: String,
+    /// Every cluster the rule writes copies to or still holds copies in.
+    pub clusters: Vec<TargetCluster>,
+    /// The usable ones, with the places their namespaces offer (`places`, in the same order).
+    pub reachable: Vec<Reachable>,
+    pub places: Vec<ClusterPlaces>,
+    /// The sources the rule may read, sorted by name.
+    pub sources: Vec<Source>,
+    /// Sources in another cluster whose owner does not share them with the rule.
+    pub unshared: usize,
+    /// The inventory the rule starts from: its last status written, and what the cache holds.
+    pub previous_copies: Vec<CopyStatus>,
+}
+
+/// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
+pub(in crate::controller) struct TargetCluster {
+    pub name: Option<String>,
+    pub targets: Vec<Target>,
+    /// The rule has targets here or copies it made earlier.
+    pub holds: bool,
+    /// The cluster and the copied kind's resource there, or why they cannot be used now.
+    pub usable: Result<(ClusterHandle, ApiResource), ClusterProblem>,
+}
+
+/// A usable target cluster.
+pub(in crate::controller) struct Reachable {
+    pub name: Option<String>,
+    pub handle: ClusterHandle,
+    pub resource: ApiResource,
+}
+
+/// Why a reconcile stops before deciding anything.
+pub(in crate::controller) enum Stop {
+    /// The rule cannot be acted on: say so in its status; its copies are left as they are.
+    Refused(Box<Refusal>),
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// A rule that cannot be acted on now, and when to look again.
+pub(in crate::controller) struct Refusal {
+    pub ready: Readiness,
+    /// What the Event says, when it must not quote the condition's message (a plugin's words).
+    pub note: Option<String>,
+    /// The status to keep, `Ready` aside.
+    pub kept: Option<RuleStatus>,
+    pub next: Next,
+}
+
+/// When a refused rule is looked at again.
+pub(in crate::controller) enum Next {
+    AwaitChange,
+    /// After the rule's backoff.
+    Backoff,
+    After(Duration),
+}
+
+fn refused(previous: Option<&RuleStatus>, ready: Readiness, next: Next) -> Stop {
+    Stop::Refused(Box::new(Refusal {
+        ready,
+        note: None,
+        kept: previous.cloned(),
+        next,
+    }))
+}
+
+impl Gathered<'_> {
+    /// What the pure placement of copies needs.
+    pub fn wants<'a>(&'a self, ctx: &'a Context) -> Wants<'a> {
+        let unusable = self
+            .clusters
+            .iter()
+            .filter_map(|c| {
+                let problem = c.usable.as_ref().err()?;
+                Some(Unusable {
+                    name: c.name.clone(),
+                    targets: &c.targets,
+                    state: problem.state,
+                    message: problem.message.clone(),
+                })
+            })
+            .collect();
+        Wants {
+            rule: &self.key,
+            scope: &ctx.scope,
+            source_cluster: &self.source_cluster,
+            namespaced: self.namespaced,
+            sources: &self.sources,
+            clusters: &self.places,
+            unusable,
+            previous: &self.previous_copies,
+        }
+    }
+}
+
+/// The copies caches of the usable clusters, as the decisions see them.
+impl LiveCopies for [Reachable] {
+    fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<DynamicObject>> {
+        let cluster = &self[cluster];
+        cluster
+            .handle
+            .watches
+            .cached_copy(&cluster.resource, target.namespace.as_deref(), &target.name)
+    }
+}
+
+/// Gathers what the rule's copies are decided from, declaring what the rule watches in each
+/// cluster on the way.
+pub(in crate::controller) async fn gather<'r, R: RuleResource>(
+    rule: &'r R,
+    ctx: &Context,
+) -> Result<Gathered<'r>, Stop> {
+    let key = rule.key();
+    let spec = rule.rule_spec();
+    let previous = rule.rule_status();
+    ctx.fleet.wait_ready().await?;
+    let kind = checked_kind(ctx, &key, spec, previous)?;
+    let chain = resolve_chain(rule, ctx, &key).await?;
+    let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
+    let (by_cluster, previous_copies) = choose_clusters(rule, ctx, &key, &source_cluster);
+    let source_side = source_side(ctx, &key, &source_cluster, previous).await?;
+    let (resource, namespaced) =
+        source_kind(ctx, &key, &kind, &source_side, &source_cluster, previous).await?;
+    if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
+        ctx.fleet.forget(&key);
+        let ready = Readiness::not_ready(problem.reason, problem.message);
+        return Err(refused(previous, ready, Next::AwaitChange));
+    }
+    let source_ns = if namespaced {
+        rule.source_namespace().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &previous_copies).await;
+    let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
+    let source_interest = SourceInterest {
+        watch: SourceWatchKey::new(&resource, &source_ns),
+        resource: resource.clone(),
+        name: spec.source.name.clone(),
+        selector: source_selector.clone(),
+        matched: previous_copies.iter().map(|c| c.source.name.clone()).collect(),
+    };
+    let declared = Declared {
+        key: &key,
+        source_cluster: &source_cluster,
+        source_side: &source_side,
+        previous,
+    };
+    let store = declared.declare(&mut clusters, source_interest).await?;
+    let mut found: Vec<Arc<DynamicObject>> = store
+        .state()
+        .into_iter()
+        .filter(|o| o.namespace().unwrap_or_default() == source_ns)
+        .filter(|o| match (&spec.source.name, &source_selector) {
+            (Some(name), _) => o.name_any() == *name,
+            (None, Some(sel)) => sel.matches(o.labels()),
+            (None, None) => false,
+        })
+        .collect();
+    found.sort_by_key(|o| o.name_any());
+    source_side
+        .watches
+        .set_matched(&key, found.iter().map(|o| o.name_any()).collect());
+    // Another cluster's objects are read only where their owner consents.
+    let (shared, unshared): (Vec<_>, Vec<_>) = found
+        .into_iter()
+        .partition(|o| shares(&key, source_cluster.is_some(), o.annotations()));
+    let sources = shared
+        .iter()
+        .map(|o| Source::new(&key, &spec.metadata, o, &resource))
+        .collect();
+    let (reachable, places) = reachable(&clusters, namespaced);
+    Ok(Gathered {
+        key,
+        spec,
+        previous,
+        generation: rule.meta().generation,
+        chain,
+        source_cluster,
+        source_side,
+        resource,
+        namespaced,
+        source_ns,
+        clusters,
+        reachable,
+        places,
+        sources,
+        unshared: unshared.len(),
+        previous_copies,
+    })
+}
+
+/// The copied kind, if the rule is valid, the installation allows it and its namespaces are
+/// within mimeo's reach.
+fn checked_kind(
+    ctx: &Context,
+    key: &RuleKey,
+    spec: &RuleSpec,
+    previous: Option<&RuleStatus>,
+) -> Result<KindRef, Stop> {
+    validate::check(spec, &ctx.allowed_kinds)
+        .and_then(|kind| validate::check_authority(key.kind, spec).map(|()| kind))
+        .and_then(|kind| scope::check(&ctx.scope, spec).map(|()| kind))
+        .map_err(|problem| {
+            ctx.fleet.forget(key);
+            let ready = Readiness::not_ready(problem.reason, problem.message);
+            refused(previous, ready, Next::AwaitChange)
+        })
+}
+
+/// The transform chain: every plugin loaded and its config accepted, or nothing changes.
+/// Recorded pins stand while the rule is unchanged since they were recorded.
+async fn resolve_chain<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    key: &RuleKey,
+) -> Result<ResolvedChain, Stop> {
+    let spec = rule.rule_spec();
+    let previous = rule.rule_status();
+    // A ConfigMap a plugin comes from wakes the rule when it changes (or appears).
+    ctx.plugin_config_maps
+        .uses(key, config_maps_of(&spec.transforms, key.namespace.as_deref()));
+    ctx.plugin_files
+        .uses(key, files_of(&spec.transforms, ctx.plugin_dir.as_deref()));
+    let spec_changed = previous.and_then(|p| p.observed_generation) != rule.meta().generation;
+    if spec_changed {
+        // A changed rule is a new start for its copies' churn too.
+        lock(&ctx.flaps).forget(|(rule, _, _)| rule == key);
+    }
+    ctx.plugins
+        .chain(
+            &spec.transforms,
+            key.namespace.as_deref(),
+            &spec.plugin_pull_secrets,
+            previous.map(|p| p.plugins.as_slice()).unwrap_or_default(),
+            spec_changed,
+        )
+        .await
+        .map_err(|problem| chain_refused(problem, previous, spec_changed))
+}
+
+/// A chain that cannot be set up: its message may quote the plugin (its refusal of the config, a
+/// trap), so the Event names only the reference and the reason. A plugin file, ConfigMap or
+/// artifact that appears later is noticed on the next look.
+fn chain_refused(problem: ChainProblem, previous: Option<&RuleStatus>, spec_changed: bool) -> Stop {
+    let note = format!(
+        "the transform chain cannot be set up: plugin {}: {}; the message is in the rule's \
+         Ready condition",
+        problem.reference, problem.reason
+    );
+    let mut message = problem.to_string();
+    if let Some(pin) = &problem.refused {
+        let when = pin
+            .resolved_at
+            .as_ref()
+            .map(|t| format!(" at {}", t.0))
+            .unwrap_or_default();
+        message.push_str(&format!(
+            " (the tag resolved to {}{when}; see status.plugins)",
+            pin.digest
+        ));
+    }
+    let ready = Readiness::not_ready(problem.reason, message);
+    // The status is about to record this generation: pins of tags made for an earlier one must
+    // not pass for this one's, or the next look would keep them.
+    let mut kept = previous.cloned();
+    if spec_changed && let Some(status) = kept.as_mut() {
+        status.plugins.retain(|pin| pin.resolved_at.is_none());
+    }
+    // What the tag resolved to, and that it is refused, replaces the pin it had.
+    if let Some(refused) = problem.refused {
+        let status = kept.get_or_insert_with(RuleStatus::default);
+        status.plugins.retain(|pin| pin.plugin != refused.plugin);
+        status.plugins.push(refused);
+    }
+    Stop::Refused(Box::new(Refusal {
+        ready,
+        note: Some(note),
+        kept,
+        next: Next::Backoff,
+    }))
+}
+
+/// Which clusters: the source's, every target's, and every one that still holds copies (with the
+/// inventory they are known from). The fleet learns which clusters the rule uses.
+fn choose_clusters<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    key: &RuleKey,
+    source_cluster: &Option<String>,
+) -> (BTreeMap<Option<String>, Vec<Target>>, Vec<CopyStatus>) {
+    let spec = rule.rule_spec();
+    let mut by_cluster =
+        targets_by_cluster(&spec.targets, |labels| ctx.fleet.matching_clusters(labels)).unwrap_or_default();
+    let uid = rule.meta().uid.clone().unwrap_or_default();
+    let previous_copies = {
+        let last = ctx.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        known_copies(rule.rule_status(), last.get(key), &uid)
+    };
+    for copy in &previous_copies {
+        by_cluster.entry(copy.cluster.clone()).or_default();
+    }
+    by_cluster.entry(None).or_default();
+    let mut remote_names: BTreeSet<String> = by_cluster.keys().flatten().cloned().collect();
+    remote_names.extend(source_cluster.iter().cloned());
+    let selects_clusters = spec.targets.iter().any(|t| t.cluster_selector.is_some());
+    ctx.fleet.uses(key, remote_names, selects_clusters);
+    (by_cluster, previous_copies)
+}
+
+/// The cluster the sources are read from.
+async fn source_side(
+    ctx: &Context,
+    key: &RuleKey,
+    source_cluster: &Option<String>,
+    previous: Option<&RuleStatus>,
+) -> Result<ClusterHandle, Stop> {
+    let Some(name) = source_cluster else {
+        return Ok(ctx.fleet.local().clone());
+    };
+    ctx.fleet.cluster(key, name, false).await.map_err(|problem| {
+        let reason = match problem.state {
+            CopyState::ClusterMissing => "SourceClusterMissing".to_owned(),
+            CopyState::NotAccepted => "SourceClusterNotAllowed".to_owned(),
+            other => format!("SourceCluster{other:?}"),
+        };
+        let ready = Readiness::not_ready(
+            reason,
+            format!(
+                "the source cannot be read: {}; copies are left as they are",
+                problem.message
+            ),
+        );
+        refused(previous, ready, Next::After(RETRY_UNREACHABLE))
+    })
+}
+
+/// The kind, as the source's cluster serves it, and whether it is namespaced.
+async fn source_kind(
+    ctx: &Context,
+    key: &RuleKey,
+    kind: &KindRef,
+    source_side: &ClusterHandle,
+    source_cluster: &Option<String>,
+    previous: Option<&RuleStatus>,
+) -> Result<(ApiResource, bool), Stop> {
+    let in_source_cluster = match source_cluster {
+        Some(cluster) => format!(" of RemoteCluster {cluster}"),
+        None => String::new(),
+    };
+    match source_side.watches.resolve(kind).await {
+        Ok(Some(found)) => Ok(found),
+        Ok(None) => {
+            // Registered here, so that the CRD appearing wakes the rule.
+            source_side.watches.declare(key, Interest::default()).await?;
+            let ready = Readiness::not_ready(
+                "KindNotServed",
+                format!(
+                    "the cluster{in_source_cluster} does not serve {kind}: no such kind, or its \
+                     CustomResourceDefinition is not installed; copies follow once it is served"
+                ),
+            );
+            Err(refused(previous, ready, Next::Backoff))
+        }
+        Err(e) => {
+            if source_cluster.is_none() {
+                return Err(Stop::Failed(e.into()));
+            }
+            let (_, why) = failure(ctx, source_cluster, "looking up the source kind", &e);
+            let ready = Readiness::not_ready(
+                "SourceClusterUnreachable",
+                format!("the source cannot be read: {why}; copies are left as they are"),
+            );
+            Err(refused(previous, ready, Next::After(RETRY_UNREACHABLE)))
+        }
+    }
+}
+
+/// Each cluster with the rule's targets there, and whether it can be used now.
+async fn target_clusters(
+    ctx: &Context,
+    key: &RuleKey,
+    kind: &KindRef,
+    resource: &ApiResource,
+    by_cluster: BTreeMap<Option<String>, Vec<Target>>,
+    previous_copies: &[CopyStatus],
+) -> Vec<TargetCluster> {
+    futures::future::join_all(by_cluster.into_iter().map(|(name, targets)| async {
+        let holds = !targets.is_empty() || previous_copies.iter().any(|c| c.cluster == name);
+        let usable = match &name {
+            None => Ok(ctx.fleet.local().clone()),
+            Some(remote) => ctx.fleet.cluster(key, remote, !targets.is_empty()).await,
+        };
+        let usable = match usable {
+            Ok(handle) if holds => resolve_in(ctx, key, kind, handle, &name, &targets).await,
+            Ok(handle) => Ok((handle, resource.clone())),
+            Err(problem) => Err(problem),
+        };
+        TargetCluster {
+            name,
+            targets,
+            holds,
+            usable,
+        }
+    }))
+    .await
+}
+
+/// The copied kind as a target cluster serves it. A cluster that does not serve it (its CRD is
+/// not installed) gets no copies; the rule stays registered there, so that the CRD appearing
+/// wakes it.
+async fn resolve_in(
+    ctx: &Context,
+    key: &RuleKey,
+    kind: &KindRef,
+    handle: ClusterHandle,
+    name: &Option<String>,
+    targets: &[Target],
+) -> Result<(ClusterHandle, ApiResource), ClusterProblem> {
+    match handle.watches.resolve(kind).await {
+        Ok(Some((resource, _))) => Ok((handle, resource)),
+        Ok(None) => {
+            let interest = Interest {
+                namespaces: namespace_interest(targets),
+                ..Default::default()
+            };
+            let _ = handle.watches.declare(key, interest).await;
+            let cluster = match name {
+                Some(name) => format!("RemoteCluster {name}"),
+                None => "this cluster".to_owned(),
+            };
+            Err(ClusterProblem {
+                state: CopyState::KindNotServed,
+                message: format!(
+                    "{cluster} does not serve {kind}: install the CustomResourceDefinition of {} \
+                     there; the copy is written once it is served",
+                    kind.as_allowed()
+                ),
+            })
+        }
+        Err(e) => {
+            let (state, message) = failure(ctx, name, "looking up the kind", &e);
+            Err(ClusterProblem { state, message })
+        }
+    }
+}
+
+fn namespace_interest(targets: &[Target]) -> NamespaceInterest {
+    NamespaceInterest {
+        names: targets.iter().filter_map(|t| t.namespace.clone()).collect(),
+        any: targets.iter().any(|t| t.namespace_selector.is_some()),
+    }
+}
+
+/// What declaring the rule's watches needs to know of it.
+struct Declared<'a> {
+    key: &'a RuleKey,
+    source_cluster: &'a Option<String>,
+    source_side: &'a ClusterHandle,
+    previous: Option<&'a RuleStatus>,
+}
+
+impl Declared<'_> {
+    /// Declares what the rule watches in each cluster and waits for those caches; returns the
+    /// cache of its sources. Another cluster's caches that do not fill mark its copies (the
+    /// cluster is then unusable); the source's stop the rule.
+    async fn declare(
+        &self,
+        clusters: &mut [TargetCluster],
+        source_interest: SourceInterest,
+    ) -> Result<Store<DynamicObject>, Stop> {
+        let key = self.key;
+        let uses_remote_targets = clusters.iter().any(|c| c.name.is_some());
+        let mut store = None;
+        for cluster in clusters.iter_mut() {
+            let Ok((handle, cluster_resource)) = &cluster.usable else {
+                continue;
+            };
+            let is_source = cluster.name == *self.source_cluster;
+            let mut namespaces = namespace_interest(&cluster.targets);
+            if cluster.name.is_none() && uses_remote_targets && key.kind == RuleKind::SyncRule {
+                // Its namespace's labels decide which RemoteClusters it may use.
+                namespaces.names.extend(key.namespace.clone());
+            }
+            let interest = Interest {
+                source: is_source.then(|| source_interest.clone()),
+                copies: cluster.holds.then(|| cluster_resource.clone()),
+                namespaces,
+            };
+            match handle.watches.declare(key, interest).await {
+                Ok(declared) => {
+                    if is_source {
+                        store = declared;
+                    }
+                }
+                Err(e) if cluster.name.is_some() && !is_source => {
+                    let failure = handle.watches.failure();
+                    let state = match failure.as_ref().map(|f| f.reason) {
+                        Some("Unauthorized") => CopyState::Unauthorized,
+                        _ => CopyState::Unreachable,
+                    };
+                    let why = failure.map(|f| f.message).unwrap_or_else(|| e.to_string());
+                    let name = cluster.name.clone().unwrap_or_default();
+                    cluster.usable = Err(ClusterProblem {
+                        state,
+                        message: format!("RemoteCluster {name}: {why}"),
+                    });
+                }
+                Err(e) if is_source => return Err(self.unreadable(e)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if store.is_none() {
+            // The source lives in a cluster that gets no copies of this rule.
+            let interest = Interest {
+                source: Some(source_interest),
+                ..Default::default()
+            };
+            store = self
+                .source_side
+                .watches
+                .declare(key, interest)
+                .await
+                .map_err(|e| self.unreadable(e))?;
+        }
+        store.ok_or_else(|| Stop::Failed(Error::NotReady("no source cache".into())))
+    }
+
+    /// The source's caches do not fill: in another cluster that is why the sources cannot be
+    /// read (its watch does not list); in this one, an error.
+    fn unreadable(&self, error: Error) -> Stop {
+        if self.source_cluster.is_none() {
+            return Stop::Failed(error);
+        }
+        let failure = self.source_side.watches.failure();
+        let reason = match failure.as_ref().map(|f| f.reason) {
+            Some("Unauthorized") => "SourceClusterUnauthorized",
+            _ => "SourceClusterUnreachable",
+        };
+        let why = failure.map(|f| f.message).unwrap_or_else(|| error.to_string());
+        let ready = Readiness::not_ready(
+            reason,
+            format!(
+                "the source cannot be read in RemoteCluster {}: {why}; copies are left as they are",
+                self.source_side.name.as_deref().unwrap_or_default()
+            ),
+        );
+        refused(self.previous, ready, Next::After(RETRY_UNREACHABLE))
+    }
+}
+
+/// The usable clusters, and the places their namespaces offer the rule's targets.
+fn reachable(clusters: &[TargetCluster], namespaced: bool) -> (Vec<Reachable>, Vec<ClusterPlaces>) {
+    clusters
+        .iter()
+        .filter_map(|c| {
+            let (handle, resource) = c.usable.as_ref().ok()?;
+            let namespaces = handle.watches.namespaces();
+            let places = placements(&c.targets, &namespaces, namespaced).unwrap_or_default();
+            let annotations = namespaces.into_iter().map(|n| (n.name, n.annotations)).collect();
+            let reachable = Reachable {
+                name: c.name.clone(),
+                handle: handle.clone(),
+                resource: resource.clone(),
+            };
+            let places = ClusterPlaces {
+                name: c.name.clone(),
+                places,
+                annotations,
+            };
+            Some((reachable, places))
+        })
+        .unzip()
+}

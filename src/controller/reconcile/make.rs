@@ -1,0 +1,184 @@
+//! Making the placed copies: the namespaces a `ClusterSyncRule` creates for them, the transform
+//! chain run on each (or what it made of the same input before), and the places whose object no
+//! cache holds, read from their apiserver. What each copy then is to be, the plan decides.
+
+use super::gather::{Gathered, Reachable};
+use super::{WRITE_CONCURRENCY, failure, remote_call};
+use crate::controller::Context;
+use crate::controller::chain_outputs::{Remembered, chain_input};
+use crate::controller::error::short_message;
+use crate::controller::fleet::ClusterHandle;
+use crate::controller::plugins::Chain;
+use crate::controller::write;
+use crate::plugin::{ChainError, ChainOutcome, TransformContext};
+use crate::sync::copies::{Made, Pending, Plan, Read};
+use crate::sync::desired::{CopyTarget, DesiredCopy};
+use crate::sync::ownership::RuleKey;
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Creates the namespace of each placed copy that asks for it; a copy whose namespace cannot be
+/// created is blocked with the reason. (Only a `ClusterSyncRule` target may say
+/// `createNamespace`: the schema and `copies::place` both say so.)
+pub(super) async fn create_namespaces(ctx: &Context, gathered: &Gathered<'_>, plan: &mut Plan) {
+    for copy in &mut plan.copies {
+        let (Some((_, c)), true, Pending::Make) = (copy.from, copy.create_namespace, &copy.pending) else {
+            continue;
+        };
+        let cluster = &gathered.reachable[c];
+        let namespace = copy.target.namespace.as_deref().unwrap_or_default();
+        match remote_call(
+            &cluster.name,
+            write::create_namespace(&cluster.handle.client, namespace),
+        )
+        .await
+        {
+            Ok(()) => {
+                tracing::info!(rule = %gathered.key, namespace = %namespace, cluster = cluster.name.as_deref().unwrap_or_default(), "created a target namespace");
+            }
+            Err(e) => {
+                let (state, why) = failure(ctx, &cluster.name, "creating the namespace", &e);
+                copy.block(state, why);
+            }
+        }
+    }
+}
+
+/// Runs the rule's chain on every placed copy. Only the copies it ran for (or was remembered
+/// for) stay remembered.
+pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mut Plan) {
+    let chain = &gathered.chain.chain;
+    let mut chained = BTreeSet::new();
+    if !chain.is_empty() {
+        let chain_ids: Vec<(&str, &str)> = chain
+            .iter()
+            .map(|(plugin, config)| (plugin.digest.as_str(), config.as_str()))
+            .collect();
+        for copy in &mut plan.copies {
+            let (Some((s, c)), Pending::Make) = (copy.from, &copy.pending) else {
+                continue;
+            };
+            let source = &gathered.sources[s];
+            chained.insert(copy.target.clone());
+            let plugin_ctx = TransformContext {
+                rule: gathered.key.to_string(),
+                source_api_version: gathered.resource.api_version.clone(),
+                source_kind: gathered.resource.kind.clone(),
+                source_namespace: source.reference.namespace.clone(),
+                source_name: source.reference.name.clone(),
+                source_cluster: gathered.source_cluster.clone().unwrap_or_default(),
+                target_cluster: gathered.reachable[c].name.clone().unwrap_or_default(),
+                target_namespace: copy.target.namespace.clone(),
+                target_name: copy.target.name.clone(),
+            };
+            let template = &source.template;
+            let input = chain_input(template.hash(), template.source_hash(), &chain_ids, &plugin_ctx);
+            let desired = template.copy_for(copy.target.clone());
+            let made = match transform(ctx, &gathered.key, chain, input, desired, plugin_ctx).await {
+                Ok(made) => made,
+                Err(e) => {
+                    ctx.metrics.plugin_failed(e.error.label());
+                    Made::Failed {
+                        message: short_message(&e.to_string()),
+                        summary: e.summary(),
+                    }
+                }
+            };
+            copy.pending = Pending::Made(made);
+        }
+    }
+    ctx.chain_outputs.keep_only(&gathered.key, &chained);
+}
+
+/// Runs the rule's chain on one copy, or reuses what it made of the same `input` before.
+async fn transform(
+    ctx: &Context,
+    key: &RuleKey,
+    chain: &Chain,
+    input: String,
+    mut desired: DesiredCopy,
+    plugin_ctx: TransformContext,
+) -> Result<Made, ChainError> {
+    if let Some(remembered) = ctx.chain_outputs.get(key, &desired.target, &input) {
+        ctx.metrics.chain(true);
+        return Ok(match remembered {
+            Remembered::Write { object, hash } => Made::Write { object, hash },
+            Remembered::Skip { plugin, reason } => Made::Skip { plugin, reason },
+        });
+    }
+    ctx.metrics.chain(false);
+    let object = std::mem::take(&mut desired.object);
+    let (remembered, made) = match ctx.plugins.run(chain, plugin_ctx, object).await? {
+        ChainOutcome::Write(object) => {
+            desired.replace_object(object);
+            let object = Arc::new(desired.object);
+            let hash = desired.hash;
+            let remembered = Remembered::Write {
+                object: object.clone(),
+                hash: hash.clone(),
+            };
+            (remembered, Made::Write { object, hash })
+        }
+        ChainOutcome::Skip { plugin, reason } => (
+            Remembered::Skip {
+                plugin: plugin.clone(),
+                reason: reason.clone(),
+            },
+            Made::Skip { plugin, reason },
+        ),
+    };
+    ctx.chain_outputs.put(key, desired.target, input, remembered);
+    Ok(made)
+}
+
+/// Reads the places with no copy of ours in the cache (first copies, or objects in the way): one
+/// GET each, several in flight.
+pub(super) async fn read_places(ctx: &Context, gathered: &Gathered<'_>, plan: &Plan) -> Vec<(usize, Read)> {
+    let reads = futures::stream::iter(plan.unread())
+        .map(|(index, cluster)| {
+            let reachable = &gathered.reachable[cluster];
+            let target = plan.copies[index].target.clone();
+            async move { (index, reachable, read_place(reachable, &target).await) }
+        })
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    reads
+        .into_iter()
+        .map(|(index, reachable, read)| {
+            let read = read.map_err(|e| failure(ctx, &reachable.name, "reading the current object", &e));
+            (index, read)
+        })
+        .collect()
+}
+
+async fn read_place(cluster: &Reachable, target: &CopyTarget) -> kube::Result<Option<Arc<DynamicObject>>> {
+    live_object(
+        &cluster.handle,
+        &cluster.resource,
+        target.namespace.as_deref(),
+        &target.name,
+    )
+    .await
+}
+
+/// The object now at a copy's place: from the copies cache if it is a copy, else from the API.
+pub(super) async fn live_object(
+    cluster: &ClusterHandle,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> kube::Result<Option<Arc<DynamicObject>>> {
+    if let Some(cached) = cluster.watches.cached_copy(resource, namespace, name) {
+        return Ok(Some(cached));
+    }
+    let fetched = remote_call(
+        &cluster.name,
+        write::get(&cluster.client, resource, namespace, name),
+    )
+    .await?;
+    Ok(fetched.map(Arc::new))
+}

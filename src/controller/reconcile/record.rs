@@ -1,0 +1,339 @@
+//! The record step: the rule's status (the inventory of copies and `Ready`), its events and
+//! metrics, and when to look at it again. It writes the status and events, nothing else.
+
+use super::carry_out::Outcome;
+use super::gather::{Gathered, Next, Refusal};
+use super::{RETRY_UNREACHABLE, place_of};
+use crate::api::{CopyState, CopyStatus, RuleStatus};
+use crate::controller::Context;
+use crate::controller::error::{Error, short_message};
+use crate::controller::rule::RuleResource;
+use crate::controller::status::{
+    LastWritten, Readiness, bounded, needs_write, plugins_not_refreshed, summarize, with_ready,
+};
+use crate::sync::consent::not_shared_message;
+use crate::sync::desired::CopyTarget;
+use crate::sync::hash::digest;
+use crate::sync::ownership::FIELD_MANAGER;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// How often a healthy rule is looked at again even without events: cheap, as it writes nothing.
+const RESYNC: Duration = Duration::from_secs(600);
+/// Per-copy events per reconcile; the rest are summed up in one.
+const EVENTS_PER_RECONCILE: usize = 10;
+
+/// Records what the reconcile did: metrics, an event for each copy that went out of sync, the
+/// rule's problem if it has one, and the status; returns when to look again.
+pub(super) async fn record<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    gathered: &Gathered<'_>,
+    outcome: Outcome,
+) -> Result<Action, Error> {
+    let Outcome {
+        plan,
+        leftovers,
+        mut events,
+    } = outcome;
+    let (inventory, event_notes) = plan.inventory(leftovers);
+    let ready = readiness(gathered, &inventory);
+    let mut by_state: HashMap<String, i64> = HashMap::new();
+    for copy in &inventory {
+        *by_state.entry(format!("{:?}", copy.state)).or_default() += 1;
+    }
+    ctx.metrics.set_copies(&gathered.key.to_string(), Some(by_state));
+    note_changes(&mut events, gathered, &inventory, &event_notes);
+    if ready.reason == "SourceNotFound" || ready.reason == "SourceNotShared" {
+        publish_problem(rule, ctx, gathered.previous, &ready, ready.message.clone()).await;
+    }
+    events.publish(rule, ctx).await;
+
+    let failing = inventory.iter().any(|c| {
+        matches!(
+            c.state,
+            CopyState::Failed | CopyState::PluginFailed | CopyState::Unauthorized
+        )
+    });
+    let unreachable = inventory.iter().any(|c| c.state == CopyState::Unreachable);
+    let next_look = if failing {
+        ctx.retries.failed(&gathered.key, None)
+    } else {
+        ctx.retries.succeeded(&gathered.key);
+        // The cluster's prober wakes the rule when the cluster answers again.
+        if unreachable { RETRY_UNREACHABLE } else { RESYNC }
+    };
+    // A pinned tag due to be resolved again brings the next look forward.
+    let next_look = gathered
+        .chain
+        .refresh_in
+        .map_or(next_look, |due| next_look.min(due));
+    write_status(rule, ctx, status(gathered, inventory, ready)).await?;
+    Ok(Action::requeue(next_look))
+}
+
+/// `Ready`: whether the source is there (and shared with the rule), else what the copies say.
+fn readiness(gathered: &Gathered<'_>, inventory: &[CopyStatus]) -> Readiness {
+    let (spec, source_ns) = (gathered.spec, &gathered.source_ns);
+    let in_cluster = match &gathered.source_cluster {
+        Some(cluster) => format!(" of RemoteCluster {cluster}"),
+        None => String::new(),
+    };
+    let no_sources = gathered.sources.is_empty();
+    let ready = match (&spec.source.name, no_sources) {
+        (Some(name), true) => Readiness::not_ready(
+            "SourceNotFound",
+            format!(
+                "{} {source_ns}/{name}{in_cluster} does not exist; copies follow as soon as it does",
+                spec.source.kind
+            ),
+        ),
+        (None, true) => Readiness {
+            ready: true,
+            reason: "NothingToCopy".into(),
+            message: format!(
+                "no {} in {source_ns}{in_cluster} matches the selector",
+                spec.source.kind
+            ),
+        },
+        _ => summarize(inventory),
+    };
+    match &gathered.source_cluster {
+        Some(cluster) if gathered.unshared > 0 && (ready.ready || no_sources) => Readiness::not_ready(
+            "SourceNotShared",
+            not_shared_message(
+                &gathered.key,
+                cluster,
+                spec.source.name.is_some(),
+                gathered.unshared,
+            ),
+        ),
+        _ => ready,
+    }
+}
+
+/// An event for each copy that is not in sync and was not in this state before.
+fn note_changes(
+    events: &mut EventLog,
+    gathered: &Gathered<'_>,
+    inventory: &[CopyStatus],
+    event_notes: &HashMap<CopyTarget, String>,
+) {
+    for copy in inventory {
+        let was = gathered
+            .previous_copies
+            .iter()
+            .find(|c| c.cluster == copy.cluster && c.namespace == copy.namespace && c.name == copy.name);
+        // A copy counted rather than listed last time, in a state counted then, is no news.
+        let counted_before = was.is_none()
+            && gathered
+                .previous
+                .is_some_and(|p| p.not_listed.contains_key(&format!("{:?}", copy.state)));
+        if copy.state == CopyState::Synced || counted_before || was.is_some_and(|w| w.state == copy.state) {
+            continue;
+        }
+        let target = CopyTarget {
+            cluster: copy.cluster.clone(),
+            namespace: copy.namespace.clone(),
+            name: copy.name.clone(),
+        };
+        let place = place_of(&target);
+        let said = event_notes.get(&target).or(copy.message.as_ref());
+        let note = format!("copy {place}: {}", said.cloned().unwrap_or_default());
+        tracing::warn!(rule = %gathered.key, copy = %place, state = ?copy.state, why = copy.message.as_deref().unwrap_or_default(), "copy not in sync");
+        // A skip is the plugin's decision, reported as information rather than a warning.
+        let type_ = if copy.state == CopyState::Skipped {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        events.note_copy(
+            type_,
+            &format!("{:?}", copy.state),
+            note,
+            &gathered.resource,
+            &target,
+        );
+    }
+}
+
+/// The status: the inventory (bounded), the sources' digest, the chain's pins and `Ready`.
+fn status(gathered: &Gathered<'_>, inventory: Vec<CopyStatus>, ready: Readiness) -> RuleStatus {
+    let source_hashes: Vec<(String, String)> = gathered
+        .sources
+        .iter()
+        .map(|s| (s.reference.name.clone(), s.template.source_hash().to_owned()))
+        .collect();
+    let source_hash = (!source_hashes.is_empty()).then(|| digest(&json!(source_hashes)));
+    let synced = inventory.iter().filter(|c| c.state == CopyState::Synced).count();
+    let total = inventory.len();
+    let (targets, not_listed) = bounded(inventory);
+    let status = RuleStatus {
+        source_hash,
+        copies: Some(format!("{synced}/{total}")),
+        targets,
+        not_listed,
+        plugins: gathered.chain.pins.clone(),
+        ..Default::default()
+    };
+    let mut status = with_ready(status, gathered.previous, gathered.generation, ready);
+    status.conditions.extend(plugins_not_refreshed(
+        gathered.previous.map(|p| p.conditions.as_slice()),
+        gathered.generation,
+        &gathered.chain.not_refreshed,
+    ));
+    status
+}
+
+/// Reports a rule that cannot be acted on: a warning event and `Ready=False`, keeping the rest
+/// of the status as it was (its copies are left alone); returns when to look again.
+pub(super) async fn refusal<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    refusal: Refusal,
+) -> Result<Action, Error> {
+    let Refusal {
+        ready,
+        note,
+        kept,
+        next,
+    } = refusal;
+    let note = note.unwrap_or_else(|| ready.message.clone());
+    publish_problem(rule, ctx, kept.as_ref(), &ready, note).await;
+    let status = with_ready(
+        kept.clone().unwrap_or_default(),
+        kept.as_ref(),
+        rule.meta().generation,
+        ready,
+    );
+    write_status(rule, ctx, status).await?;
+    Ok(match next {
+        Next::AwaitChange => Action::await_change(),
+        Next::Backoff => Action::requeue(ctx.retries.failed(&rule.key(), None)),
+        Next::After(after) => Action::requeue(after),
+    })
+}
+
+/// Writes the status with server-side apply, only when it differs from what is there.
+async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: RuleStatus) -> Result<(), Error> {
+    let key = rule.key();
+    let uid = rule.meta().uid.clone().unwrap_or_default();
+    let last = ctx
+        .statuses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
+        return Ok(());
+    }
+    let patch = json!({
+        "apiVersion": R::api_version(&()),
+        "kind": R::kind(&()),
+        "status": status,
+    });
+    rule.api(ctx.client.clone())
+        .patch_status(
+            &rule.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    ctx.statuses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, LastWritten::of(&uid, &status));
+    Ok(())
+}
+
+/// A warning event for a rule-level problem, once per change of reason.
+async fn publish_problem<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    previous: Option<&RuleStatus>,
+    ready: &Readiness,
+    note: String,
+) {
+    tracing::warn!(rule = %rule.key(), reason = %ready.reason, why = %ready.message, "rule cannot be acted on");
+    let before = previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.reason.as_str());
+    if before == Some(ready.reason.as_str()) {
+        return;
+    }
+    let mut log = EventLog::default();
+    log.note(EventType::Warning, &ready.reason, note);
+    log.publish(rule, ctx).await;
+}
+
+/// Events gathered during one reconcile, published at its end with a cap.
+#[derive(Default)]
+pub(super) struct EventLog {
+    events: Vec<(EventType, String, String, Option<ObjectReference>)>,
+}
+
+impl EventLog {
+    fn note(&mut self, type_: EventType, reason: &str, note: String) {
+        self.events.push((type_, reason.to_owned(), note, None));
+    }
+
+    /// An event about one copy, which it names as the related object (so that events about
+    /// different copies are not merged into one).
+    pub fn note_copy(
+        &mut self,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        resource: &ApiResource,
+        target: &CopyTarget,
+    ) {
+        let related = ObjectReference {
+            api_version: Some(resource.api_version.clone()),
+            kind: Some(resource.kind.clone()),
+            namespace: target.namespace.clone(),
+            name: Some(target.name.clone()),
+            ..Default::default()
+        };
+        self.events.push((type_, reason.to_owned(), note, Some(related)));
+    }
+
+    async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) {
+        let reference = rule.object_ref(&());
+        let total = self.events.len();
+        let mut events = self.events;
+        // Warnings first: when there are more events than the cap, the problems must get through.
+        events.sort_by_key(|(type_, ..)| *type_ != EventType::Warning);
+        for (type_, reason, note, secondary) in events.into_iter().take(EVENTS_PER_RECONCILE) {
+            let event = Event {
+                type_,
+                reason: reason.clone(),
+                note: Some(short_message(&note)),
+                action: reason,
+                secondary,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "publishing an event failed");
+            }
+        }
+        if total > EVENTS_PER_RECONCILE {
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "MoreChanges".into(),
+                note: Some(format!(
+                    "and {} more changes to copies; see status.targets",
+                    total - EVENTS_PER_RECONCILE
+                )),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            let _ = ctx.recorder.publish(&event, &reference).await;
+        }
+    }
+}
