@@ -22,8 +22,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use mimeo_envtest::ControlPlane;
-use processes::{Mimeo, Process, apiserver_requests, requests_since};
-use serde_json::{Value, json};
+use processes::{Mimeo, Process, apiserver_requests, apply, requests_since};
+use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -266,28 +266,6 @@ async fn all_seen(
         }
     }
     at.into_values().max().map(|last| last - started)
-}
-
-async fn apply(client: &Client, object: Value) {
-    let gvk: kube::core::GroupVersionKind = serde_json::from_value::<kube::core::TypeMeta>(object.clone())
-        .unwrap()
-        .try_into()
-        .unwrap();
-    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-    let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
-            Api::namespaced_with(client.clone(), ns, &resource)
-        }
-        _ => Api::all_with(client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("bench").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {

@@ -25,7 +25,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use mimeo_envtest::ControlPlane;
-use processes::{Mimeo, apiserver_requests, requests_since};
+use processes::{Mimeo, apiserver_requests, apply, requests_since};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -308,26 +308,4 @@ async fn apply_secret(client: &Client, object: Value) {
         .patch(name, &PatchParams::apply("bench").force(), &Patch::Apply(&object))
         .await
         .unwrap_or_else(|e| panic!("applying {namespace}/{name}: {e}"));
-}
-
-async fn apply(client: &Client, object: Value) {
-    let gvk: kube::core::GroupVersionKind = serde_json::from_value::<kube::core::TypeMeta>(object.clone())
-        .unwrap()
-        .try_into()
-        .unwrap();
-    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-    let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
-            Api::namespaced_with(client.clone(), ns, &resource)
-        }
-        _ => Api::all_with(client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("bench").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
 }

@@ -49,7 +49,26 @@ pub struct Inventory {
     pub policies: Vec<Value>,
 }
 
+impl Namespace {
+    /// Its labels with the one Kubernetes sets to its name, which selectors may name.
+    fn labels_with_name(&self) -> BTreeMap<String, String> {
+        let mut labels = self.labels.clone();
+        labels
+            .entry(NAME_LABEL.to_owned())
+            .or_insert_with(|| self.name.clone());
+        labels
+    }
+}
+
 impl Inventory {
+    /// The namespaces `selector` selects.
+    fn matching(&self, selector: &selector::Selector) -> Vec<&Namespace> {
+        self.namespaces
+            .iter()
+            .filter(|n| selector.matches(&n.labels_with_name()))
+            .collect()
+    }
+
     fn namespace(&self, name: &str) -> Option<&Namespace> {
         self.namespaces.iter().find(|n| n.name == name)
     }
@@ -278,13 +297,7 @@ fn selected<'a>(inventory: &'a Inventory, selector: &Value) -> Vec<&'a Namespace
     inventory
         .namespaces
         .iter()
-        .filter(|n| {
-            let mut labels = n.labels.clone();
-            labels
-                .entry(NAME_LABEL.to_owned())
-                .or_insert_with(|| n.name.clone());
-            matcher.matches(&labels)
-        })
+        .filter(|n| matcher.matches(&n.labels_with_name()))
         .collect()
 }
 

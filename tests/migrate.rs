@@ -128,11 +128,10 @@ async fn uid_and_value(h: &Harness, ns: &str, name: &str) -> (String, Value) {
     (s.metadata.uid.unwrap(), serde_json::to_value(s.data).unwrap())
 }
 
-/// kubernetes-replicator: push by names, a regular expression and a label selector; pull with
-/// `replicate-from`, allowed and refused.
-#[tokio::test]
-async fn from_kubernetes_replicator() {
-    let mut h = Harness::without_controller().await;
+/// kubernetes-replicator's fixture, as its README describes it: in `default`, a Secret pushed by
+/// names and a pattern, a ConfigMap pushed by a selector, a Secret that allows pulls into `other`
+/// and `namespace-.*`; pull replicas in `other` (holding `replica`) and in `nope` (refused).
+async fn replicator_fixture(h: &Harness, replica: &str) {
     for (ns, labels) in [
         ("my-ns-1", vec![]),
         ("namespace-1", vec![]),
@@ -142,43 +141,44 @@ async fn from_kubernetes_replicator() {
     ] {
         h.namespace(ns, &labels, &[]).await;
     }
-    const TO: &str = "replicator.v1.mittwald.de/replicate-to";
-    const MATCHING: &str = "replicator.v1.mittwald.de/replicate-to-matching";
-    const FROM: &str = "replicator.v1.mittwald.de/replicate-from";
+    const P: &str = "replicator.v1.mittwald.de/";
+    let a = |k: &str| format!("{P}{k}");
     secret(
-        &h,
+        h,
         "default",
         "test-secret",
         "s1",
-        &[(TO, "my-ns-1,namespace-[0-9]*")],
+        &[(&a("replicate-to"), "my-ns-1,namespace-[0-9]*")],
     )
     .await;
-    config_map(&h, "default", "settings", "c1", &[(MATCHING, "team=a")]).await;
-    secret(
-        &h,
+    config_map(
+        h,
         "default",
-        "some-secret",
-        "p1",
-        &[
-            ("replicator.v1.mittwald.de/replication-allowed", "true"),
-            (
-                "replicator.v1.mittwald.de/replication-allowed-namespaces",
-                "other,namespace-.*",
-            ),
-        ],
+        "settings",
+        "c1",
+        &[(&a("replicate-to-matching"), "team=a")],
     )
     .await;
-    // The copies the replicator made: a pushed one, and the pull replicas (one it refuses).
+    let (allowed, allowed_namespaces) = (a("replication-allowed"), a("replication-allowed-namespaces"));
+    let allows = [
+        (allowed.as_str(), "true"),
+        (allowed_namespaces.as_str(), "other,namespace-.*"),
+    ];
+    secret(h, "default", "some-secret", "p1", &allows).await;
+    let from = a("replicate-from");
+    let from = [(from.as_str(), "default/some-secret")];
+    secret(h, "other", "secret-replica", replica, &from).await;
+    secret(h, "nope", "secret-replica", "", &from).await;
+}
+
+/// kubernetes-replicator: push by names, a regular expression and a label selector; pull with
+/// `replicate-from`, allowed and refused.
+#[tokio::test]
+async fn from_kubernetes_replicator() {
+    let mut h = Harness::without_controller().await;
+    replicator_fixture(&h, "p1").await;
+    // The copy the replicator pushed; the pull replicas are in the fixture.
     secret(&h, "my-ns-1", "test-secret", "s1", &[]).await;
-    secret(
-        &h,
-        "other",
-        "secret-replica",
-        "p1",
-        &[(FROM, "default/some-secret")],
-    )
-    .await;
-    secret(&h, "nope", "secret-replica", "", &[(FROM, "default/some-secret")]).await;
     let adopted_before = uid_and_value(&h, "my-ns-1", "test-secret").await;
 
     let (yaml, notes) = migrate(&h, "replicator");
@@ -459,60 +459,7 @@ async fn the_real_replicator_and_mimeo_after_migrating_keep_the_same_copies() {
     let binary = String::from_utf8(build.stdout).unwrap().trim().to_owned();
 
     let mut h = Harness::without_controller().await;
-    for (ns, labels) in [
-        ("my-ns-1", vec![]),
-        ("namespace-1", vec![]),
-        ("namespace-22", vec![("team", "a")]),
-        ("other", vec![("team", "a")]),
-        ("nope", vec![]),
-    ] {
-        h.namespace(ns, &labels, &[]).await;
-    }
-    const P: &str = "replicator.v1.mittwald.de/";
-    let a = |k: &str| format!("{P}{k}");
-    secret(
-        &h,
-        "default",
-        "test-secret",
-        "s1",
-        &[(&a("replicate-to"), "my-ns-1,namespace-[0-9]*")],
-    )
-    .await;
-    config_map(
-        &h,
-        "default",
-        "settings",
-        "c1",
-        &[(&a("replicate-to-matching"), "team=a")],
-    )
-    .await;
-    secret(
-        &h,
-        "default",
-        "some-secret",
-        "p1",
-        &[
-            (&a("replication-allowed"), "true"),
-            (&a("replication-allowed-namespaces"), "other,namespace-.*"),
-        ],
-    )
-    .await;
-    secret(
-        &h,
-        "other",
-        "secret-replica",
-        "",
-        &[(&a("replicate-from"), "default/some-secret")],
-    )
-    .await;
-    secret(
-        &h,
-        "nope",
-        "secret-replica",
-        "",
-        &[(&a("replicate-from"), "default/some-secret")],
-    )
-    .await;
+    replicator_fixture(&h, "").await;
 
     let mut replicator = std::process::Command::new(&binary)
         .args([

@@ -1,5 +1,5 @@
-//! The processes the scenario benchmarks run (`mimeo run`, a peer), and the apiserver's request
-//! counts, shared by `benches/scale.rs` and `benches/peers.rs`.
+//! The processes the scenario benchmarks run (`mimeo run`, a peer), applying objects, and the
+//! apiserver's request counts, shared by `benches/scale.rs` and `benches/peers.rs`.
 #![allow(dead_code)]
 
 use kube::Client;
@@ -222,4 +222,27 @@ pub fn requests_since(
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .collect()
+}
+
+/// Server-side applies any object, finding its kind by discovery.
+pub async fn apply(client: &Client, object: serde_json::Value) {
+    let gvk: kube::core::GroupVersionKind = serde_json::from_value::<kube::core::TypeMeta>(object.clone())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    let api: kube::api::Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            kube::api::Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => kube::api::Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &kube::api::PatchParams::apply("bench").force(),
+        &kube::api::Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
 }

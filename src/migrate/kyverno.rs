@@ -182,15 +182,8 @@ fn rules_for(
     namespaces: &Selector,
 ) {
     let target_namespaces: Vec<String> = inventory
-        .namespaces
-        .iter()
-        .filter(|n| {
-            let mut labels = n.labels.clone();
-            labels
-                .entry(super::NAME_LABEL.to_owned())
-                .or_insert_with(|| n.name.clone());
-            namespaces.matches(&labels)
-        })
+        .matching(namespaces)
+        .into_iter()
         .map(|n| n.name.clone())
         .collect();
     // Never into the namespace the source is in (a copy there would be the source itself).

@@ -10,7 +10,7 @@
 //! the source's own namespace never gets a mirror.
 
 use super::selector::Selector;
-use super::{Inventory, Migration, Namespace, Object, Place, Tool, entries, places, sync_rule};
+use super::{Inventory, Migration, Object, Place, Tool, entries, places, sync_rule};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -99,20 +99,6 @@ fn terms(
     out
 }
 
-fn matching<'a>(inventory: &'a Inventory, selector: &Selector) -> Vec<&'a Namespace> {
-    inventory
-        .namespaces
-        .iter()
-        .filter(|n| {
-            let mut labels = n.labels.clone();
-            labels
-                .entry(super::NAME_LABEL.to_owned())
-                .or_insert_with(|| n.name.clone());
-            selector.matches(&labels)
-        })
-        .collect()
-}
-
 /// A target for what `selector` selects: namespaces by name when it is only names.
 fn targets_for(selector: &Selector) -> Vec<Value> {
     match selector.only_names() {
@@ -169,7 +155,7 @@ fn auto(inventory: &Inventory, migration: &mut Migration, source: &Object, allow
                 ),
                 None => both.except(&source.namespace),
             };
-            for ns in matching(inventory, &both) {
+            for ns in inventory.matching(&both) {
                 namespaces.insert(ns.name.clone());
             }
             targets.extend(targets_for(&both));
@@ -202,13 +188,9 @@ fn mirrors(inventory: &Inventory, migration: &mut Migration, source: &Object, al
         {
             continue;
         }
-        let in_allowed = inventory.namespace(&mirror.namespace).is_some_and(|ns| {
-            let mut labels = ns.labels.clone();
-            labels
-                .entry(super::NAME_LABEL.to_owned())
-                .or_insert_with(|| ns.name.clone());
-            allowed.iter().any(|s| s.matches(&labels))
-        });
+        let in_allowed = inventory
+            .namespace(&mirror.namespace)
+            .is_some_and(|ns| allowed.iter().any(|s| s.matches(&ns.labels_with_name())));
         if !in_allowed || mirror.namespace == source.namespace {
             migration.note(
                 Tool::Reflector,
