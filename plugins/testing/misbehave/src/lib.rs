@@ -176,6 +176,7 @@ fn common(config: &Config) -> Option<Result<(), String>> {
         "trap" => panic!("asked to trap"),
         "recurse" => {
             // Without end, and not a tail call: the host's stack limit must stop it.
+            #[allow(unconditional_recursion)]
             fn deeper(n: u64) -> u64 {
                 black_box(deeper(black_box(n + 1))) + 1
             }
