@@ -347,6 +347,7 @@ mod tests {
                 name: "s".into(),
             },
             config: config.into(),
+            inputs: Vec::new(),
         };
         let object = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#.to_string();
         let Ok(Outcome::Write(out)) =
