@@ -2,6 +2,7 @@
 //! annotations change; `type`, kind, name and namespace never do.
 
 use crate::config::Field;
+use crate::filters::base64_error;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use mimeo_plugin_sdk::{DATA_FIELDS, check_label_value};
@@ -75,8 +76,9 @@ pub fn apply(
                     (Kind::Secret, _) => {
                         STANDARD.decode(&text).map_err(|e| {
                             format!(
-                                "{name}: a Secret's data must be base64 and the rendered text is not ({e}); \
-                                 give plain text in stringData, or encode it with b64encode"
+                                "{name}: a Secret's data must be base64 and the rendered text is not ({}); \
+                                 give plain text in stringData, or encode it with b64encode",
+                                base64_error(&e)
                             )
                         })?;
                         text

@@ -230,7 +230,11 @@ mod tests {
         );
         fails(
             "{{ 'YWRtaW4' | b64decode }}",
-            "b64decode: the value is not valid base64",
+            "b64decode: the value is not valid base64 (invalid padding)",
+        );
+        fails(
+            "{{ 'YW!' | b64decode }}",
+            "b64decode: the value is not valid base64 (an invalid character at offset 2)",
         );
         fails(
             "{{ object.data.binary | b64decode }}",

@@ -2,8 +2,8 @@
 //! Secret or ConfigMap needs, and `dockerconfigjson`. Errors never quote the value: it may be a
 //! secret.
 
-use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use base64::{DecodeError, Engine as _};
 use minijinja::value::{Kwargs, Rest, Value};
 use minijinja::{Error, ErrorKind};
 use sha2::{Digest, Sha256};
@@ -33,15 +33,29 @@ fn text<'a>(filter: &str, value: &'a Value) -> Result<&'a str, Error> {
         .ok_or_else(|| invalid(format!("{filter}: the value is a {}, not a string", value.kind())))
 }
 
+/// What is wrong with base64 text, by position only: base64's own message shows the offending
+/// byte, which may be part of a secret.
+pub fn base64_error(error: &DecodeError) -> String {
+    match error {
+        DecodeError::InvalidByte(at, _) => format!("an invalid character at offset {at}"),
+        DecodeError::InvalidLength(length) => format!("an invalid length, {length} symbols"),
+        DecodeError::InvalidLastSymbol { offset, .. } => format!("an invalid last symbol at offset {offset}"),
+        DecodeError::InvalidPadding => "invalid padding".into(),
+    }
+}
+
 pub fn b64encode(value: &Value) -> Result<String, Error> {
     Ok(STANDARD.encode(text("b64encode", value)?))
 }
 
 pub fn b64decode(value: &Value) -> Result<String, Error> {
     let value = text("b64decode", value)?;
-    let bytes = STANDARD
-        .decode(value)
-        .map_err(|e| invalid(format!("b64decode: the value is not valid base64 ({e})")))?;
+    let bytes = STANDARD.decode(value).map_err(|e| {
+        invalid(format!(
+            "b64decode: the value is not valid base64 ({})",
+            base64_error(&e)
+        ))
+    })?;
     String::from_utf8(bytes).map_err(|e| {
         invalid(format!(
             "b64decode: the decoded value is not UTF-8 text (invalid byte at {})",
