@@ -25,7 +25,9 @@ async fn harness() -> Harness {
 
 /// Applies every object of a file in `examples/`, as the admin.
 async fn apply_example(h: &Harness, file: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples").join(file);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(file);
     let text = std::fs::read_to_string(&path).unwrap();
     for document in serde_yaml_ng::Deserializer::from_str(&text) {
         let object: Value = serde::Deserialize::deserialize(document).unwrap();
@@ -53,7 +55,11 @@ async fn put_config_map(h: &Harness, ns: &str, name: &str, data: Value) {
 
 async fn patch_secret(h: &Harness, ns: &str, name: &str, string_data: Value) {
     h.secrets(ns)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&json!({"stringData": string_data})))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": string_data})),
+        )
         .await
         .unwrap();
 }
@@ -71,15 +77,26 @@ async fn registry_credentials_are_assembled_from_a_secret_and_a_config_map() {
     .await;
     assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
     let keys: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
-    assert_eq!(keys, [".dockerconfigjson"], "replaceData: the source's keys are gone");
+    assert_eq!(
+        keys,
+        [".dockerconfigjson"],
+        "replaceData: the source's keys are gone"
+    );
     let auth = &docker_config(&copy)["auths"]["registry.example.com"];
     assert_eq!(auth["username"], "demo-robot");
     assert_eq!(auth["password"], "not-a-real-password");
     assert_eq!(auth["auth"], b64("demo-robot:not-a-real-password"));
-    h.wait_ready("platform-registry", "chart-registry-pull", "True", "Synced").await;
+    h.wait_ready("platform-registry", "chart-registry-pull", "True", "Synced")
+        .await;
 
     // The source rotates: the copy follows.
-    patch_secret(&h, "platform-registry", "registry-robot", json!({"password": "rotated-1"})).await;
+    patch_secret(
+        &h,
+        "platform-registry",
+        "registry-robot",
+        json!({"password": "rotated-1"}),
+    )
+    .await;
     eventually("the rotated password in the copy", || async {
         let copy = h.secrets("flux-apps").get("chart-registry").await.unwrap();
         let auth = docker_config(&copy)["auths"]["registry.example.com"].clone();
@@ -88,14 +105,22 @@ async fn registry_credentials_are_assembled_from_a_secret_and_a_config_map() {
     .await;
 
     // The input rotates: the copy follows.
-    put_config_map(&h, "platform-registry", "registry-endpoint", json!({"host": "mirror.example.com"})).await;
+    put_config_map(
+        &h,
+        "platform-registry",
+        "registry-endpoint",
+        json!({"host": "mirror.example.com"}),
+    )
+    .await;
     eventually("the new host in the copy", || async {
         let copy = h.secrets("flux-apps").get("chart-registry").await.unwrap();
         let auths = docker_config(&copy)["auths"].clone();
-        (auths.get("mirror.example.com").is_some() && auths.get("registry.example.com").is_none()).then_some(())
+        (auths.get("mirror.example.com").is_some() && auths.get("registry.example.com").is_none())
+            .then_some(())
     })
     .await;
-    h.wait_ready("platform-registry", "chart-registry-pull", "True", "Synced").await;
+    h.wait_ready("platform-registry", "chart-registry-pull", "True", "Synced")
+        .await;
 
     // The input goes: nothing is written, the rule says which input and why.
     let before = h.secrets("flux-apps").get("chart-registry").await.unwrap();
@@ -104,29 +129,51 @@ async fn registry_credentials_are_assembled_from_a_secret_and_a_config_map() {
         .await
         .unwrap();
     let refused = h
-        .wait_ready("platform-registry", "chart-registry-pull", "False", "InputNotFound")
+        .wait_ready(
+            "platform-registry",
+            "chart-registry-pull",
+            "False",
+            "InputNotFound",
+        )
         .await;
     let message = &refused.status.unwrap().conditions[0].message;
     assert!(
         message.contains("input endpoint (ConfigMap platform-registry/registry-endpoint) does not exist"),
         "{message}"
     );
-    patch_secret(&h, "platform-registry", "registry-robot", json!({"password": "rotated-2"})).await;
-    stays("the copy as it was while its input is missing", Duration::from_secs(2), || async {
-        let now = h.secrets("flux-apps").get("chart-registry").await.unwrap();
-        now.data == before.data && now.metadata.resource_version == before.metadata.resource_version
-    })
+    patch_secret(
+        &h,
+        "platform-registry",
+        "registry-robot",
+        json!({"password": "rotated-2"}),
+    )
+    .await;
+    stays(
+        "the copy as it was while its input is missing",
+        Duration::from_secs(2),
+        || async {
+            let now = h.secrets("flux-apps").get("chart-registry").await.unwrap();
+            now.data == before.data && now.metadata.resource_version == before.metadata.resource_version
+        },
+    )
     .await;
 
     // It comes back: the copy is made from both again.
-    put_config_map(&h, "platform-registry", "registry-endpoint", json!({"host": "registry.example.com"})).await;
+    put_config_map(
+        &h,
+        "platform-registry",
+        "registry-endpoint",
+        json!({"host": "registry.example.com"}),
+    )
+    .await;
     eventually("the copy made from the re-created input", || async {
         let copy = h.secrets("flux-apps").get("chart-registry").await.unwrap();
         let auth = docker_config(&copy)["auths"]["registry.example.com"].clone();
         (auth["password"] == "rotated-2").then_some(())
     })
     .await;
-    h.wait_ready("platform-registry", "chart-registry-pull", "True", "Synced").await;
+    h.wait_ready("platform-registry", "chart-registry-pull", "True", "Synced")
+        .await;
 }
 
 fn rule(spec: Value) -> Value {
@@ -137,9 +184,11 @@ fn rule(spec: Value) -> Value {
 async fn team(h: &Harness) {
     h.namespace("team", &[], &[]).await;
     for ns in ["tenant-a", "tenant-b"] {
-        h.namespace(ns, &[("tier", "x")], &[("mimeo.dev/accept-from", "team")]).await;
+        h.namespace(ns, &[("tier", "x")], &[("mimeo.dev/accept-from", "team")])
+            .await;
     }
-    h.put_secret("team", "robot", &[("username", "u"), ("password", "p")]).await;
+    h.put_secret("team", "robot", &[("username", "u"), ("password", "p")])
+        .await;
 }
 
 /// A template that cannot render for one target fails that copy only, naming the template and
@@ -161,7 +210,10 @@ async fn a_template_error_fails_only_that_copy() {
         h.secrets("tenant-a").get_opt("robot").await.unwrap()
     })
     .await;
-    assert_eq!(secret_value(&written, "host").as_deref(), Some("first line\na.example.com"));
+    assert_eq!(
+        secret_value(&written, "host").as_deref(),
+        Some("first line\na.example.com")
+    );
     let failed = h.wait_ready("team", "assembled", "False", "PluginFailed").await;
     let status = failed.status.unwrap();
     let copy = status
@@ -170,7 +222,10 @@ async fn a_template_error_fails_only_that_copy() {
         .find(|c| c.namespace.as_deref() == Some("tenant-b"))
         .unwrap();
     let message = copy.message.as_deref().unwrap();
-    assert!(message.contains("stringData[host]"), "names the template: {message}");
+    assert!(
+        message.contains("stringData[host]"),
+        "names the template: {message}"
+    );
     assert!(message.contains("line 2"), "names the line: {message}");
     assert!(h.secrets("tenant-b").get_opt("robot").await.unwrap().is_none());
 }
@@ -199,7 +254,10 @@ async fn plugins_of_both_interface_versions_run_in_one_chain() {
     let labels = copy.metadata.labels.clone().unwrap_or_default();
     let annotations = copy.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(labels.get("legacy-plugin").map(String::as_str), Some("v0.1.0"));
-    assert_eq!(annotations.get("example.com/owner").map(String::as_str), Some("payments"));
+    assert_eq!(
+        annotations.get("example.com/owner").map(String::as_str),
+        Some("payments")
+    );
     assert_eq!(secret_value(&copy, "password").as_deref(), Some("p"));
     h.wait_ready("team", "assembled", "True", "Synced").await;
 }
@@ -223,7 +281,10 @@ async fn a_declared_type_is_checked_before_the_write() {
         message.contains("a Secret of type kubernetes.io/tls needs the key tls.key"),
         "{message}"
     );
-    assert!(!message.contains("\"p\"") && !message.contains(": p"), "no values: {message}");
+    assert!(
+        !message.contains("\"p\"") && !message.contains(": p"),
+        "no values: {message}"
+    );
     assert!(h.secrets("tenant-a").get_opt("robot").await.unwrap().is_none());
 }
 
@@ -235,7 +296,8 @@ async fn a_tenant_cannot_read_inputs_beyond_its_namespace() {
     let h = harness().await;
     team(&h).await;
     h.namespace("kube-secrets", &[], &[]).await;
-    h.put_secret("kube-secrets", "root", &[("token", "hunter2")]).await;
+    h.put_secret("kube-secrets", "root", &[("token", "hunter2")])
+        .await;
     let tenant = tenant_client(&h, "team").await;
     let template = json!([{"plugin": "file://template.wasm", "config": {
         "stringData": {"stolen": "{{ inputs.root.data.token }}"}}}]);
@@ -252,7 +314,9 @@ async fn a_tenant_cannot_read_inputs_beyond_its_namespace() {
     .await
     .unwrap_err();
     assert!(
-        elsewhere.to_string().contains("a SyncRule reads inputs from its own namespace only"),
+        elsewhere
+            .to_string()
+            .contains("a SyncRule reads inputs from its own namespace only"),
         "{elsewhere}"
     );
 
@@ -304,7 +368,7 @@ async fn the_schema_refuses_inputs_and_types_that_cannot_work() {
         (
             json!({"source": {"kind": "Secret", "name": "s"}, "targets": [{"namespace": "a"}],
                    "inputs": [input, input], "transforms": template}),
-            "inputs[].name must be unique",
+            "Duplicate value",
         ),
         (
             json!({"source": {"kind": "Secret", "name": "s"}, "targets": [{"namespace": "a"}],
