@@ -413,6 +413,7 @@ up() {
   scenario_fan_out
   scenario_rotation
   scenario_plugin_chain
+  scenario_assembled_pull_secret
   scenario_new_namespace
   scenario_relabel
   scenario_remote_pull_secret
@@ -541,6 +542,33 @@ spec:
   started="$(now_ms)"
   wait_for "reports/db-user to follow the rotation" copy_token_is s3cret-2
   say "the password rotated: the copy's token followed within $(since "$started") (data sha256 $before -> $(data_hash secret db-user reports))"
+}
+
+# The password in the Docker config of flux-apps/chart-registry.
+pull_secret_password() {
+  kc get secret chart-registry -n flux-apps -o jsonpath='{.data.\.dockerconfigjson}' | base64 -d |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["auths"]["registry.example.com"]["password"])'
+}
+pull_secret_password_is() { [[ "$(pull_secret_password 2>/dev/null)" == "$1" ]]; }
+
+scenario_assembled_pull_secret() {
+  step "A pull secret assembled from a Secret and a ConfigMap (examples/registry-from-parts.yaml)"
+  say "A registry robot's username and password live in a Secret, the registry's host in a"
+  say "ConfigMap. The rule names the ConfigMap as an input and declares the copy's type; the"
+  say "template plugin writes the Docker config from both, into flux-apps next to a HelmRelease."
+  local started before
+  show apply -f examples/registry-from-parts.yaml
+  started="$(now_ms)"
+  wait_for "the copy flux-apps/chart-registry" exists secret chart-registry -n flux-apps
+  wait_rule platform-registry chart-registry-pull 1/1
+  say "copy flux-apps/chart-registry: type $(kc get secret chart-registry -n flux-apps -o jsonpath='{.type}'), keys $(secret_keys flux-apps chart-registry)(in $(since "$started"))"
+  say "its Docker config names: $(kc get secret chart-registry -n flux-apps -o jsonpath='{.data.\.dockerconfigjson}' | base64 -d |
+    python3 -c 'import json, sys; a = json.load(sys.stdin)["auths"]; print(", ".join("%s (user %s)" % (h, v["username"]) for h, v in a.items()))')"
+  before="$(data_hash secret chart-registry flux-apps)"
+  kc patch secret registry-robot -n platform-registry --type merge -p '{"stringData": {"password": "rotated-demo-password"}}' -o name | indent
+  started="$(now_ms)"
+  wait_for "flux-apps/chart-registry to follow the rotation" pull_secret_password_is rotated-demo-password
+  say "the password rotated: the Docker config followed within $(since "$started") (data sha256 $before -> $(data_hash secret chart-registry flux-apps))"
 }
 
 scenario_new_namespace() {
