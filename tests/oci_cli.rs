@@ -204,7 +204,7 @@ async fn mimeo_pushes_what_oras_and_mimeo_pull_byte_for_byte() {
     assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
     assert_eq!(
         manifest["annotations"]["dev.mimeo.interface"],
-        "mimeo:transform@0.1.0"
+        "mimeo:transform@0.2.0"
     );
     assert_eq!(
         manifest["annotations"]["org.opencontainers.image.description"],
@@ -228,7 +228,7 @@ async fn mimeo_pushes_what_oras_and_mimeo_pull_byte_for_byte() {
     assert_eq!(config["architecture"], "wasm");
     assert_eq!(config["os"], "wasip2");
     let exports = config["component"]["exports"].to_string();
-    assert!(exports.contains("mimeo:transform/transformer@0.1.0"), "{config}");
+    assert!(exports.contains("mimeo:transform/transformer@0.2.0"), "{config}");
 
     // oras pull writes the titled layer: the very bytes pushed.
     oras_pulls(&registry, &digest, work.path(), &original);
@@ -246,8 +246,8 @@ async fn mimeo_pushes_what_oras_and_mimeo_pull_byte_for_byte() {
     let inspected = succeeded(&cli.run(&["plugin", "inspect", &target]));
     for expected in [
         "plugin:      filter-keys",
-        "interface:   mimeo:transform@0.1.0",
-        "dev.mimeo.interface: mimeo:transform@0.1.0",
+        "interface:   mimeo:transform@0.2.0",
+        "dev.mimeo.interface: mimeo:transform@0.2.0",
         "org.opencontainers.image.description: Keeps only the keys you name",
     ] {
         assert!(

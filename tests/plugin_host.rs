@@ -59,7 +59,7 @@ fn first_party_plugins_and_a_chain() {
     let filter = load(&host, "filter-keys");
     let rename = load(&host, "rename-keys");
     let set_metadata = load(&host, "set-metadata");
-    assert_eq!(filter.interface_version, "0.1.0");
+    assert_eq!(filter.interface_version, "0.2.0");
     assert_eq!(filter.info.name, "filter-keys");
 
     let only_docker = (
@@ -93,6 +93,53 @@ fn first_party_plugins_and_a_chain() {
 
     let err = host.validate_config(&rename, r#"{"rename": 5}"#).unwrap_err();
     assert!(matches!(err, PluginError::InvalidConfig(_)), "{err}");
+}
+
+/// A component of the old interface loads, describes itself and runs beside a new one; the new
+/// one gets the inputs, the old one its call without them.
+#[test]
+fn both_interface_versions_run_in_one_chain() {
+    let host = host();
+    let legacy = load(&host, "legacy-v0-1");
+    let template = load(&host, "template");
+    assert_eq!(legacy.interface_version, "0.1.0");
+    assert_eq!(legacy.info.name, "legacy-v0-1");
+    assert!(
+        legacy
+            .exports
+            .iter()
+            .any(|e| e == "mimeo:transform/transformer@0.1.0"),
+        "{:?}",
+        legacy.exports
+    );
+    assert_eq!(template.interface_version, "0.2.0");
+    let mut context = ctx();
+    context.inputs = vec![mimeo::plugin::TransformInput {
+        name: "endpoint".into(),
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("platform".into()),
+        object_name: "endpoint".into(),
+        cluster: String::new(),
+        object: json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "endpoint", "namespace": "platform"},
+                       "data": {"host": "registry.example.com"}})
+        .to_string(),
+    }]
+    .into();
+    let chain = [
+        (legacy, "{}".to_owned()),
+        (
+            template,
+            json!({"annotations": {"example.com/registry": "{{ inputs.endpoint.data.host }}"}}).to_string(),
+        ),
+    ];
+    let out = written(host.run_chain(&chain, &context, copy()).unwrap());
+    assert_eq!(out["metadata"]["labels"]["legacy-plugin"], "v0.1.0");
+    assert_eq!(
+        out["metadata"]["annotations"]["example.com/registry"],
+        "registry.example.com"
+    );
 }
 
 #[test]
