@@ -659,6 +659,101 @@ async fn reading_another_cluster_needs_the_owners_consent() {
     .await;
 }
 
+/// 4b. An input in another cluster is read under the same consent as a source there: a tenant's
+/// rule whose source is shared cannot use it to read an object beside it that is not.
+#[tokio::test]
+async fn inputs_in_another_cluster_need_the_owners_consent_too() {
+    let (h, tenant) = start(ControllerConfig {
+        plugin_dir: Some(common::plugin_dir()),
+        ..Default::default()
+    })
+    .await;
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let b_client = b.client().await.unwrap();
+    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
+    Api::<RemoteCluster>::all(h.client.clone())
+        .patch(
+            "b",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+                                 "metadata": {"name": "b"},
+                                 "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "b-kubeconfig"},
+                                          "allowedNamespaces": {"matchLabels": {"team": "a"}}}})),
+        )
+        .await
+        .unwrap();
+    Api::<Namespace>::all(b_client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": TENANT}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let theirs = Api::<ConfigMap>::namespaced(b_client.clone(), TENANT);
+    for (name, shared) in [("settings", true), ("private", false)] {
+        let annotations = if shared {
+            json!({"mimeo.dev/share-with": TENANT})
+        } else {
+            json!({})
+        };
+        theirs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations},
+                                               "data": {"k": format!("{name}-value")}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    apply_as(
+        &tenant,
+        sync_rule(
+            "pull",
+            json!({"source": {"kind": "ConfigMap", "cluster": "b", "name": "settings"},
+                   "inputs": [{"name": "private", "from": {"kind": "ConfigMap", "name": "private"}}],
+                   "targets": [{"namespace": TENANT}],
+                   "transforms": [{"plugin": "file://template.wasm",
+                                   "config": {"stringData": {"leaked": "{{ inputs.private.data.k }}"}}}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = wait_tenant_rule(&tenant, "pull", "False", "InputNotShared").await;
+    assert!(
+        message.contains("input private (ConfigMap tenant-a/private in RemoteCluster b)"),
+        "{message}"
+    );
+    assert!(message.contains("mimeo.dev/share-with=tenant-a"), "{message}");
+    assert!(!message.contains("private-value"), "{message}");
+    let ours = Api::<ConfigMap>::namespaced(h.client.clone(), TENANT);
+    common::stays(
+        "nothing is copied without the input's consent",
+        Duration::from_secs(2),
+        || async { ours.get_opt("settings").await.unwrap().is_none() },
+    )
+    .await;
+
+    // The owner shares it: the copy is made from both.
+    theirs
+        .patch(
+            "private",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"mimeo.dev/share-with": TENANT}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the copy made with the shared input", || async {
+        let copy = ours.get_opt("settings").await.unwrap()?;
+        let data = copy.data?;
+        (data.get("leaked").map(String::as_str) == Some("private-value")
+            && data.get("k").map(String::as_str) == Some("settings-value"))
+        .then_some(())
+    })
+    .await;
+    wait_tenant_rule(&tenant, "pull", "True", "Synced").await;
+}
+
 /// 6. A first write never merges into an object that appeared after mimeo looked: it is created
 /// with a create-only request, and an object found there is handed back to decide about again.
 #[tokio::test]
