@@ -79,7 +79,10 @@ async fn reached(seen: &Seen, name: &str, copies: usize, value: &str) {
         if done == copies {
             return;
         }
-        assert!(Instant::now() < deadline, "{name}: {done}/{copies} copies hold {value}");
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {done}/{copies} copies hold {value}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
@@ -92,7 +95,9 @@ fn median(mut times: Vec<Duration>) -> Duration {
 fn rule(name: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut spec = json!({"source": {"kind": "Secret", "name": name},
                           "targets": [{"namespaceSelector": {"matchLabels": {"bench": "template"}}}]});
-    spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
            "metadata": {"name": name, "namespace": "bench-src"}, "spec": spec})
 }
@@ -142,13 +147,18 @@ async fn main() {
     for round in 1..=rounds {
         let value = format!("v{round}");
         let started = Instant::now();
-        h.put_secret("bench-src", "plain", &[("user", value.as_str())]).await;
+        h.put_secret("bench-src", "plain", &[("user", value.as_str())])
+            .await;
         reached(&seen, "plain", copies, &value).await;
         plain.push(started.elapsed());
 
         let started = Instant::now();
-        h.put_secret("bench-src", "robot", &[("username", "robot"), ("password", value.as_str())])
-            .await;
+        h.put_secret(
+            "bench-src",
+            "robot",
+            &[("username", "robot"), ("password", value.as_str())],
+        )
+        .await;
         reached(&seen, "robot", copies, &value).await;
         templated.push(started.elapsed());
     }

@@ -38,6 +38,35 @@ pub enum Command {
     /// Secret value is printed). What cannot be translated, and why, goes to stderr. Apply the
     /// output with `kubectl apply --server-side -f`, then stop the other tool (docs/migrating.md).
     Migrate(MigrateArgs),
+    /// Print what applying a SyncRule or ClusterSyncRule would do, read with your own kubeconfig
+    /// and permissions and decided by the controller's own code: each copy to create, change
+    /// (a unified diff; Secret values as digests), delete or orphan, and each left alone with
+    /// the reason (a conflict, no consent, a plugin's skip or failure). The transform chain runs
+    /// here, under the plugin limits below. Nothing is written. Exit status as `kubectl diff`:
+    /// 0 no change, 1 changes, 2 the rule would be refused or the diff failed. Copies in
+    /// RemoteClusters are not shown.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DiffArgs {
+    /// The rule, as YAML or JSON (`-` for stdin).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Show Secret values in the diff instead of their size and digest (you can read them anyway:
+    /// the diff reads them with your permissions).
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// Where `file://` plugins are read from: a local copy of the controller's --plugin-dir.
+    #[arg(long, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// The kinds the controller syncs, as its --allow-kind says (the same default).
+    #[arg(long = "allow-kind", value_name = "KIND", value_delimiter = ',')]
+    pub allow_kinds: Vec<AllowedKind>,
+    #[command(flatten)]
+    pub limits: PluginLimitArgs,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
 }
 
 #[derive(Args, Debug, Clone)]

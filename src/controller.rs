@@ -3,6 +3,7 @@
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
 mod chain_outputs;
+pub mod diff;
 mod error;
 mod fleet;
 mod named_namespaces;

@@ -11,6 +11,61 @@ use mimeo::sync::scope::Scope;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
+/// when it would be refused or the diff failed (as `kubectl diff`).
+async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
+    match diff_report(args).await {
+        Ok(report) => {
+            print!("{}", report.render());
+            match (&report.refused, report.changes()) {
+                (Some(_), _) => ExitCode::from(2),
+                (None, true) => ExitCode::from(1),
+                (None, false) => ExitCode::SUCCESS,
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn diff_report(args: mimeo::cli::DiffArgs) -> anyhow::Result<controller::diff::Report> {
+    use mimeo::controller::diff::{DiffOptions, RuleDocument};
+    let text = if args.file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the rule from stdin")?
+    } else {
+        std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
+    };
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster: {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })?;
+    let rule = RuleDocument::parse(&text, client.default_namespace())?;
+    let registries: Vec<String> = rule
+        .spec()
+        .transforms
+        .iter()
+        .filter_map(|t| t.plugin.parse::<mimeo::plugin::oci::OciReference>().ok())
+        .map(|r| r.registry)
+        .collect();
+    let registries: Vec<&str> = registries.iter().map(String::as_str).collect();
+    let allowed_kinds = match args.allow_kinds.is_empty() {
+        true => mimeo::sync::kinds::default_allowed_kinds(),
+        false => args.allow_kinds.clone(),
+    };
+    let options = DiffOptions {
+        allowed_kinds,
+        plugin_dir: args.plugin_dir.clone(),
+        host: args.limits.host_settings(),
+        oci: args.registry.oci_settings(&registries)?,
+        show_secrets: args.show_secrets,
+    };
+    Ok(controller::diff::diff(client, &rule, options).await?)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     // Before any TLS client (kube's or the registry's) is built.
@@ -62,6 +117,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Diff(args) => Ok(diff(args).await),
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;
             let yaml = mimeo::remote_rbac::render(&options)?;

@@ -16,9 +16,9 @@
 
 mod carry_out;
 mod cleanup;
-mod gather;
-mod inputs;
-mod make;
+pub(in crate::controller) mod gather;
+pub(in crate::controller) mod inputs;
+pub(in crate::controller) mod make;
 mod record;
 
 use super::Context;

@@ -18,9 +18,11 @@ use crate::locks::lock;
 use crate::sync::consent::shares;
 use crate::sync::copies::{ClusterPlaces, LiveCopies, Source, Unusable, Wants};
 use crate::sync::desired::CopyTarget;
-use crate::sync::kinds::KindRef;
+use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::scope::Scope;
 use crate::sync::targets::{placements, selector, targets_by_cluster};
+use crate::sync::validate::RuleProblem;
 use crate::sync::{scope, validate};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -183,15 +185,18 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
     } else {
         String::new()
     };
+    let mut resolved = Vec::with_capacity(spec.inputs.len());
+    for input in &spec.inputs {
+        resolved.push(source_side.watches.resolve(&KindRef::of_input(&input.from)).await);
+    }
     let placed_inputs = inputs::place(
-        ctx,
+        &ctx.scope,
         &key,
         spec,
-        &source_side,
+        resolved,
         rule.source_namespace().as_deref(),
         previous,
-    )
-    .await?;
+    )?;
     let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &previous_copies).await;
     let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
     let source_interest = SourceInterest {
@@ -211,10 +216,11 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
     let (store, input_stores) = declared
         .declare(&mut clusters, source_interest, input_interests)
         .await?;
+    let found_inputs = inputs::cached(&placed_inputs, &input_stores);
     let inputs = inputs::read(
         &key,
         &placed_inputs,
-        &input_stores,
+        found_inputs,
         source_cluster.as_deref(),
         previous,
     )?;
@@ -270,15 +276,41 @@ fn checked_kind(
     spec: &RuleSpec,
     previous: Option<&RuleStatus>,
 ) -> Result<KindRef, Stop> {
-    validate::check(spec, &ctx.allowed_kinds)
-        .and_then(|kind| crate::sync::inputs::check_kinds(&spec.inputs, &ctx.allowed_kinds).map(|()| kind))
+    rule_problem(key, spec, &ctx.allowed_kinds, &ctx.scope).map_err(|problem| {
+        ctx.fleet.forget(key);
+        let ready = Readiness::not_ready(problem.reason, problem.message);
+        refused(previous, ready, Next::AwaitChange)
+    })
+}
+
+/// The checks a rule passes before anything is read: the copied kind (and the inputs' kinds)
+/// allowed, what only a `ClusterSyncRule` may do, and the installation's scope. `mimeo diff`
+/// makes the same ones.
+pub(in crate::controller) fn rule_problem(
+    key: &RuleKey,
+    spec: &RuleSpec,
+    allowed: &[AllowedKind],
+    scope: &Scope,
+) -> Result<KindRef, RuleProblem> {
+    validate::check(spec, allowed)
+        .and_then(|kind| crate::sync::inputs::check_kinds(&spec.inputs, allowed).map(|()| kind))
         .and_then(|kind| validate::check_authority(key.kind, spec).map(|()| kind))
-        .and_then(|kind| scope::check(&ctx.scope, spec).map(|()| kind))
-        .map_err(|problem| {
-            ctx.fleet.forget(key);
-            let ready = Readiness::not_ready(problem.reason, problem.message);
-            refused(previous, ready, Next::AwaitChange)
-        })
+        .and_then(|kind| scope::check(scope, spec).map(|()| kind))
+}
+
+/// Why a rule's kind cannot be copied from a cluster that does not serve it.
+pub(in crate::controller) fn kind_not_served(kind: &KindRef, source_cluster: &Option<String>) -> Readiness {
+    let in_source_cluster = match source_cluster {
+        Some(cluster) => format!(" of RemoteCluster {cluster}"),
+        None => String::new(),
+    };
+    Readiness::not_ready(
+        "KindNotServed",
+        format!(
+            "the cluster{in_source_cluster} does not serve {kind}: no such kind, or its \
+             CustomResourceDefinition is not installed; copies follow once it is served"
+        ),
+    )
 }
 
 /// The transform chain: every plugin loaded and its config accepted, or nothing changes.
@@ -315,7 +347,11 @@ async fn resolve_chain<R: RuleResource>(
 /// A chain that cannot be set up: its message may quote the plugin (its refusal of the config, a
 /// trap), so the Event names only the reference and the reason. A plugin file, ConfigMap or
 /// artifact that appears later is noticed on the next look.
-fn chain_refused(problem: ChainProblem, previous: Option<&RuleStatus>, spec_changed: bool) -> Stop {
+pub(in crate::controller) fn chain_refused(
+    problem: ChainProblem,
+    previous: Option<&RuleStatus>,
+    spec_changed: bool,
+) -> Stop {
     let note = format!(
         "the transform chain cannot be set up: plugin {}: {}; the message is in the rule's \
          Ready condition",
@@ -417,22 +453,12 @@ async fn source_kind(
     source_cluster: &Option<String>,
     previous: Option<&RuleStatus>,
 ) -> Result<(ApiResource, bool), Stop> {
-    let in_source_cluster = match source_cluster {
-        Some(cluster) => format!(" of RemoteCluster {cluster}"),
-        None => String::new(),
-    };
     match source_side.watches.resolve(kind).await {
         Ok(Some(found)) => Ok(found),
         Ok(None) => {
             // Registered here, so that the CRD appearing wakes the rule.
             source_side.watches.declare(key, Interest::default()).await?;
-            let ready = Readiness::not_ready(
-                "KindNotServed",
-                format!(
-                    "the cluster{in_source_cluster} does not serve {kind}: no such kind, or its \
-                     CustomResourceDefinition is not installed; copies follow once it is served"
-                ),
-            );
+            let ready = kind_not_served(kind, source_cluster);
             Err(refused(previous, ready, Next::Backoff))
         }
         Err(e) => {

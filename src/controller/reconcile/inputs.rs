@@ -5,8 +5,6 @@
 
 use super::gather::{Next, Refusal, Stop};
 use crate::api::{RuleSpec, RuleStatus};
-use crate::controller::Context;
-use crate::controller::fleet::ClusterHandle;
 use crate::controller::status::Readiness;
 use crate::controller::watches::{SourceInterest, SourceWatchKey};
 use crate::plugin::TransformInput;
@@ -16,6 +14,7 @@ use crate::sync::hash::digest;
 use crate::sync::inputs::namespace_of;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{RuleKey, SHARE_WITH_ANNOTATION};
+use crate::sync::scope::Scope;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
@@ -24,7 +23,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// One input, placed: its resource and namespace, and the watch that serves it.
-pub(super) struct PlacedInput {
+pub(in crate::controller) struct PlacedInput {
     pub name: String,
     pub resource: ApiResource,
     pub namespace: Option<String>,
@@ -47,19 +46,20 @@ fn stop(previous: Option<&RuleStatus>, reason: &str, message: String, next: Next
     }))
 }
 
-/// Where each input is read from, in the source's cluster.
-pub(super) async fn place(
-    ctx: &Context,
+/// Where each input is read from, in the source's cluster, given what its discovery said of each
+/// input's kind (`resolved`, in the rule's order).
+pub(in crate::controller) fn place(
+    scope: &Scope,
     key: &RuleKey,
     spec: &RuleSpec,
-    source_side: &ClusterHandle,
+    resolved: Vec<kube::Result<Option<(ApiResource, bool)>>>,
     source_namespace: Option<&str>,
     previous: Option<&RuleStatus>,
 ) -> Result<Vec<PlacedInput>, Stop> {
     let mut placed = Vec::with_capacity(spec.inputs.len());
-    for input in &spec.inputs {
+    for (input, resolved) in spec.inputs.iter().zip(resolved) {
         let kind = KindRef::of_input(&input.from);
-        let (resource, namespaced) = match source_side.watches.resolve(&kind).await {
+        let (resource, namespaced) = match resolved {
             Ok(Some(found)) => found,
             Ok(None) => {
                 let message = format!(
@@ -79,7 +79,7 @@ pub(super) async fn place(
             namespaced,
         )
         .map_err(|p| stop(previous, p.reason, p.message, Next::AwaitChange))?;
-        if let Some(why) = namespace.as_deref().and_then(|ns| ctx.scope.outside(ns)) {
+        if let Some(why) = namespace.as_deref().and_then(|ns| scope.outside(ns)) {
             let message = format!("input {}: {why}", input.name);
             return Err(stop(previous, "InputNotWatched", message, Next::AwaitChange));
         }
@@ -101,24 +101,38 @@ pub(super) async fn place(
     Ok(placed)
 }
 
-/// Reads each input from its cache: every one must be there, and in another cluster shared
-/// with the rule as a source must be.
-pub(super) fn read(
-    key: &RuleKey,
+/// Each input as its cache holds it, in order.
+pub(super) fn cached(
     placed: &[PlacedInput],
     stores: &[Store<DynamicObject>],
+) -> Vec<Option<Arc<DynamicObject>>> {
+    placed
+        .iter()
+        .zip(stores)
+        .map(|(input, store)| {
+            let mut reference = ObjectRef::new_with(&input.object_name, input.resource.clone());
+            if let Some(ns) = &input.namespace {
+                reference = reference.within(ns);
+            }
+            store.get(&reference)
+        })
+        .collect()
+}
+
+/// Checks the inputs as found (in order; `None` where one is missing): every one must be there,
+/// and in another cluster shared with the rule as a source must be.
+pub(in crate::controller) fn read(
+    key: &RuleKey,
+    placed: &[PlacedInput],
+    found: Vec<Option<Arc<DynamicObject>>>,
     source_cluster: Option<&str>,
     previous: Option<&RuleStatus>,
 ) -> Result<ReadInputs, Stop> {
     let mut inputs = Vec::with_capacity(placed.len());
     let mut hashed = Vec::with_capacity(placed.len());
-    for (input, store) in placed.iter().zip(stores) {
-        let mut reference = ObjectRef::new_with(&input.object_name, input.resource.clone());
-        if let Some(ns) = &input.namespace {
-            reference = reference.within(ns);
-        }
+    for (input, object) in placed.iter().zip(found) {
         let described = describe(input, source_cluster);
-        let Some(object) = store.get(&reference) else {
+        let Some(object) = object else {
             let message = format!(
                 "input {described} does not exist; no copy is written until it does, and the \
                  copies are left as they are"

@@ -3,6 +3,7 @@
 //! cache holds, read from their apiserver. What each copy then is to be, the plan decides.
 
 use super::gather::{Gathered, Reachable};
+use super::inputs::ReadInputs;
 use super::{WRITE_CONCURRENCY, failure, remote_call};
 use crate::controller::Context;
 use crate::controller::chain_outputs::{Remembered, chain_input};
@@ -11,7 +12,7 @@ use crate::controller::fleet::ClusterHandle;
 use crate::controller::plugins::Chain;
 use crate::controller::write;
 use crate::plugin::{ChainError, ChainOutcome, TransformContext};
-use crate::sync::copies::{Made, Pending, Plan, Read};
+use crate::sync::copies::{Made, Pending, Plan, Read, Source};
 use crate::sync::desired::{CopyTarget, DesiredCopy};
 use crate::sync::ownership::RuleKey;
 use futures::StreamExt;
@@ -63,18 +64,15 @@ pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mu
             };
             let source = &gathered.sources[s];
             chained.insert(copy.target.clone());
-            let plugin_ctx = TransformContext {
-                rule: gathered.key.to_string(),
-                source_api_version: gathered.resource.api_version.clone(),
-                source_kind: gathered.resource.kind.clone(),
-                source_namespace: source.reference.namespace.clone(),
-                source_name: source.reference.name.clone(),
-                source_cluster: gathered.source_cluster.clone().unwrap_or_default(),
-                target_cluster: gathered.reachable[c].name.clone().unwrap_or_default(),
-                target_namespace: copy.target.namespace.clone(),
-                target_name: copy.target.name.clone(),
-                inputs: gathered.inputs.inputs.clone(),
-            };
+            debug_assert_eq!(copy.target.cluster, gathered.reachable[c].name);
+            let plugin_ctx = plugin_context(
+                &gathered.key,
+                &gathered.resource,
+                source,
+                &gathered.source_cluster,
+                &copy.target,
+                &gathered.inputs,
+            );
             let template = &source.template;
             let input = chain_input(
                 template.hash(),
@@ -98,6 +96,29 @@ pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mu
         }
     }
     ctx.chain_outputs.keep_only(&gathered.key, &chained);
+}
+
+/// What the plugins are told about one copy.
+pub(in crate::controller) fn plugin_context(
+    key: &RuleKey,
+    resource: &ApiResource,
+    source: &Source,
+    source_cluster: &Option<String>,
+    target: &CopyTarget,
+    inputs: &ReadInputs,
+) -> TransformContext {
+    TransformContext {
+        rule: key.to_string(),
+        source_api_version: resource.api_version.clone(),
+        source_kind: resource.kind.clone(),
+        source_namespace: source.reference.namespace.clone(),
+        source_name: source.reference.name.clone(),
+        source_cluster: source_cluster.clone().unwrap_or_default(),
+        target_cluster: target.cluster.clone().unwrap_or_default(),
+        target_namespace: target.namespace.clone(),
+        target_name: target.name.clone(),
+        inputs: inputs.inputs.clone(),
+    }
 }
 
 /// Runs the rule's chain on one copy, or reuses what it made of the same `input` before.

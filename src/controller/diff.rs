@@ -1,0 +1,798 @@
+//! `mimeo diff`: what applying a rule would do, read with the user's own client and decided by
+//! the controller's own code. The rule is dry-run applied (the apiserver's validation and the
+//! user's right to apply it), checked as the controller checks it, its sources, inputs and
+//! namespaces read, its transform chain run locally under the same limits, and each copy placed
+//! and decided by `sync::copies`; nothing is written.
+//!
+//! Only this cluster is read: copies in `RemoteCluster`s need mimeo's credentials for those
+//! clusters, which the user may not hold, so targets there are named as not shown.
+
+use super::error::short_message;
+use super::plugins::{OciPolicy, Plugins};
+use super::reconcile::gather::{Stop, chain_refused, kind_not_served, rule_problem};
+use super::reconcile::inputs::{self, ReadInputs};
+use super::reconcile::make::plugin_context;
+use crate::api::{
+    ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RuleSpec, RuleStatus, SourceRef, SyncRule,
+};
+use crate::plugin::oci::{Oci, OciSettings};
+use crate::plugin::{ChainOutcome, HostSettings, PluginHost};
+use crate::sync::copies::{
+    ClusterPlaces, LiveCopies, Made, Pending, Plan, Source, Wants, owned, place, unwanted,
+};
+use crate::sync::desired::{CopyTarget, content};
+use crate::sync::hash::digest_bytes;
+use crate::sync::kinds::{AllowedKind, KindRef};
+use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::plan::{Decision, Write};
+use crate::sync::scope::Scope;
+use crate::sync::targets::{NamespaceInfo, placements, selector};
+use crate::sync::validate;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
+use kube::discovery::Scope as DiscoveryScope;
+use kube::{Client, ResourceExt};
+use serde_json::{Map, Value, json};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What `mimeo diff` needs besides the rule: the installation's settings as the user knows them.
+pub struct DiffOptions {
+    /// The kinds the controller syncs (its `--allow-kind`).
+    pub allowed_kinds: Vec<AllowedKind>,
+    /// Where `file://` plugins are read from (the controller's `--plugin-dir`, as a local copy).
+    pub plugin_dir: Option<PathBuf>,
+    pub host: HostSettings,
+    pub oci: OciSettings,
+    /// Show Secret values instead of their digests.
+    pub show_secrets: bool,
+}
+
+/// Why `mimeo diff` could not say what the rule would do.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error("{0}")]
+    Rule(String),
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Plugins(String),
+}
+
+fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> DiffError {
+    let what = what.into();
+    move |source| DiffError::Api { what, source }
+}
+
+/// A rule as read from a file: either kind, with its identity.
+pub struct RuleDocument {
+    key: RuleKey,
+    spec: RuleSpec,
+    object: Value,
+}
+
+impl RuleDocument {
+    /// Reads a `SyncRule` or `ClusterSyncRule` from YAML or JSON; a `SyncRule` without a
+    /// namespace takes `default_namespace` (the kubeconfig's), as `kubectl apply` does.
+    pub fn parse(text: &str, default_namespace: &str) -> Result<Self, DiffError> {
+        let mut object: Value = serde_yaml_ng::from_str(text)
+            .map_err(|e| DiffError::Rule(format!("the file is not YAML or JSON: {e}")))?;
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .ok_or_else(|| DiffError::Rule("the rule has no metadata.name".into()))?
+            .to_owned();
+        let spec_of = |object: &Value| -> Result<RuleSpec, DiffError> {
+            serde_json::from_value(object["spec"].clone())
+                .map_err(|e| DiffError::Rule(format!("spec does not read as a rule's: {e}")))
+        };
+        let key = match kind.as_str() {
+            "SyncRule" => {
+                if object["metadata"]["namespace"].as_str().is_none() {
+                    object["metadata"]["namespace"] = json!(default_namespace);
+                }
+                let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+                RuleKey::sync_rule(namespace, &name)
+            }
+            "ClusterSyncRule" => RuleKey::cluster_sync_rule(&name),
+            other => {
+                return Err(DiffError::Rule(format!(
+                    "the file holds a {other:?}: mimeo diff reads one SyncRule or ClusterSyncRule"
+                )));
+            }
+        };
+        let spec = spec_of(&object)?;
+        Ok(RuleDocument { key, spec, object })
+    }
+
+    pub fn spec(&self) -> &RuleSpec {
+        &self.spec
+    }
+
+    /// The namespace the rule reads its source from.
+    fn source_namespace(&self) -> Option<String> {
+        match self.key.kind {
+            RuleKind::SyncRule => self.key.namespace.clone(),
+            RuleKind::ClusterSyncRule => self.spec.source.namespace.clone(),
+        }
+    }
+}
+
+/// What applying the rule would do to one copy.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    Create,
+    /// Rewritten in place (server-side apply or replace), or deleted and created again.
+    Update(Write),
+    Delete,
+    /// Kept, with mimeo's marks removed (`deletion: Orphan`).
+    Orphan,
+    InSync,
+    /// Not written, and why: the state the rule's status would give it.
+    Blocked {
+        state: CopyState,
+        message: String,
+    },
+}
+
+/// One copy in the report.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub target: CopyTarget,
+    pub source: SourceRef,
+    pub change: Change,
+    /// A unified diff of what is there and what would be, for creates and updates.
+    pub diff: Option<String>,
+}
+
+/// What `mimeo diff` found.
+#[derive(Debug)]
+pub struct Report {
+    pub rule: RuleKey,
+    pub kind: String,
+    /// The rule would be refused: the `Ready` reason and message the controller would give.
+    pub refused: Option<(String, String)>,
+    pub entries: Vec<Entry>,
+    /// What was not looked at, and why.
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Whether applying the rule would write or delete anything.
+    pub fn changes(&self) -> bool {
+        self.entries.iter().any(|e| {
+            matches!(
+                e.change,
+                Change::Create | Change::Update(_) | Change::Delete | Change::Orphan
+            )
+        })
+    }
+
+    /// The text `mimeo diff` prints.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Some((reason, message)) = &self.refused {
+            let _ = writeln!(
+                out,
+                "{}: the controller would refuse it: {reason}: {message}",
+                self.rule
+            );
+            return out;
+        }
+        let count = |f: fn(&Change) -> bool| self.entries.iter().filter(|e| f(&e.change)).count();
+        let _ = writeln!(
+            out,
+            "{}: {} to create, {} to change, {} to delete, {} to orphan, {} in sync, {} not written",
+            self.rule,
+            count(|c| *c == Change::Create),
+            count(|c| matches!(c, Change::Update(_))),
+            count(|c| *c == Change::Delete),
+            count(|c| *c == Change::Orphan),
+            count(|c| *c == Change::InSync),
+            count(|c| matches!(c, Change::Blocked { .. })),
+        );
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+        for entry in &self.entries {
+            let place = describe(&self.kind, &entry.target);
+            let from = match &entry.source.namespace {
+                Some(ns) => format!("{ns}/{}", entry.source.name),
+                None => entry.source.name.clone(),
+            };
+            let line = match &entry.change {
+                Change::Create => format!("+ create {place} (from {from})"),
+                Change::Update(how) => format!("~ change {place} (from {from}; {})", how_written(*how)),
+                Change::Delete => format!("- delete {place} (no target of the rule selects it)"),
+                Change::Orphan => {
+                    format!("- orphan {place} (kept, without mimeo's marks: deletion is Orphan)")
+                }
+                Change::InSync => format!("= in sync {place}"),
+                Change::Blocked { state, message } => format!("! {state:?} {place}: {message}"),
+            };
+            let _ = writeln!(out, "{line}");
+            if let Some(diff) = &entry.diff {
+                for l in diff.lines() {
+                    let _ = writeln!(out, "    {l}");
+                }
+            }
+        }
+        out
+    }
+}
+
+fn how_written(how: Write) -> &'static str {
+    match how {
+        Write::Create => "created",
+        Write::Apply => "server-side apply",
+        Write::Replace => "replaced: fields others added go",
+        Write::Recreate => "deleted and created again: immutable, or its type changes",
+    }
+}
+
+fn describe(kind: &str, target: &CopyTarget) -> String {
+    match &target.namespace {
+        Some(ns) => format!("{kind} {ns}/{}", target.name),
+        None => format!("{kind} {}", target.name),
+    }
+}
+
+/// No cache: every place is read with the user's client.
+struct Uncached;
+
+impl LiveCopies for Uncached {
+    fn cached(&self, _: usize, _: &CopyTarget) -> Option<Arc<DynamicObject>> {
+        None
+    }
+}
+
+/// Says what applying `rule` would do, reading with `client`.
+pub async fn diff(client: Client, rule: &RuleDocument, options: DiffOptions) -> Result<Report, DiffError> {
+    let key = &rule.key;
+    let spec = &rule.spec;
+    let mut report = Report {
+        rule: key.clone(),
+        kind: spec.source.kind.clone(),
+        refused: None,
+        entries: Vec::new(),
+        notes: Vec::new(),
+    };
+    let refuse = |mut report: Report, reason: &str, message: String| {
+        report.refused = Some((reason.to_owned(), message));
+        Ok(report)
+    };
+
+    // The apiserver's word first: its validation, and whether this user may apply the rule.
+    let existing = dry_run_apply(&client, rule).await?;
+    let previous = existing.as_ref().and_then(|r| r.status.clone());
+
+    let scope = Scope::Cluster;
+    let kind = match rule_problem(key, spec, &options.allowed_kinds, &scope) {
+        Ok(kind) => kind,
+        Err(problem) => return refuse(report, problem.reason, problem.message),
+    };
+    if spec.source.cluster.as_deref().is_some_and(|c| !c.is_empty()) {
+        return Err(DiffError::Rule(
+            "the rule reads its source from a RemoteCluster: mimeo diff reads this cluster only".into(),
+        ));
+    }
+    let (resource, namespaced) = match resolve(&client, &kind).await? {
+        Some(found) => found,
+        None => {
+            let ready = kind_not_served(&kind, &None);
+            return refuse(report, &ready.reason, ready.message);
+        }
+    };
+    report.kind = resource.kind.clone();
+    if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
+        return refuse(report, problem.reason, problem.message);
+    }
+    let source_ns = namespaced.then(|| rule.source_namespace().unwrap_or_default());
+
+    // Inputs, as the controller places and checks them.
+    let mut resolved = Vec::with_capacity(spec.inputs.len());
+    for input in &spec.inputs {
+        resolved.push(
+            resolve(&client, &KindRef::of_input(&input.from))
+                .await
+                .map_err(|e| match e {
+                    DiffError::Api { source, .. } => source,
+                    other => kube::Error::Service(other.to_string().into()),
+                }),
+        );
+    }
+    let placed = match inputs::place(
+        &scope,
+        key,
+        spec,
+        resolved,
+        rule.source_namespace().as_deref(),
+        None,
+    ) {
+        Ok(placed) => placed,
+        Err(stop) => return refused_by(report, stop),
+    };
+    let mut found = Vec::with_capacity(placed.len());
+    for input in &placed {
+        found.push(
+            get(
+                &client,
+                &input.resource,
+                input.namespace.as_deref(),
+                &input.object_name,
+            )
+            .await?,
+        );
+    }
+    let read_inputs = match inputs::read(key, &placed, found, None, None) {
+        Ok(read) => read,
+        Err(stop) => return refused_by(report, stop),
+    };
+
+    // The chain, resolved from the same references, its configs checked by the plugins.
+    let plugins = Plugins::new(
+        PluginHost::new(options.host).map_err(|e| DiffError::Plugins(e.to_string()))?,
+        client.clone(),
+        options.plugin_dir,
+        Oci::new(options.oci).map_err(|e| DiffError::Plugins(e.to_string()))?,
+        OciPolicy::default(),
+    );
+    let pins = previous
+        .as_ref()
+        .map(|p| p.plugins.as_slice())
+        .unwrap_or_default();
+    let chain = match plugins
+        .chain(
+            &spec.transforms,
+            key.namespace.as_deref(),
+            &spec.plugin_pull_secrets,
+            pins,
+            true,
+        )
+        .await
+    {
+        Ok(chain) => chain.chain,
+        Err(problem) => return refused_by(report, chain_refused(problem, None, true)),
+    };
+
+    // Sources, namespaces and places.
+    let sources = read_sources(&client, key, spec, &resource, source_ns.as_deref()).await?;
+    let remote_targets = spec
+        .targets
+        .iter()
+        .filter(|t| t.cluster.as_deref().is_some_and(|c| !c.is_empty()) || t.cluster_selector.is_some())
+        .count();
+    if remote_targets > 0 {
+        report.notes.push(format!(
+            "{remote_targets} target(s) in RemoteClusters are not shown: mimeo diff reads this cluster only"
+        ));
+    }
+    let local_targets: Vec<_> = spec
+        .targets
+        .iter()
+        .filter(|t| t.cluster.as_deref().is_none_or(str::is_empty) && t.cluster_selector.is_none())
+        .cloned()
+        .collect();
+    let namespaces = read_namespaces(&client, &local_targets).await?;
+    let places =
+        placements(&local_targets, &namespaces, namespaced).map_err(|e| DiffError::Rule(e.to_string()))?;
+    let cluster = ClusterPlaces {
+        name: None,
+        places,
+        annotations: namespaces.into_iter().map(|n| (n.name, n.annotations)).collect(),
+    };
+    let previous_copies: Vec<CopyStatus> = previous
+        .as_ref()
+        .map(|s| {
+            s.targets
+                .iter()
+                .filter(|c| c.cluster.is_none())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let clusters = [cluster];
+    let wants = Wants {
+        rule: key,
+        scope: &scope,
+        source_cluster: &None,
+        namespaced,
+        sources: &sources,
+        clusters: &clusters,
+        unusable: Vec::new(),
+        previous: &previous_copies,
+    };
+    let mut plan = place(&wants);
+
+    // Make, decide, read what is there, decide again: the controller's order.
+    run_chains(
+        &plugins,
+        &chain,
+        key,
+        &resource,
+        &sources,
+        &read_inputs,
+        &mut plan,
+    )
+    .await;
+    plan.decide(&sources, key, spec.conflict, &Uncached);
+    let mut reads = Vec::new();
+    for (index, _) in plan.unread() {
+        let target = &plan.copies[index].target;
+        let read = get(&client, &resource, target.namespace.as_deref(), &target.name)
+            .await
+            .map_err(|e| (CopyState::Failed, short_message(&e.to_string())));
+        reads.push((index, read));
+    }
+    plan.decide_reads(reads, key, spec.conflict);
+    plan.settle_conflicts();
+
+    let kept = plan.kept();
+    let recorded: Vec<&CopyStatus> = previous_copies.iter().collect();
+    let gone = unwanted(
+        owned(Vec::new(), &recorded, &resource, namespaced, |_| true),
+        &None,
+        &resource,
+        &kept,
+    );
+    report.entries = entries(plan, options.show_secrets);
+    for copy in gone {
+        report.entries.push(Entry {
+            target: CopyTarget {
+                cluster: None,
+                namespace: copy.namespace,
+                name: copy.name,
+            },
+            source: copy.source,
+            change: match spec.deletion {
+                DeletionPolicy::Delete => Change::Delete,
+                DeletionPolicy::Orphan => Change::Orphan,
+            },
+            diff: None,
+        });
+    }
+    Ok(report)
+}
+
+fn refused_by(mut report: Report, stop: Stop) -> Result<Report, DiffError> {
+    match stop {
+        Stop::Refused(refusal) => {
+            report.refused = Some((refusal.ready.reason, refusal.ready.message));
+            Ok(report)
+        }
+        Stop::Failed(e) => Err(DiffError::Rule(e.to_string())),
+    }
+}
+
+/// Server-side applies the rule with `dryRun=All`: the apiserver validates it (schema and CEL
+/// rules) and checks that this user may apply it, as `kubectl apply` would. Returns the rule as
+/// it stands now, if it exists.
+async fn dry_run_apply(client: &Client, rule: &RuleDocument) -> Result<Option<RuleView>, DiffError> {
+    let params = PatchParams::apply("mimeo-diff").dry_run().force();
+    let name = &rule.key.name;
+    let (current, applied) = match rule.key.kind {
+        RuleKind::SyncRule => {
+            let api = Api::<SyncRule>::namespaced(
+                client.clone(),
+                rule.key.namespace.as_deref().unwrap_or_default(),
+            );
+            let applied = api
+                .patch(name, &params, &Patch::Apply(&rule.object))
+                .await
+                .map(|_| ());
+            let current = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .map(|r| RuleView { status: r.status });
+            (current, applied)
+        }
+        RuleKind::ClusterSyncRule => {
+            let api = Api::<ClusterSyncRule>::all(client.clone());
+            let applied = api
+                .patch(name, &params, &Patch::Apply(&rule.object))
+                .await
+                .map(|_| ());
+            let current = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .map(|r| RuleView { status: r.status });
+            (current, applied)
+        }
+    };
+    match applied {
+        Ok(()) => Ok(current),
+        Err(kube::Error::Api(e)) => Err(DiffError::Rule(format!(
+            "the apiserver refuses the rule ({}): {}",
+            e.reason, e.message
+        ))),
+        Err(e) => Err(api_error("applying the rule as a dry run")(e)),
+    }
+}
+
+/// The part of an existing rule the diff starts from.
+struct RuleView {
+    status: Option<RuleStatus>,
+}
+
+/// A kind as this cluster serves it, and whether it is namespaced; `None` when it is not served.
+async fn resolve(client: &Client, kind: &KindRef) -> Result<Option<(ApiResource, bool)>, DiffError> {
+    if let Some(resource) = kind.builtin_resource() {
+        return Ok(Some((resource, true)));
+    }
+    let gvk: GroupVersionKind = kind.gvk();
+    match kube::discovery::pinned_kind(client, &gvk).await {
+        Ok((resource, capabilities)) => {
+            Ok(Some((resource, capabilities.scope == DiscoveryScope::Namespaced)))
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(e) => Err(api_error(format!("looking up {kind}"))(e)),
+    }
+}
+
+async fn get(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<Arc<DynamicObject>>, DiffError> {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    let place = namespace
+        .map(|ns| format!("{ns}/{name}"))
+        .unwrap_or_else(|| name.to_owned());
+    api.get_opt(name)
+        .await
+        .map(|o| o.map(Arc::new))
+        .map_err(api_error(format!("reading {} {place}", resource.kind)))
+}
+
+/// The sources the rule reads, sorted by name, as the controller's `Source`s.
+async fn read_sources(
+    client: &Client,
+    key: &RuleKey,
+    spec: &RuleSpec,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+) -> Result<Vec<Source>, DiffError> {
+    let mut found: Vec<DynamicObject> = match (&spec.source.name, &spec.source.selector) {
+        (Some(name), _) => get(client, resource, namespace, name)
+            .await?
+            .map(|o| (*o).clone())
+            .into_iter()
+            .collect(),
+        (None, Some(labels)) => {
+            let selector = selector(labels).map_err(|e| DiffError::Rule(e.to_string()))?;
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+                None => Api::all_with(client.clone(), resource),
+            };
+            api.list(&ListParams::default())
+                .await
+                .map_err(api_error(format!("listing the sources ({})", resource.plural)))?
+                .items
+                .into_iter()
+                .filter(|o| selector.matches(o.labels()))
+                .collect()
+        }
+        (None, None) => Vec::new(),
+    };
+    found.sort_by_key(|o| o.name_any());
+    Ok(found
+        .iter()
+        .map(|o| Source::new(key, &spec.metadata, spec.secret_type, o, resource))
+        .collect())
+}
+
+/// The namespaces the targets may select: every one when a target selects by labels (which
+/// needs the right to list them), else those named.
+async fn read_namespaces(
+    client: &Client,
+    targets: &[crate::api::Target],
+) -> Result<Vec<NamespaceInfo>, DiffError> {
+    let api = Api::<Namespace>::all(client.clone());
+    let info = |ns: Namespace| NamespaceInfo {
+        name: ns.name_any(),
+        labels: ns.labels().clone(),
+        annotations: ns.annotations().clone(),
+        terminating: ns.metadata.deletion_timestamp.is_some(),
+    };
+    if targets.iter().any(|t| t.namespace_selector.is_some()) {
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error("listing namespaces (a target selects them by labels)"))?;
+        return Ok(list.items.into_iter().map(info).collect());
+    }
+    let mut out = Vec::new();
+    for name in targets.iter().filter_map(|t| t.namespace.as_deref()) {
+        if let Some(ns) = api
+            .get_opt(name)
+            .await
+            .map_err(api_error(format!("reading namespace {name}")))?
+        {
+            out.push(info(ns));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the chain on every placed copy, as the make step does (without its memory of outputs).
+async fn run_chains(
+    plugins: &Plugins,
+    chain: &super::plugins::Chain,
+    key: &RuleKey,
+    resource: &ApiResource,
+    sources: &[Source],
+    inputs: &ReadInputs,
+    plan: &mut Plan,
+) {
+    if chain.is_empty() {
+        return;
+    }
+    for copy in &mut plan.copies {
+        let (Some((s, _)), Pending::Make) = (copy.from, &copy.pending) else {
+            continue;
+        };
+        let source = &sources[s];
+        let context = plugin_context(key, resource, source, &None, &copy.target, inputs);
+        let mut desired = source.template.copy_for(copy.target.clone());
+        let object = std::mem::take(&mut desired.object);
+        copy.pending = Pending::Made(match plugins.run(chain, context, object).await {
+            Ok(ChainOutcome::Write(object)) => {
+                desired.replace_object(object);
+                Made::Write {
+                    object: Arc::new(desired.object),
+                    hash: desired.hash,
+                }
+            }
+            Ok(ChainOutcome::Skip { plugin, reason }) => Made::Skip { plugin, reason },
+            Err(e) => Made::Failed {
+                message: short_message(&e.to_string()),
+                summary: e.summary(),
+            },
+        });
+    }
+}
+
+/// The report's entries for the planned copies, with a diff for each write.
+fn entries(plan: Plan, show_secrets: bool) -> Vec<Entry> {
+    plan.copies
+        .into_iter()
+        .map(|copy| {
+            let (change, diff) = match (&copy.decision, &copy.pending) {
+                (Some(Decision::Write(how)), Pending::Write(desired)) => {
+                    let change = match how {
+                        Write::Create => Change::Create,
+                        other => Change::Update(*other),
+                    };
+                    let after = shown(&desired.object, show_secrets);
+                    let before = copy
+                        .live
+                        .as_deref()
+                        .map(|live| shown(&serde_json::to_value(live).unwrap_or_default(), show_secrets));
+                    (change, Some(unified(before.as_deref(), &after, &copy.target)))
+                }
+                (Some(Decision::InSync), _) => (Change::InSync, None),
+                _ => (
+                    Change::Blocked {
+                        state: copy.state,
+                        message: copy.message.clone().unwrap_or_default(),
+                    },
+                    None,
+                ),
+            };
+            Entry {
+                target: copy.target,
+                source: copy.source,
+                change,
+                diff,
+            }
+        })
+        .collect()
+}
+
+/// An object as the diff shows it: what a copy holds and says of itself (its identity, labels,
+/// annotations and content), a Secret's values as digests unless asked for.
+fn shown(object: &Value, show_secrets: bool) -> String {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), object["apiVersion"].clone());
+    out.insert("kind".into(), object["kind"].clone());
+    let mut meta = Map::new();
+    for field in ["name", "namespace", "labels", "annotations"] {
+        if let Some(value) = object["metadata"].get(field).filter(|v| !v.is_null()) {
+            meta.insert(field.into(), value.clone());
+        }
+    }
+    out.insert("metadata".into(), Value::Object(meta));
+    let mut body = content(object);
+    body.remove("status");
+    let is_secret = object["kind"] == "Secret" && object["apiVersion"] == "v1";
+    if is_secret && !show_secrets {
+        for field in ["data", "stringData"] {
+            if let Some(values) = body.get_mut(field).and_then(Value::as_object_mut) {
+                for value in values.values_mut() {
+                    let text = value.as_str().unwrap_or_default();
+                    let bytes = match field {
+                        "data" => base64_decoded(text),
+                        _ => text.as_bytes().to_vec(),
+                    };
+                    *value = json!(format!("({} bytes, {})", bytes.len(), digest_bytes(&bytes)));
+                }
+            }
+        }
+    }
+    out.extend(body);
+    serde_yaml_ng::to_string(&Value::Object(out)).unwrap_or_default()
+}
+
+fn base64_decoded(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap_or_else(|_| text.as_bytes().to_vec())
+}
+
+fn unified(before: Option<&str>, after: &str, target: &CopyTarget) -> String {
+    let place = match &target.namespace {
+        Some(ns) => format!("{ns}/{}", target.name),
+        None => target.name.clone(),
+    };
+    let before_name = match before {
+        Some(_) => format!("{place} (now)"),
+        None => "(nothing there)".to_owned(),
+    };
+    similar::TextDiff::from_lines(before.unwrap_or_default(), after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&before_name, &format!("{place} (after apply)"))
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_values_are_shown_as_digests_unless_asked() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                            "metadata": {"name": "s", "namespace": "a", "uid": "x", "resourceVersion": "9"},
+                            "data": {"password": "aHVudGVyMg=="}});
+        let hidden = shown(&secret, false);
+        assert!(!hidden.contains("aHVudGVyMg=="), "{hidden}");
+        assert!(hidden.contains("(7 bytes, sha256:"), "{hidden}");
+        assert!(!hidden.contains("resourceVersion"), "{hidden}");
+        let plain = shown(&secret, true);
+        assert!(plain.contains("aHVudGVyMg=="), "{plain}");
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                "data": {"k": "visible"}});
+        assert!(shown(&config_map, false).contains("visible"));
+    }
+
+    #[test]
+    fn a_diff_names_both_sides() {
+        let target = CopyTarget {
+            cluster: None,
+            namespace: Some("a".into()),
+            name: "s".into(),
+        };
+        let text = unified(Some("k: 1\n"), "k: 2\n", &target);
+        assert!(text.contains("--- a/s (now)"), "{text}");
+        assert!(text.contains("+++ a/s (after apply)"), "{text}");
+        assert!(text.contains("-k: 1") && text.contains("+k: 2"), "{text}");
+        let created = unified(None, "k: 2\n", &target);
+        assert!(created.contains("--- (nothing there)"), "{created}");
+    }
+}
