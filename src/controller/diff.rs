@@ -21,7 +21,6 @@ use crate::sync::copies::{
     ClusterPlaces, LiveCopies, Made, Pending, Plan, Source, Wants, owned, place, unwanted,
 };
 use crate::sync::desired::{CopyTarget, content};
-use crate::sync::hash::digest_bytes;
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::ownership::{RuleKey, RuleKind};
 use crate::sync::plan::{Decision, Write};
@@ -441,7 +440,12 @@ pub async fn diff(client: Client, rule: &RuleDocument, options: DiffOptions) -> 
         &resource,
         &kept,
     );
-    report.entries = entries(plan, options.show_secrets);
+    let secrets = if options.show_secrets {
+        SecretView::Shown
+    } else {
+        SecretView::digested()?
+    };
+    report.entries = entries(plan, &secrets);
     for copy in gone {
         report.entries.push(Entry {
             target: CopyTarget {
@@ -667,8 +671,45 @@ async fn run_chains(
     }
 }
 
+/// How a Secret's values appear in a diff.
+enum SecretView {
+    Shown,
+    /// As a digest keyed with a secret of this run: equal values show equal digests within one
+    /// diff, yet a short password cannot be looked up from its digest, or compared across runs.
+    Digested([u8; 32]),
+}
+
+impl SecretView {
+    fn digested() -> Result<Self, DiffError> {
+        use std::io::Read as _;
+        let mut key = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut key))
+            .map_err(|e| {
+                DiffError::Rule(format!(
+                    "reading /dev/urandom for the digests of Secret values: {e}"
+                ))
+            })?;
+        Ok(SecretView::Digested(key))
+    }
+
+    fn digest(key: &[u8; 32], value: &[u8]) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(key);
+        hasher.update(value);
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        hex
+    }
+}
+
 /// The report's entries for the planned copies, with a diff for each write.
-fn entries(plan: Plan, show_secrets: bool) -> Vec<Entry> {
+fn entries(plan: Plan, secrets: &SecretView) -> Vec<Entry> {
     plan.copies
         .into_iter()
         .map(|copy| {
@@ -678,11 +719,11 @@ fn entries(plan: Plan, show_secrets: bool) -> Vec<Entry> {
                         Write::Create => Change::Create,
                         other => Change::Update(*other),
                     };
-                    let after = shown(&desired.object, show_secrets);
+                    let after = shown(&desired.object, secrets);
                     let before = copy
                         .live
                         .as_deref()
-                        .map(|live| shown(&serde_json::to_value(live).unwrap_or_default(), show_secrets));
+                        .map(|live| shown(&serde_json::to_value(live).unwrap_or_default(), secrets));
                     (change, Some(unified(before.as_deref(), &after, &copy.target)))
                 }
                 (Some(Decision::InSync), _) => (Change::InSync, None),
@@ -706,7 +747,7 @@ fn entries(plan: Plan, show_secrets: bool) -> Vec<Entry> {
 
 /// An object as the diff shows it: what a copy holds and says of itself (its identity, labels,
 /// annotations and content), a Secret's values as digests unless asked for.
-fn shown(object: &Value, show_secrets: bool) -> String {
+fn shown(object: &Value, secrets: &SecretView) -> String {
     let mut out = Map::new();
     out.insert("apiVersion".into(), object["apiVersion"].clone());
     out.insert("kind".into(), object["kind"].clone());
@@ -720,7 +761,7 @@ fn shown(object: &Value, show_secrets: bool) -> String {
     let mut body = content(object);
     body.remove("status");
     let is_secret = object["kind"] == "Secret" && object["apiVersion"] == "v1";
-    if is_secret && !show_secrets {
+    if let (true, SecretView::Digested(key)) = (is_secret, secrets) {
         for field in ["data", "stringData"] {
             if let Some(values) = body.get_mut(field).and_then(Value::as_object_mut) {
                 for value in values.values_mut() {
@@ -729,7 +770,11 @@ fn shown(object: &Value, show_secrets: bool) -> String {
                         "data" => base64_decoded(text),
                         _ => text.as_bytes().to_vec(),
                     };
-                    *value = json!(format!("({} bytes, {})", bytes.len(), digest_bytes(&bytes)));
+                    *value = json!(format!(
+                        "({} bytes, digest {})",
+                        bytes.len(),
+                        SecretView::digest(key, &bytes)
+                    ));
                 }
             }
         }
@@ -764,21 +809,34 @@ fn unified(before: Option<&str>, after: &str, target: &CopyTarget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::hash::digest_bytes;
 
     #[test]
     fn secret_values_are_shown_as_digests_unless_asked() {
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                             "metadata": {"name": "s", "namespace": "a", "uid": "x", "resourceVersion": "9"},
                             "data": {"password": "aHVudGVyMg=="}});
-        let hidden = shown(&secret, false);
+        let run = SecretView::digested().unwrap();
+        let hidden = shown(&secret, &run);
         assert!(!hidden.contains("aHVudGVyMg=="), "{hidden}");
-        assert!(hidden.contains("(7 bytes, sha256:"), "{hidden}");
+        assert!(hidden.contains("(7 bytes, digest "), "{hidden}");
         assert!(!hidden.contains("resourceVersion"), "{hidden}");
-        let plain = shown(&secret, true);
+        assert_eq!(hidden, shown(&secret, &run), "one run, one digest");
+        let unsalted = digest_bytes(b"hunter2");
+        assert!(
+            !hidden.contains(&unsalted[7..23]),
+            "not the plain digest: {hidden}"
+        );
+        assert_ne!(
+            hidden,
+            shown(&secret, &SecretView::digested().unwrap()),
+            "another run, another digest"
+        );
+        let plain = shown(&secret, &SecretView::Shown);
         assert!(plain.contains("aHVudGVyMg=="), "{plain}");
         let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
                                 "data": {"k": "visible"}});
-        assert!(shown(&config_map, false).contains("visible"));
+        assert!(shown(&config_map, &run).contains("visible"));
     }
 
     #[test]

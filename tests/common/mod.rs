@@ -349,6 +349,21 @@ async fn chart_client(plane: &ControlPlane) -> Client {
 /// A client of the plane authenticated as ServiceAccount `namespace/name`, with a token of its
 /// own from a TokenRequest made by `admin`.
 async fn service_account_client(plane: &ControlPlane, admin: &Client, namespace: &str, name: &str) -> Client {
+    let kubeconfig = service_account_kubeconfig(plane, admin, namespace, name).await;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// A kubeconfig authenticating as ServiceAccount `namespace/name`, with a token of its own.
+pub async fn service_account_kubeconfig(
+    plane: &ControlPlane,
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+) -> String {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let request = TokenRequest {
@@ -365,11 +380,7 @@ async fn service_account_client(plane: &ControlPlane, admin: &Client, namespace:
         .status
         .expect("a TokenRequest answer has a status")
         .token;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&plane.token_kubeconfig_yaml(&token)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    plane.token_kubeconfig_yaml(&token)
 }
 
 /// A tenant: a ServiceAccount `tenant` of `namespace` whose Role there allows Secrets,
