@@ -14,15 +14,8 @@ use std::sync::Arc;
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
 /// when it would be refused or the diff failed (as `kubectl diff`).
 async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
-    match diff_report(args).await {
-        Ok(report) => {
-            print!("{}", report.render());
-            match (&report.refused, report.changes()) {
-                (Some(_), _) => ExitCode::from(2),
-                (None, true) => ExitCode::from(1),
-                (None, false) => ExitCode::SUCCESS,
-            }
-        }
+    match diff_reports(args).await {
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
@@ -30,8 +23,9 @@ async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
     }
 }
 
-async fn diff_report(args: mimeo::cli::DiffArgs) -> anyhow::Result<controller::diff::Report> {
-    use mimeo::controller::diff::{DiffOptions, RuleDocument};
+/// Diffs every rule of the file, printing each report; the exit code of the worst.
+async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
+    use mimeo::controller::diff::{DiffOptions, Documents};
     let text = if args.file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the rule from stdin")?
     } else {
@@ -43,11 +37,11 @@ async fn diff_report(args: mimeo::cli::DiffArgs) -> anyhow::Result<controller::d
             mimeo::clusters::explain_client_error(&e)
         )
     })?;
-    let rule = RuleDocument::parse(&text, client.default_namespace())?;
-    let registries: Vec<String> = rule
-        .spec()
-        .transforms
+    let documents = Documents::parse(&text, client.default_namespace())?;
+    let registries: Vec<String> = documents
+        .rules
         .iter()
+        .flat_map(|rule| rule.spec().transforms.iter())
         .filter_map(|t| t.plugin.parse::<mimeo::plugin::oci::OciReference>().ok())
         .map(|r| r.registry)
         .collect();
@@ -56,14 +50,32 @@ async fn diff_report(args: mimeo::cli::DiffArgs) -> anyhow::Result<controller::d
         true => mimeo::sync::kinds::default_allowed_kinds(),
         false => args.allow_kinds.clone(),
     };
-    let options = DiffOptions {
-        allowed_kinds,
-        plugin_dir: args.plugin_dir.clone(),
-        host: args.limits.host_settings(),
-        oci: args.registry.oci_settings(&registries)?,
-        show_secrets: args.show_secrets,
-    };
-    Ok(controller::diff::diff(client, &rule, options).await?)
+    let mut worst = 0;
+    for rule in &documents.rules {
+        let options = DiffOptions {
+            allowed_kinds: allowed_kinds.clone(),
+            plugin_dir: args.plugin_dir.clone(),
+            host: args.limits.host_settings(),
+            oci: args.registry.oci_settings(&registries)?,
+            show_secrets: args.show_secrets,
+        };
+        let code = match controller::diff::diff(client.clone(), rule, &documents.overlay, options).await {
+            Ok(report) => {
+                print!("{}", report.render());
+                match (&report.refused, report.changes()) {
+                    (Some(_), _) => 2,
+                    (None, true) => 1,
+                    (None, false) => 0,
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", rule.key());
+                2
+            }
+        };
+        worst = worst.max(code);
+    }
+    Ok(worst)
 }
 
 #[tokio::main]

@@ -25,6 +25,27 @@ fn migrate(h: &Harness, from: &str) -> (String, String) {
     (String::from_utf8(output.stdout).unwrap(), stderr)
 }
 
+/// Runs `mimeo diff -f` on `yaml` with the plane's kubeconfig: (exit code, stdout + stderr).
+fn diff(h: &Harness, yaml: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("migration.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["diff", "-f"])
+        .arg(&file)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .env("KUBECONFIG", h.plane.kubeconfig_path())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code().unwrap_or(-1), text)
+}
+
 /// Applies every document, each with server-side apply (as `kubectl apply --server-side`).
 async fn apply_all(h: &Harness, yaml: &str) {
     for document in serde_yaml_ng::Deserializer::from_str(yaml) {
@@ -190,6 +211,27 @@ async fn from_kubernetes_replicator() {
     assert!(
         notes.contains("\"namespace-[0-9]*\" is resolved to the 2 namespaces"),
         "{notes}"
+    );
+    // The cut-over's second step: what applying the migration would do, consent and adoption
+    // marks of the same file included. The copy the replicator made is adopted, not a conflict.
+    let (code, said) = diff(&h, &yaml);
+    assert_eq!(code, 1, "{said}");
+    for expected in [
+        "~ change Secret my-ns-1/test-secret",
+        "+ create Secret namespace-1/test-secret",
+        "+ create Secret namespace-22/test-secret",
+        "+ create ConfigMap other/settings",
+        "~ change Secret other/secret-replica",
+    ] {
+        assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
+    }
+    assert!(
+        !said.contains("! Conflict") && !said.contains("! NotAccepted"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("czE") && !said.contains("cDE"),
+        "a Secret value in the diff:\n{said}"
     );
     apply_all(&h, &yaml).await;
     h.start_controller().await;

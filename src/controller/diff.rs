@@ -33,6 +33,7 @@ use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::discovery::Scope as DiscoveryScope;
 use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -69,6 +70,115 @@ fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> DiffError {
     move |source| DiffError::Api { what, source }
 }
 
+/// A file as `mimeo diff` reads it: the rules to diff, and what else in it the rules' decisions
+/// depend on once applied (server-side, as `mimeo migrate`'s output is): the labels and
+/// annotations of Namespaces (consent) and the annotations of other objects (the
+/// `mimeo.dev/adopt-by` marks on existing copies).
+pub struct Documents {
+    pub rules: Vec<RuleDocument>,
+    pub overlay: Overlay,
+}
+
+/// Metadata the file would apply, merged over what the cluster holds.
+#[derive(Clone, Debug, Default)]
+pub struct Overlay {
+    /// Namespace name -> (labels, annotations).
+    namespaces: BTreeMap<String, (BTreeMap<String, String>, BTreeMap<String, String>)>,
+    /// (kind, namespace, name) -> annotations.
+    objects: BTreeMap<(String, Option<String>, String), BTreeMap<String, String>>,
+}
+
+fn string_map(value: &Value) -> BTreeMap<String, String> {
+    value
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Documents {
+    /// Reads every document of a YAML or JSON file; a `SyncRule` without a namespace takes
+    /// `default_namespace` (the kubeconfig's), as `kubectl apply` does.
+    pub fn parse(text: &str, default_namespace: &str) -> Result<Self, DiffError> {
+        let mut rules = Vec::new();
+        let mut overlay = Overlay::default();
+        for document in serde_yaml_ng::Deserializer::from_str(text) {
+            let object: Value = serde::Deserialize::deserialize(document)
+                .map_err(|e| DiffError::Rule(format!("the file is not YAML or JSON: {e}")))?;
+            if object.is_null() {
+                continue;
+            }
+            let kind = object["kind"].as_str().unwrap_or_default();
+            let meta = &object["metadata"];
+            let name = meta["name"].as_str().unwrap_or_default().to_owned();
+            match kind {
+                "SyncRule" | "ClusterSyncRule" => {
+                    rules.push(RuleDocument::from_value(object, default_namespace)?)
+                }
+                "Namespace" => {
+                    overlay.namespaces.insert(
+                        name,
+                        (string_map(&meta["labels"]), string_map(&meta["annotations"])),
+                    );
+                }
+                _ => {
+                    let namespace = meta["namespace"].as_str().map(str::to_owned);
+                    overlay.objects.insert(
+                        (kind.to_owned(), namespace, name),
+                        string_map(&meta["annotations"]),
+                    );
+                }
+            }
+        }
+        if rules.is_empty() {
+            return Err(DiffError::Rule(
+                "the file holds no SyncRule or ClusterSyncRule to diff".into(),
+            ));
+        }
+        Ok(Documents { rules, overlay })
+    }
+}
+
+impl Overlay {
+    /// The namespaces as they would be once the file is applied.
+    fn namespaces(&self, mut found: Vec<NamespaceInfo>) -> Vec<NamespaceInfo> {
+        for ns in &mut found {
+            if let Some((labels, annotations)) = self.namespaces.get(&ns.name) {
+                ns.labels.extend(labels.clone());
+                ns.annotations.extend(annotations.clone());
+            }
+        }
+        for (name, (labels, annotations)) in &self.namespaces {
+            if !found.iter().any(|ns| &ns.name == name) {
+                found.push(NamespaceInfo {
+                    name: name.clone(),
+                    labels: labels.clone(),
+                    annotations: annotations.clone(),
+                    terminating: false,
+                });
+            }
+        }
+        found
+    }
+
+    /// The object in a copy's place as it would be once the file is applied.
+    fn object(&self, kind: &str, found: Option<Arc<DynamicObject>>) -> Option<Arc<DynamicObject>> {
+        let found = found?;
+        let key = (kind.to_owned(), found.namespace(), found.name_any());
+        match self.objects.get(&key) {
+            Some(annotations) => {
+                let mut object = (*found).clone();
+                object.annotations_mut().extend(annotations.clone());
+                Some(Arc::new(object))
+            }
+            None => Some(found),
+        }
+    }
+}
+
 /// A rule as read from a file: either kind, with its identity.
 pub struct RuleDocument {
     key: RuleKey,
@@ -77,11 +187,9 @@ pub struct RuleDocument {
 }
 
 impl RuleDocument {
-    /// Reads a `SyncRule` or `ClusterSyncRule` from YAML or JSON; a `SyncRule` without a
-    /// namespace takes `default_namespace` (the kubeconfig's), as `kubectl apply` does.
-    pub fn parse(text: &str, default_namespace: &str) -> Result<Self, DiffError> {
-        let mut object: Value = serde_yaml_ng::from_str(text)
-            .map_err(|e| DiffError::Rule(format!("the file is not YAML or JSON: {e}")))?;
+    /// Reads a `SyncRule` or `ClusterSyncRule`; a `SyncRule` without a namespace takes
+    /// `default_namespace` (the kubeconfig's), as `kubectl apply` does.
+    fn from_value(mut object: Value, default_namespace: &str) -> Result<Self, DiffError> {
         let kind = object["kind"].as_str().unwrap_or_default().to_owned();
         let name = object["metadata"]["name"]
             .as_str()
@@ -112,6 +220,10 @@ impl RuleDocument {
 
     pub fn spec(&self) -> &RuleSpec {
         &self.spec
+    }
+
+    pub fn key(&self) -> &RuleKey {
+        &self.key
     }
 
     /// The namespace the rule reads its source from.
@@ -252,7 +364,12 @@ impl LiveCopies for Uncached {
 }
 
 /// Says what applying `rule` would do, reading with `client`.
-pub async fn diff(client: Client, rule: &RuleDocument, options: DiffOptions) -> Result<Report, DiffError> {
+pub async fn diff(
+    client: Client,
+    rule: &RuleDocument,
+    overlay: &Overlay,
+    options: DiffOptions,
+) -> Result<Report, DiffError> {
     let key = &rule.key;
     let spec = &rule.spec;
     let mut report = Report {
@@ -378,7 +495,7 @@ pub async fn diff(client: Client, rule: &RuleDocument, options: DiffOptions) -> 
         .filter(|t| t.cluster.as_deref().is_none_or(str::is_empty) && t.cluster_selector.is_none())
         .cloned()
         .collect();
-    let namespaces = read_namespaces(&client, &local_targets).await?;
+    let namespaces = overlay.namespaces(read_namespaces(&client, &local_targets).await?);
     let places =
         placements(&local_targets, &namespaces, namespaced).map_err(|e| DiffError::Rule(e.to_string()))?;
     let cluster = ClusterPlaces {
@@ -426,6 +543,7 @@ pub async fn diff(client: Client, rule: &RuleDocument, options: DiffOptions) -> 
         let target = &plan.copies[index].target;
         let read = get(&client, &resource, target.namespace.as_deref(), &target.name)
             .await
+            .map(|found| overlay.object(&resource.kind, found))
             .map_err(|e| (CopyState::Failed, short_message(&e.to_string())));
         reads.push((index, read));
     }
