@@ -8,11 +8,11 @@
 // `value` defaults to "" and may contain `{{target.namespace}}`, replaced with the namespace the
 // copy is going to. When the annotation already has that value the copy is left `unchanged`.
 //
-// Bindings: an import of `mimeo:transform/log@0.1.0` is a module of that name; the export
+// Bindings: an import of `mimeo:transform/log@0.2.0` is a module of that name; the export
 // `transformer` is an object with one method per function (kebab-case names become camelCase).
 // A function returning `result<T, string>` returns T for `ok` and throws a string for `err`.
 
-import { log } from 'mimeo:transform/log@0.1.0';
+import { log } from 'mimeo:transform/log@0.2.0';
 
 const NAME = 'add-annotation-javascript';
 const VERSION = '0.1.0';
