@@ -12,7 +12,7 @@ out="${MIMEO_PLUGIN_OUT:-$HOME/.cache/mimeo/plugins}"
 # and dependency versions differ; sharing it would rebuild both back and forth.
 export CARGO_TARGET_DIR="${MIMEO_PLUGIN_TARGET_DIR:-$HOME/.cache/mimeo/target-plugins}"
 target=wasm32-wasip2
-plugins=(filter-keys rename-keys set-metadata rewrite-namespace misbehave stall-describe)
+plugins=(filter-keys rename-keys set-metadata rewrite-namespace template misbehave stall-describe legacy-v0-1)
 
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx "$target" || rustup target add "$target" >&2

@@ -11,9 +11,9 @@ mod rule;
 pub use crds::{all_crds, crds_yaml};
 pub use remote_cluster::{KubeconfigSecretRef, RemoteCluster, RemoteClusterSpec, RemoteClusterStatus};
 pub use rule::{
-    ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, KeyFilter,
-    MetadataPolicy, PluginPin, PullSecretRef, RuleSpec, RuleStatus, Source, SourceRef, SyncRule,
-    SyncRuleSpec, Target, Transform,
+    ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, Input,
+    InputRef, KeyFilter, MetadataPolicy, PluginPin, PullSecretRef, RuleSpec, RuleStatus, SecretType, Source,
+    SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
 };
 
 /// The API group of every mimeo resource.

@@ -231,6 +231,10 @@ pub struct PluginTestArgs {
     /// from the object and the flags above.
     #[arg(long)]
     pub context: Option<PathBuf>,
+    /// One of the rule's inputs, as `NAME=FILE` (the object as YAML or JSON), handed to plugins of
+    /// interface 0.2.0 and later; repeat it for each, in the rule's order.
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
     /// Print the result as JSON instead of YAML.
     #[arg(long)]
     pub json: bool,

@@ -32,14 +32,35 @@ use std::time::Duration;
 mod bindings {
     // Exports are async: a call runs as a future under a deadline that holds even while the
     // guest waits in a WASI call (a sleep, a poll), where epoch interruption cannot reach it.
-    wasmtime::component::bindgen!({ world: "plugin", path: "wit", exports: { default: async } });
+    pub mod v0_1 {
+        wasmtime::component::bindgen!({
+            world: "plugin", path: "wit/v0.1.0/transform.wit", exports: { default: async }
+        });
+    }
+    pub mod v0_2 {
+        wasmtime::component::bindgen!({
+            world: "plugin", path: "wit/transform.wit", exports: { default: async }
+        });
+    }
+
+    /// A component linked for the interface version it implements.
+    pub enum Pre {
+        V0_1(v0_1::PluginPre<super::HostState>),
+        V0_2(v0_2::PluginPre<super::HostState>),
+    }
+
+    /// The exports of one instance, of either version.
+    pub enum Exports<'a> {
+        V0_1(&'a v0_1::exports::mimeo::transform::transformer::Guest),
+        V0_2(&'a v0_2::exports::mimeo::transform::transformer::Guest),
+    }
 }
 
-use bindings::exports::mimeo::transform::transformer as guest;
-use bindings::mimeo::transform::types as wit;
+use bindings::{Exports, Pre, v0_1, v0_2};
 
-/// The interface versions this host runs.
-pub const SUPPORTED_INTERFACES: &[&str] = &["0.1.0"];
+/// The interface versions this host runs, oldest first; the newest is the one `wit/transform.wit`
+/// holds and the SDK builds against.
+pub const SUPPORTED_INTERFACES: &[&str] = &["0.1.0", "0.2.0"];
 /// The exported interface a plugin must implement, without its version.
 const TRANSFORMER_EXPORT: &str = "mimeo:transform/transformer";
 
@@ -220,6 +241,73 @@ pub struct TransformContext {
     pub target_cluster: String,
     pub target_namespace: Option<String>,
     pub target_name: String,
+    /// The rule's inputs, in its order: what a `0.2.0` plugin gets beside the object.
+    pub inputs: Arc<[TransformInput]>,
+}
+
+/// One of a rule's inputs, read for a copy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransformInput {
+    /// The name the rule gives it.
+    pub name: String,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub object_name: String,
+    /// The `RemoteCluster` it was read from; empty for the local cluster.
+    pub cluster: String,
+    /// The object, as JSON.
+    pub object: String,
+}
+
+/// The context as each interface version has it: the same fields, and from `0.2.0` the inputs.
+macro_rules! wit_context {
+    ($ctx:expr, $config:expr, $version:ident $(, $field:ident: $value:expr)*) => {{
+        use $version::mimeo::transform::types as wit;
+        wit::Context {
+            rule: $ctx.rule.clone(),
+            source: wit::ObjectRef {
+                api_version: $ctx.source_api_version.clone(),
+                kind: $ctx.source_kind.clone(),
+                namespace: $ctx.source_namespace.clone(),
+                name: $ctx.source_name.clone(),
+            },
+            source_cluster: $ctx.source_cluster.clone(),
+            target: wit::Target {
+                cluster: $ctx.target_cluster.clone(),
+                namespace: $ctx.target_namespace.clone(),
+                name: $ctx.target_name.clone(),
+            },
+            config: $config.to_owned(),
+            $($field: $value,)*
+        }
+    }};
+}
+
+impl TransformContext {
+    fn for_v0_1(&self, config: &str) -> v0_1::mimeo::transform::types::Context {
+        wit_context!(self, config, v0_1)
+    }
+
+    fn for_v0_2(&self, config: &str) -> v0_2::mimeo::transform::types::Context {
+        use v0_2::mimeo::transform::types as wit;
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|i| wit::Input {
+                name: i.name.clone(),
+                source: wit::ObjectRef {
+                    api_version: i.api_version.clone(),
+                    kind: i.kind.clone(),
+                    namespace: i.namespace.clone(),
+                    name: i.object_name.clone(),
+                },
+                cluster: i.cluster.clone(),
+                object: i.object.clone(),
+            })
+            .collect();
+        wit_context!(self, config, v0_2, inputs: inputs)
+    }
 }
 
 /// What a plugin decided.
@@ -390,19 +478,27 @@ impl PluginHost {
     }
 
     fn describe(&self, plugin: &Plugin) -> Result<PluginInfo, PluginError> {
-        self.call(plugin, "", async |store, t| t.call_describe(store).await)
-            .map(|info| PluginInfo {
-                name: info.name,
-                version: info.version,
-                description: info.description,
-                kinds: info.kinds,
-            })
+        macro_rules! info {
+            ($info:expr) => {
+                $info.map(|info| PluginInfo {
+                    name: info.name,
+                    version: info.version,
+                    description: info.description,
+                    kinds: info.kinds,
+                })
+            };
+        }
+        self.call(plugin, "", async |store, exports| match exports {
+            Exports::V0_1(t) => info!(t.call_describe(store).await),
+            Exports::V0_2(t) => info!(t.call_describe(store).await),
+        })
     }
 
     /// Asks the plugin whether a rule's config for it is acceptable.
     pub fn validate_config(&self, plugin: &Plugin, config: &str) -> Result<(), PluginError> {
-        self.call(plugin, "", async |store, t| {
-            t.call_validate_config(store, config).await
+        self.call(plugin, "", async |store, exports| match exports {
+            Exports::V0_1(t) => t.call_validate_config(store, config).await,
+            Exports::V0_2(t) => t.call_validate_config(store, config).await,
         })?
         .map_err(PluginError::InvalidConfig)
     }
@@ -415,32 +511,30 @@ impl PluginHost {
         config: &str,
         object: &str,
     ) -> Result<Outcome, PluginError> {
-        let wit_ctx = wit::Context {
-            rule: ctx.rule.clone(),
-            source: wit::ObjectRef {
-                api_version: ctx.source_api_version.clone(),
-                kind: ctx.source_kind.clone(),
-                namespace: ctx.source_namespace.clone(),
-                name: ctx.source_name.clone(),
-            },
-            source_cluster: ctx.source_cluster.clone(),
-            target: wit::Target {
-                cluster: ctx.target_cluster.clone(),
-                namespace: ctx.target_namespace.clone(),
-                name: ctx.target_name.clone(),
-            },
-            config: config.to_owned(),
-        };
-        let result = self.call(plugin, &ctx.rule, async |store, t| {
-            t.call_transform(store, &wit_ctx, object).await
+        let result = self.call(plugin, &ctx.rule, async |store, exports| match exports {
+            Exports::V0_1(t) => {
+                let outcome = t.call_transform(store, &ctx.for_v0_1(config), object).await?;
+                Ok(outcome.map(|o| match o {
+                    v0_1::mimeo::transform::types::Outcome::Unchanged => Outcome::Unchanged,
+                    v0_1::mimeo::transform::types::Outcome::Write(out) => Outcome::Write(out),
+                    v0_1::mimeo::transform::types::Outcome::Skip(why) => Outcome::Skip(why),
+                }))
+            }
+            Exports::V0_2(t) => {
+                let outcome = t.call_transform(store, &ctx.for_v0_2(config), object).await?;
+                Ok(outcome.map(|o| match o {
+                    v0_2::mimeo::transform::types::Outcome::Unchanged => Outcome::Unchanged,
+                    v0_2::mimeo::transform::types::Outcome::Write(out) => Outcome::Write(out),
+                    v0_2::mimeo::transform::types::Outcome::Skip(why) => Outcome::Skip(why),
+                }))
+            }
         })?;
         match result {
-            Ok(wit::Outcome::Unchanged) => Ok(Outcome::Unchanged),
-            Ok(wit::Outcome::Write(out)) if out.len() > self.settings.max_output_bytes => Err(
+            Ok(Outcome::Write(out)) if out.len() > self.settings.max_output_bytes => Err(
                 PluginError::OutputTooLarge(out.len(), self.settings.max_output_bytes),
             ),
-            Ok(wit::Outcome::Write(out)) => Ok(Outcome::Write(out)),
-            Ok(wit::Outcome::Skip(reason)) => Ok(Outcome::Skip(truncate(&reason, 512))),
+            Ok(Outcome::Skip(reason)) => Ok(Outcome::Skip(truncate(&reason, 512))),
+            Ok(outcome) => Ok(outcome),
             Err(message) => Err(PluginError::Failed(truncate(&message, 512))),
         }
     }
@@ -487,13 +581,21 @@ impl PluginHost {
         &self,
         plugin: &Plugin,
         rule: &str,
-        f: impl AsyncFnOnce(&mut wasmtime::Store<HostState>, &guest::Guest) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&mut wasmtime::Store<HostState>, Exports<'_>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let mut store = self.engine.store(&self.settings, &plugin.name, rule);
         let deadline = self.settings.deadline;
         let outcome = self.engine.run_until(deadline, async {
-            let instance = plugin.compiled.pre.instantiate_async(&mut store).await?;
-            f(&mut store, instance.mimeo_transform_transformer()).await
+            match &plugin.compiled.pre {
+                Pre::V0_1(pre) => {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    f(&mut store, Exports::V0_1(instance.mimeo_transform_transformer())).await
+                }
+                Pre::V0_2(pre) => {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    f(&mut store, Exports::V0_2(instance.mimeo_transform_transformer())).await
+                }
+            }
         });
         let Some(outcome) = outcome else {
             return Err(PluginError::Timeout(deadline));

@@ -9,7 +9,7 @@ use mimeo::plugin::oci::{
     ANNOTATION_DESCRIPTION, Credentials, Fetched, Oci, OciReference, credentials_from_docker_config,
     plugin_annotations,
 };
-use mimeo::plugin::{ChainOutcome, PluginError, PluginHost, TransformContext};
+use mimeo::plugin::{ChainOutcome, PluginError, PluginHost, TransformContext, TransformInput};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -159,6 +159,7 @@ fn run_test(
         target_cluster: String::new(),
         target_namespace: object["metadata"]["namespace"].as_str().map(str::to_owned),
         target_name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+        inputs: Default::default(),
     };
     if let Some(path) = &args.context {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -166,6 +167,12 @@ fn run_test(
             serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
         apply_context(&mut ctx, &given).with_context(|| format!("in {}", path.display()))?;
     }
+    ctx.inputs = args
+        .inputs
+        .iter()
+        .map(|given| read_input(given, &ctx.source_cluster))
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into();
     let input = object.clone();
     match host.run_chain(&chain, &ctx, object) {
         Ok(ChainOutcome::Write(out)) => {
@@ -191,6 +198,29 @@ fn run_test(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// One `--input NAME=FILE`: the object read from the file, its reference from its own fields.
+fn read_input(given: &str, cluster: &str) -> anyhow::Result<TransformInput> {
+    let Some((name, file)) = given.split_once('=') else {
+        bail!("--input {given}: give NAME=FILE")
+    };
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading input {name} from {file}"))?;
+    let object: serde_json::Value = serde_yaml_ng::from_str(&text)
+        .with_context(|| format!("input {name}: {file} is not YAML or JSON"))?;
+    if !object.is_object() {
+        bail!("input {name}: {file} does not hold an object");
+    }
+    let field = |path: &str| object.pointer(path).and_then(|v| v.as_str()).map(str::to_owned);
+    Ok(TransformInput {
+        name: name.to_owned(),
+        api_version: field("/apiVersion").unwrap_or_default(),
+        kind: field("/kind").unwrap_or_default(),
+        namespace: field("/metadata/namespace"),
+        object_name: field("/metadata/name").unwrap_or_default(),
+        cluster: cluster.to_owned(),
+        object: object.to_string(),
+    })
 }
 
 /// Overrides context fields from a JSON object with the documented keys.

@@ -72,6 +72,12 @@ fn cluster_rule_pull_secrets_have_namespaces() -> Rule {
         .field_path(".spec.pluginPullSecrets")
 }
 
+fn sync_rule_inputs_are_its_own() -> Rule {
+    Rule::new("!has(self.spec.inputs) || self.spec.inputs.all(i, !has(i.from.__namespace__))")
+        .message("a SyncRule reads inputs from its own namespace only: remove inputs[].from.namespace, or use a ClusterSyncRule")
+        .field_path(".spec.inputs")
+}
+
 fn sync_rule_creates_no_namespace() -> Rule {
     Rule::new("self.spec.targets.all(t, !has(t.createNamespace) || !t.createNamespace)")
         .message(
@@ -108,6 +114,7 @@ fn sync_rule_source_is_namespaced() -> Rule {
     validation = sync_rule_source_is_namespaced(),
     validation = sync_rule_creates_no_namespace(),
     validation = sync_rule_pull_secrets_are_its_own(),
+    validation = sync_rule_inputs_are_its_own(),
     validation = targets_need_namespace(),
 )]
 pub struct SyncRuleSpec {
@@ -159,9 +166,31 @@ impl Deref for ClusterSyncRuleSpec {
 /// The spec both rule kinds share.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.inputs) || size(self.inputs) == 0 || (has(self.transforms) && size(self.transforms) > 0)")
+        .message("inputs are handed to the transform plugins: add a transform that uses them, such as the template plugin")
+        .field_path(".inputs"),
+    validation = Rule::new("!has(self.secretType) || self.source.kind == 'Secret'")
+        .message("secretType is for copies of Secrets: remove it, or copy a Secret")
+        .field_path(".secretType"),
+)]
 pub struct RuleSpec {
     /// The object, or objects, to copy.
     pub source: Source,
+    /// Other objects each copy is made from besides its source, handed by name to the transform
+    /// plugins (interface `mimeo:transform@0.2.0` and later): a change to any of them rewrites
+    /// the copies. Each is read from the source's cluster, and in a `SyncRule` from the rule's
+    /// own namespace; while one is missing no copy is written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(i, self.exists_one(j, j.name == i.name))")
+        .message("inputs[].name must be unique: plugins find inputs by name"))]
+    pub inputs: Vec<Input>,
+    /// The `type` of the Secret copies, instead of the source's: a copy assembled by plugins from
+    /// other data (a `kubernetes.io/dockerconfigjson` made from a username and password). Only
+    /// types whose keys mimeo checks before writing; plugins still may not change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_type: Option<SecretType>,
     /// Where copies go. Each target yields one copy per source object and per namespace and
     /// cluster it selects.
     #[x_kube(validation = Rule::new("size(self) > 0")
@@ -218,6 +247,76 @@ pub struct Source {
     /// The `RemoteCluster` the source lives in. Empty means the cluster this rule lives in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+}
+
+/// An object a copy is made from besides its source.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Input {
+    /// What plugins call it: `inputs.<name>` in the template plugin. Letters, digits, `_` and
+    /// `-`, starting with a letter.
+    #[schemars(regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_-]{0,62}$"))]
+    pub name: String,
+    /// Which object.
+    pub from: InputRef,
+}
+
+/// One object, by kind and name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.apiVersion) || self.kind in ['Secret', 'ConfigMap', 'Policy', 'ClusterPolicy']")
+        .message("inputs[].from.kind must be Secret, ConfigMap, Policy or ClusterPolicy; for any other kind set apiVersion too"),
+)]
+pub struct InputRef {
+    /// The API version of the kind. Needed only for kinds other than Secret, ConfigMap, Policy
+    /// and ClusterPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Only in a `ClusterSyncRule`; unset, the source's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// The Secret types a rule may give its copies: each has keys mimeo checks before writing. Never
+/// `kubernetes.io/service-account-token` (Kubernetes fills it with a token) or a Helm release.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SecretType {
+    Opaque,
+    /// Needs `.dockerconfigjson`, a JSON object.
+    #[serde(rename = "kubernetes.io/dockerconfigjson")]
+    DockerConfigJson,
+    /// Needs `.dockercfg`, a JSON object.
+    #[serde(rename = "kubernetes.io/dockercfg")]
+    DockerCfg,
+    /// Needs `username` or `password`.
+    #[serde(rename = "kubernetes.io/basic-auth")]
+    BasicAuth,
+    /// Needs `ssh-privatekey`.
+    #[serde(rename = "kubernetes.io/ssh-auth")]
+    SshAuth,
+    /// Needs `tls.crt` and `tls.key`.
+    #[serde(rename = "kubernetes.io/tls")]
+    Tls,
+}
+
+impl SecretType {
+    /// The type as the Secret's `type` field holds it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretType::Opaque => "Opaque",
+            SecretType::DockerConfigJson => "kubernetes.io/dockerconfigjson",
+            SecretType::DockerCfg => "kubernetes.io/dockercfg",
+            SecretType::BasicAuth => "kubernetes.io/basic-auth",
+            SecretType::SshAuth => "kubernetes.io/ssh-auth",
+            SecretType::Tls => "kubernetes.io/tls",
+        }
+    }
 }
 
 /// One place copies go: namespaces (by name or selector) in clusters (by name or selector).

@@ -36,17 +36,20 @@ pub struct ChainOutputs {
 }
 
 /// The digest of everything a chain's outcome for one copy depends on: the copy as it goes into
-/// the chain (`template_hash` covers its content and carried metadata, `source_hash` the source),
-/// each plugin's digest and config, in order, and the context the plugins are told.
+/// the chain (`template_hash` covers its content and carried metadata, `source_hash` the source,
+/// `inputs_hash` the rule's inputs), each plugin's digest and config, in order, and the context
+/// the plugins are told.
 pub fn chain_input(
     template_hash: &str,
     source_hash: &str,
+    inputs_hash: &str,
     chain: &[(&str, &str)],
     context: &TransformContext,
 ) -> String {
     digest(&json!({
         "template": template_hash,
         "source": source_hash,
+        "inputs": inputs_hash,
         "chain": chain,
         "context": [
             &context.rule,
@@ -116,6 +119,7 @@ mod tests {
             target_cluster: String::new(),
             target_namespace: Some(target.into()),
             target_name: "creds".into(),
+            inputs: Default::default(),
         }
     }
 
@@ -130,25 +134,28 @@ mod tests {
     #[test]
     fn the_input_covers_source_chain_and_place() {
         let chain = [("sha256:a", r#"{"include":["k"]}"#)];
-        let base = chain_input("t1", "s1", &chain, &context("tenant-a"));
-        assert_eq!(base, chain_input("t1", "s1", &chain, &context("tenant-a")));
+        let base = chain_input("t1", "s1", "i1", &chain, &context("tenant-a"));
+        assert_eq!(base, chain_input("t1", "s1", "i1", &chain, &context("tenant-a")));
         for other in [
-            chain_input("t2", "s1", &chain, &context("tenant-a")),
-            chain_input("t1", "s2", &chain, &context("tenant-a")),
+            chain_input("t2", "s1", "i1", &chain, &context("tenant-a")),
+            chain_input("t1", "s2", "i1", &chain, &context("tenant-a")),
+            chain_input("t1", "s1", "i2", &chain, &context("tenant-a")),
             chain_input(
                 "t1",
                 "s1",
+                "i1",
                 &[("sha256:b", r#"{"include":["k"]}"#)],
                 &context("tenant-a"),
             ),
             chain_input(
                 "t1",
                 "s1",
+                "i1",
                 &[("sha256:a", r#"{"include":["j"]}"#)],
                 &context("tenant-a"),
             ),
-            chain_input("t1", "s1", &[chain[0], chain[0]], &context("tenant-a")),
-            chain_input("t1", "s1", &chain, &context("tenant-b")),
+            chain_input("t1", "s1", "i1", &[chain[0], chain[0]], &context("tenant-a")),
+            chain_input("t1", "s1", "i1", &chain, &context("tenant-b")),
         ] {
             assert_ne!(base, other);
         }

@@ -17,6 +17,7 @@
 mod carry_out;
 mod cleanup;
 mod gather;
+mod inputs;
 mod make;
 mod record;
 

@@ -167,9 +167,18 @@ pub struct NamespaceInterest {
 #[derive(Clone, Debug, Default)]
 pub struct Interest {
     pub source: Option<SourceInterest>,
+    /// The rule's inputs: objects by name, watched like sources.
+    pub inputs: Vec<SourceInterest>,
     /// The kind of the copies the rule holds in this cluster.
     pub copies: Option<ApiResource>,
     pub namespaces: NamespaceInterest,
+}
+
+/// The caches a rule's declared interest reads from, once listed.
+pub struct DeclaredCaches {
+    pub source: Option<Store<DynamicObject>>,
+    /// One per input, in the interest's order.
+    pub inputs: Vec<Store<DynamicObject>>,
 }
 
 /// Identifies one copies watch: a kind, over all namespaces.
@@ -730,31 +739,45 @@ impl Watches {
 
     /// Records what `rule` watches now, starting and stopping shared watches as needed, waits
     /// until the copies cache of its kind holds a full list, and returns the cache of its
-    /// sources once that does.
-    pub async fn declare(
-        &self,
-        rule: &RuleKey,
-        interest: Interest,
-    ) -> Result<Option<Store<DynamicObject>>, Error> {
+    /// sources and those of its inputs (in the interest's order) once they do.
+    pub async fn declare(&self, rule: &RuleKey, interest: Interest) -> Result<DeclaredCaches, Error> {
         let wanted = interest
             .source
             .as_ref()
             .map(|s| (s.watch.clone(), s.resource.clone()));
+        let inputs: Vec<(SourceWatchKey, ApiResource)> = interest
+            .inputs
+            .iter()
+            .map(|s| (s.watch.clone(), s.resource.clone()))
+            .collect();
         let copies = interest.copies.clone();
         lock(&self.interests).insert(rule.clone(), interest);
         let acquired = wanted.map(|(key, resource)| self.acquire(key, resource));
+        let inputs: Vec<_> = inputs
+            .into_iter()
+            .map(|(key, resource)| self.acquire(key, resource))
+            .collect();
         let copies_listed = copies.map(|resource| self.acquire_copies(resource));
         self.stop_unused_watches();
         for listed in copies_listed.into_iter().flatten() {
             wait_listed(listed, "copies", self.reach.cache_timeout()).await?;
         }
-        match acquired {
+        let mut input_stores = Vec::with_capacity(inputs.len());
+        for (store, listed) in inputs {
+            wait_listed(listed, "input", self.reach.cache_timeout()).await?;
+            input_stores.push(store);
+        }
+        let source = match acquired {
             Some((store, listed)) => {
                 wait_listed(listed, "source", self.reach.cache_timeout()).await?;
-                Ok(Some(store))
+                Some(store)
             }
-            None => Ok(None),
-        }
+            None => None,
+        };
+        Ok(DeclaredCaches {
+            source,
+            inputs: input_stores,
+        })
     }
 
     /// Updates the names a selector-based rule matched, so that a source leaving the selector
@@ -898,7 +921,7 @@ impl Watches {
             (
                 interests
                     .values()
-                    .filter_map(|i| i.source.as_ref().map(|s| s.watch.clone()))
+                    .flat_map(|i| i.source.iter().chain(&i.inputs).map(|s| s.watch.clone()))
                     .collect(),
                 interests
                     .values()
@@ -946,8 +969,9 @@ impl Watches {
         for (rule, interest) in interests.iter() {
             if interest
                 .source
-                .as_ref()
-                .is_some_and(|s| &s.watch == key && s.concerns(object))
+                .iter()
+                .chain(&interest.inputs)
+                .any(|s| &s.watch == key && s.concerns(object))
             {
                 self.triggers.fire(rule);
             }
@@ -957,7 +981,12 @@ impl Watches {
     fn on_sources_relisted(&self, key: &SourceWatchKey) {
         let interests = lock(&self.interests);
         for (rule, interest) in interests.iter() {
-            if interest.source.as_ref().is_some_and(|s| &s.watch == key) {
+            if interest
+                .source
+                .iter()
+                .chain(&interest.inputs)
+                .any(|s| &s.watch == key)
+            {
                 self.triggers.fire(rule);
             }
         }

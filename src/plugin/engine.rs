@@ -9,7 +9,7 @@
 //! or renamed, is never loaded as native code. A file's mtime is its last use; after a new artifact is stored, the
 //! least recently used go until the rest fit in `cache_max_bytes`, never the one just stored.
 
-use super::bindings::PluginPre;
+use super::bindings::{Pre, v0_1, v0_2};
 use super::private_dir;
 use super::state::{HostState, Limiter};
 use super::{HostSettings, PluginError, SUPPORTED_INTERFACES, TRANSFORMER_EXPORT};
@@ -35,7 +35,7 @@ const STALE_PARTIAL: Duration = Duration::from_secs(3600);
 
 /// A component compiled for this engine, linked and ready to instantiate.
 pub(super) struct Compiled {
-    pub pre: PluginPre<HostState>,
+    pub pre: Pre,
     pub interface_version: String,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
@@ -195,10 +195,16 @@ impl Engine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| PluginError::Host(format!("{e:#}")))?;
-        super::bindings::mimeo::transform::log::add_to_linker::<
-            HostState,
-            wasmtime::component::HasSelf<HostState>,
-        >(&mut linker, |state| state)
+        // Both versions' `log`: a chain may hold components of either.
+        v0_1::mimeo::transform::log::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|e| PluginError::Host(format!("{e:#}")))?;
+        v0_2::mimeo::transform::log::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+            &mut linker,
+            |state| state,
+        )
         .map_err(|e| PluginError::Host(format!("{e:#}")))?;
 
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -239,7 +245,11 @@ impl Engine {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| PluginError::Link(format!("{e:#}")))?;
-        let pre = PluginPre::new(instance_pre).map_err(|e| PluginError::Link(format!("{e:#}")))?;
+        let link = |e: wasmtime::Error| PluginError::Link(format!("{e:#}"));
+        let pre = match version.as_str() {
+            "0.1.0" => Pre::V0_1(v0_1::PluginPre::new(instance_pre).map_err(link)?),
+            _ => Pre::V0_2(v0_2::PluginPre::new(instance_pre).map_err(link)?),
+        };
         Ok(Compiled {
             pre,
             interface_version: version,
@@ -509,10 +519,14 @@ mod tests {
             interface_version(&exports(&["exports", "mimeo:transform/transformer@0.1.0"])).unwrap(),
             "0.1.0"
         );
-        let newer = interface_version(&exports(&["mimeo:transform/transformer@0.2.0"])).unwrap_err();
+        assert_eq!(
+            interface_version(&exports(&["mimeo:transform/transformer@0.2.0"])).unwrap(),
+            "0.2.0"
+        );
+        let newer = interface_version(&exports(&["mimeo:transform/transformer@0.3.0"])).unwrap_err();
         assert_eq!(
             newer.to_string(),
-            "the plugin implements mimeo:transform@0.2.0; this mimeo runs 0.1.0"
+            "the plugin implements mimeo:transform@0.3.0; this mimeo runs 0.1.0, 0.2.0"
         );
         let other = interface_version(&exports(&["wasi:cli/run@0.2.0"])).unwrap_err();
         assert!(

@@ -1,7 +1,7 @@
 //! What a store holds for one call: an empty WASI context, the resource limiter, and the log
 //! import's state.
 
-use super::bindings::mimeo::transform::log::{Host as LogHost, Level};
+use super::bindings::{v0_1, v0_2};
 use super::guest_stderr::GuestStderr;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -54,7 +54,17 @@ impl WasiView for HostState {
     }
 }
 
-impl LogHost for HostState {
+/// How bad a guest's log line is, whichever interface version it came through.
+#[derive(Clone, Copy)]
+enum Level {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl HostState {
     fn log(&mut self, level: Level, message: String) {
         self.log_lines += 1;
         if self.log_lines > MAX_LOG_LINES {
@@ -82,6 +92,28 @@ impl LogHost for HostState {
         }
     }
 }
+
+/// The `log` import, as each interface version declares it: the same function.
+macro_rules! log_host {
+    ($version:ident) => {
+        impl $version::mimeo::transform::log::Host for HostState {
+            fn log(&mut self, level: $version::mimeo::transform::log::Level, message: String) {
+                use $version::mimeo::transform::log::Level as L;
+                let level = match level {
+                    L::Trace => Level::Trace,
+                    L::Debug => Level::Debug,
+                    L::Info => Level::Info,
+                    L::Warn => Level::Warn,
+                    L::Error => Level::Error,
+                };
+                HostState::log(self, level, message)
+            }
+        }
+    };
+}
+
+log_host!(v0_1);
+log_host!(v0_2);
 
 /// Caps linear memory over all of a call's memories, and remembers when it said no, so that the
 /// trap that follows is reported as what it is.

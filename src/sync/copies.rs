@@ -16,8 +16,9 @@ use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION};
 use super::plan::{Decision, Write, decide};
 use super::protected::refused_copy;
 use super::scope::Scope;
+use super::secret_types::missing_for_type;
 use super::targets::Placement;
-use crate::api::{ConflictPolicy, CopyState, CopyStatus, MetadataPolicy, SourceRef, Target};
+use crate::api::{ConflictPolicy, CopyState, CopyStatus, MetadataPolicy, SecretType, SourceRef, Target};
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
@@ -38,10 +39,12 @@ pub struct Source {
 
 impl Source {
     /// The source as a cache holds it. Items of a list carry no apiVersion and kind; the copy
-    /// needs both, so they come from the resource.
+    /// needs both, so they come from the resource. A Secret's copies take the rule's
+    /// `secretType` when it has one.
     pub fn new(
         rule: &RuleKey,
         metadata: &MetadataPolicy,
+        secret_type: Option<SecretType>,
         object: &DynamicObject,
         resource: &ApiResource,
     ) -> Self {
@@ -52,6 +55,12 @@ impl Source {
         let mut json = serde_json::to_value(object).unwrap_or_default();
         json["apiVersion"] = json!(resource.api_version);
         json["kind"] = json!(resource.kind);
+        if let Some(type_) = secret_type
+            && resource.kind == "Secret"
+            && resource.group.is_empty()
+        {
+            json["type"] = json!(type_.as_str());
+        }
         let template = CopyTemplate::new(rule, metadata, &json, &reference);
         Source {
             reference,
@@ -407,7 +416,9 @@ impl Plan {
         for copy in &mut self.copies {
             let Some((s, c)) = copy.from else { continue };
             let source = &sources[s];
-            let desired = match std::mem::take(&mut copy.pending) {
+            let pending = std::mem::take(&mut copy.pending);
+            let chained = matches!(pending, Pending::Made(_));
+            let desired = match pending {
                 Pending::Make => source.template.copy_for(copy.target.clone()),
                 Pending::Made(Made::Write { object, hash }) => DesiredCopy {
                     target: copy.target.clone(),
@@ -443,6 +454,26 @@ impl Plan {
             // Whatever the source or the chain made of it, some objects are never written.
             if let Some(why) = refused_copy(&desired.object) {
                 copy.block(CopyState::Refused, why);
+                continue;
+            }
+            // A Secret its type cannot hold is not written; the previous copy stays.
+            if let Some(why) = missing_for_type(&desired.object) {
+                let (state, note) = if chained {
+                    (
+                        CopyState::PluginFailed,
+                        "the transform chain did not make what the Secret's type needs",
+                    )
+                } else {
+                    (
+                        CopyState::Failed,
+                        "the copy does not hold what the Secret's type needs",
+                    )
+                };
+                copy.block(state, format!("{why}; the previous copy stays"));
+                copy.event_note = Some(format!(
+                    "{note}; the previous copy stays; the missing keys are in the rule's status.targets"
+                ));
+                copy.keeps_previous = true;
                 continue;
             }
             copy.source_version = source.version.clone();
@@ -728,6 +759,7 @@ mod tests {
         Source::new(
             rule,
             &MetadataPolicy::default(),
+            None,
             &secret("app", name, data),
             &secrets(),
         )

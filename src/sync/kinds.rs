@@ -21,15 +21,20 @@ pub struct KindRef {
 impl KindRef {
     /// The kind a rule's source names, filling in the API version of the well-known kinds.
     pub fn of_source(source: &Source) -> KindRef {
-        let api_version = match (&source.api_version, source.kind.as_str()) {
-            (Some(v), _) => v.clone(),
+        KindRef::of(source.api_version.as_deref(), &source.kind)
+    }
+
+    /// A kind as a rule names it, the API version optional for the well-known kinds.
+    pub fn of(api_version: Option<&str>, kind: &str) -> KindRef {
+        let api_version = match (api_version, kind) {
+            (Some(v), _) => v.to_owned(),
             (None, "Secret" | "ConfigMap") => "v1".to_owned(),
             (None, "Policy" | "ClusterPolicy") => "kyverno.io/v1".to_owned(),
             (None, _) => String::new(),
         };
         KindRef {
             api_version,
-            kind: source.kind.clone(),
+            kind: kind.to_owned(),
         }
     }
 

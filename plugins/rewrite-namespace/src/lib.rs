@@ -141,6 +141,7 @@ mod tests {
                 name: "p".into(),
             },
             config: config.to_string(),
+            inputs: Vec::new(),
         }
     }
 

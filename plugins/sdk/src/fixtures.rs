@@ -5,13 +5,15 @@
 //! fixtures/<case>/object.yaml          the object handed to the plugin (YAML or JSON)
 //! fixtures/<case>/config.json          the rule's config for the plugin
 //! fixtures/<case>/context.json         optional: rule, source*, target* (see README)
+//! fixtures/<case>/inputs/<name>.yaml   optional: the rule's inputs, one object a file (or .json),
+//!                                      handed in file-name order, named by the file stem
 //! fixtures/<case>/expected.yaml        the object written (the input when `unchanged`), or
 //! fixtures/<case>/expected-skip.txt    a substring of the skip reason, or
 //! fixtures/<case>/expected-error.txt   a substring of the validate-config or transform error
 //! fixtures/<case>/expected-outcome.txt optional with expected.yaml: `unchanged` or `write`
 //! ```
 
-use crate::{Context, Guest, ObjectRef, Outcome, Target};
+use crate::{Context, Guest, Input, ObjectRef, Outcome, Target};
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,7 +51,7 @@ fn yaml(path: &Path, text: &str) -> Result<Value, String> {
 }
 
 /// The context for a case: `context.json` where it says, else taken from the object.
-fn context(object: &Value, given: &Value, config: &str) -> Result<Context, String> {
+fn context(object: &Value, given: &Value, config: &str, inputs: Vec<Input>) -> Result<Context, String> {
     let known = [
         "rule",
         "sourceCluster",
@@ -104,7 +106,61 @@ fn context(object: &Value, given: &Value, config: &str) -> Result<Context, Strin
             name: string("targetName", from_object("/metadata/name"))?,
         },
         config: config.to_owned(),
+        inputs,
     })
+}
+
+/// The reference the host would give for `object`: its apiVersion, kind, namespace and name.
+fn object_ref(path: &Path, object: &Value) -> Result<ObjectRef, String> {
+    let field = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+    let required = |pointer: &str| {
+        field(pointer).ok_or_else(|| format!("{}: {pointer} is missing or not a string", path.display()))
+    };
+    Ok(ObjectRef {
+        api_version: required("/apiVersion")?,
+        kind: required("/kind")?,
+        namespace: field("/metadata/namespace"),
+        name: required("/metadata/name")?,
+    })
+}
+
+/// The case's inputs from `inputs/<name>.yaml` (or `.json`), in file-name order as the host hands
+/// them in rule order; any other file there is refused, so a misnamed input is not silently lost.
+fn inputs(dir: &Path, cluster: &str) -> Result<Vec<Input>, String> {
+    let dir = dir.join("inputs");
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
+    let mut paths = entries
+        .map(|e| e.map(|e| e.path()).map_err(|e| format!("{}: {e}", dir.display())))
+        .collect::<Result<Vec<_>, _>>()?;
+    paths.sort();
+    let mut inputs: Vec<Input> = Vec::new();
+    for path in paths {
+        let stem = path
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let extension = path.extension().and_then(|e| e.to_str());
+        if !path.is_file() || !matches!(extension, Some("yaml" | "json")) {
+            return Err(format!("{}: an input is a .yaml or .json file", path.display()));
+        }
+        if inputs.iter().any(|i| i.name == stem) {
+            return Err(format!("{}: a second input named {stem:?}", path.display()));
+        }
+        let text = read(&path)?.unwrap_or_default();
+        let object = yaml(&path, &text)?;
+        inputs.push(Input {
+            name: stem,
+            source: object_ref(&path, &object)?,
+            cluster: cluster.to_owned(),
+            object: object.to_string(),
+        });
+    }
+    Ok(inputs)
 }
 
 /// Reads one case from its directory.
@@ -118,7 +174,12 @@ pub fn load(dir: &Path) -> Result<Case, String> {
         Some(text) => serde_json::from_str(&text).map_err(|e| format!("context.json: {e}"))?,
         None => Value::Object(Default::default()),
     };
-    let context = context(&object, &given, config.trim())?;
+    let cluster = given
+        .get("sourceCluster")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let inputs = inputs(dir, cluster)?;
+    let context = context(&object, &given, config.trim(), inputs)?;
     let expected_path = dir.join("expected.yaml");
     let mut expected = Vec::new();
     if let Some(text) = read(&expected_path)? {
@@ -217,4 +278,108 @@ pub fn run_all<G: Guest>(crate_dir: &str) {
         failures.join("\n\n")
     );
     eprintln!("{}: {} fixture cases passed", info.name, dirs.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A case directory under the system's temp dir, removed when dropped.
+    struct TempCase(PathBuf);
+
+    impl TempCase {
+        fn new(name: &str, files: &[(&str, &str)]) -> Self {
+            let dir = std::env::temp_dir().join(format!("mimeo-sdk-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            for (path, text) in files {
+                let path = dir.join(path);
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                fs::write(path, text).unwrap();
+            }
+            TempCase(dir)
+        }
+    }
+
+    impl Drop for TempCase {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const OBJECT: &str = "{apiVersion: v1, kind: Secret, metadata: {name: s, namespace: a}}";
+
+    #[test]
+    fn inputs_in_file_name_order_with_the_source_cluster() {
+        let case = TempCase::new(
+            "inputs",
+            &[
+                ("object.yaml", OBJECT),
+                ("expected-error.txt", "x"),
+                ("context.json", r#"{"sourceCluster": "eu1"}"#),
+                (
+                    "inputs/registry.yaml",
+                    "{apiVersion: v1, kind: ConfigMap, metadata: {name: reg, namespace: b}}",
+                ),
+                (
+                    "inputs/node.json",
+                    r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}"#,
+                ),
+            ],
+        );
+        let inputs = load(&case.0).unwrap().context.inputs;
+        let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["node", "registry"]);
+        assert_eq!(inputs[0].source.namespace, None);
+        assert_eq!(inputs[1].source.kind, "ConfigMap");
+        assert_eq!(inputs[1].source.namespace.as_deref(), Some("b"));
+        assert_eq!(inputs[1].source.name, "reg");
+        assert!(inputs.iter().all(|i| i.cluster == "eu1"));
+        let object: Value = serde_json::from_str(&inputs[1].object).unwrap();
+        assert_eq!(object["metadata"]["name"], "reg");
+    }
+
+    #[test]
+    fn no_inputs_directory_means_none() {
+        let case = TempCase::new(
+            "no-inputs",
+            &[("object.yaml", OBJECT), ("expected-error.txt", "x")],
+        );
+        assert!(load(&case.0).unwrap().context.inputs.is_empty());
+    }
+
+    #[test]
+    fn bad_inputs_are_refused() {
+        let cases = [
+            ("inputs/notes.txt", "hello", "an input is a .yaml or .json file"),
+            (
+                "inputs/cm.yaml",
+                "{kind: ConfigMap, metadata: {name: c}}",
+                "/apiVersion is missing",
+            ),
+        ];
+        for (i, (path, text, error)) in cases.into_iter().enumerate() {
+            let case = TempCase::new(
+                &format!("bad-input-{i}"),
+                &[("object.yaml", OBJECT), ("expected-error.txt", "x"), (path, text)],
+            );
+            let got = load(&case.0).unwrap_err();
+            assert!(got.contains(error), "{path}: {got}");
+        }
+        let twice = TempCase::new(
+            "twice",
+            &[
+                ("object.yaml", OBJECT),
+                ("expected-error.txt", "x"),
+                (
+                    "inputs/c.json",
+                    r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}"#,
+                ),
+                (
+                    "inputs/c.yaml",
+                    "{apiVersion: v1, kind: ConfigMap, metadata: {name: c}}",
+                ),
+            ],
+        );
+        assert!(load(&twice.0).unwrap_err().contains("a second input named \"c\""));
+    }
 }

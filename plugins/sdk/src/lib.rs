@@ -1,4 +1,4 @@
-//! Guest bindings for the `mimeo:transform@0.1.0` world `plugin`, and the small helpers mimeo's
+//! Guest bindings for the `mimeo:transform@0.2.0` world `plugin`, and the small helpers mimeo's
 //! first-party plugins share: config parsing, key globs, `{{placeholder}}` templates, Kubernetes
 //! name checks, and the outcome for an object that may or may not have changed.
 //!
@@ -10,6 +10,9 @@
 //! impl Guest for MyPlugin { /* describe, validate_config, transform */ }
 //! mimeo_plugin_sdk::export!(MyPlugin);
 //! ```
+//!
+//! A plugin built on this SDK exports `transformer@0.2.0`, so it needs a mimeo that knows 0.2.0;
+//! it gets the rule's inputs in [`Context::inputs`], each an [`Input`] with its object as JSON.
 
 wit_bindgen::generate!({
     world: "plugin",
@@ -20,7 +23,7 @@ wit_bindgen::generate!({
 });
 
 pub use exports::mimeo::transform::transformer::Guest;
-pub use mimeo::transform::types::{Context, ObjectRef, Outcome, PluginInfo, Target};
+pub use mimeo::transform::types::{Context, Input, ObjectRef, Outcome, PluginInfo, Target};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};

@@ -2,6 +2,7 @@
 //! and (for kinds and clusters not known yet) the apiservers. It writes nothing: a rule that
 //! cannot go on comes back as a [`Refusal`], which the record step reports.
 
+use super::inputs::{self, ReadInputs};
 use super::{RETRY_UNREACHABLE, failure};
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, Target};
 use crate::controller::Context;
@@ -54,6 +55,8 @@ pub(in crate::controller) struct Gathered<'r> {
     pub unshared: usize,
     /// The inventory the rule starts from: its last status written, and what the cache holds.
     pub previous_copies: Vec<CopyStatus>,
+    /// The rule's inputs, read from the source's cluster, for the plugins.
+    pub inputs: ReadInputs,
 }
 
 /// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
@@ -180,6 +183,15 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
     } else {
         String::new()
     };
+    let placed_inputs = inputs::place(
+        ctx,
+        &key,
+        spec,
+        &source_side,
+        rule.source_namespace().as_deref(),
+        previous,
+    )
+    .await?;
     let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &previous_copies).await;
     let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
     let source_interest = SourceInterest {
@@ -195,7 +207,17 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         source_side: &source_side,
         previous,
     };
-    let store = declared.declare(&mut clusters, source_interest).await?;
+    let input_interests = placed_inputs.iter().map(|i| i.interest.clone()).collect();
+    let (store, input_stores) = declared
+        .declare(&mut clusters, source_interest, input_interests)
+        .await?;
+    let inputs = inputs::read(
+        &key,
+        &placed_inputs,
+        &input_stores,
+        source_cluster.as_deref(),
+        previous,
+    )?;
     let mut found: Vec<Arc<DynamicObject>> = store
         .state()
         .into_iter()
@@ -216,7 +238,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         .partition(|o| shares(&key, source_cluster.is_some(), o.annotations()));
     let sources = shared
         .iter()
-        .map(|o| Source::new(&key, &spec.metadata, o, &resource))
+        .map(|o| Source::new(&key, &spec.metadata, spec.secret_type, o, &resource))
         .collect();
     let (reachable, places) = reachable(&clusters, namespaced);
     Ok(Gathered {
@@ -236,6 +258,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         sources,
         unshared: unshared.len(),
         previous_copies,
+        inputs,
     })
 }
 
@@ -248,6 +271,7 @@ fn checked_kind(
     previous: Option<&RuleStatus>,
 ) -> Result<KindRef, Stop> {
     validate::check(spec, &ctx.allowed_kinds)
+        .and_then(|kind| crate::sync::inputs::check_kinds(&spec.inputs, &ctx.allowed_kinds).map(|()| kind))
         .and_then(|kind| validate::check_authority(key.kind, spec).map(|()| kind))
         .and_then(|kind| scope::check(&ctx.scope, spec).map(|()| kind))
         .map_err(|problem| {
@@ -517,10 +541,12 @@ impl Declared<'_> {
         &self,
         clusters: &mut [TargetCluster],
         source_interest: SourceInterest,
-    ) -> Result<Store<DynamicObject>, Stop> {
+        input_interests: Vec<SourceInterest>,
+    ) -> Result<(Store<DynamicObject>, Vec<Store<DynamicObject>>), Stop> {
         let key = self.key;
         let uses_remote_targets = clusters.iter().any(|c| c.name.is_some());
         let mut store = None;
+        let mut inputs = Vec::new();
         for cluster in clusters.iter_mut() {
             let Ok((handle, cluster_resource)) = &cluster.usable else {
                 continue;
@@ -533,13 +559,19 @@ impl Declared<'_> {
             }
             let interest = Interest {
                 source: is_source.then(|| source_interest.clone()),
+                inputs: if is_source {
+                    input_interests.clone()
+                } else {
+                    Vec::new()
+                },
                 copies: cluster.holds.then(|| cluster_resource.clone()),
                 namespaces,
             };
             match handle.watches.declare(key, interest).await {
                 Ok(declared) => {
                     if is_source {
-                        store = declared;
+                        store = declared.source;
+                        inputs = declared.inputs;
                     }
                 }
                 Err(e) if cluster.name.is_some() && !is_source => {
@@ -563,16 +595,20 @@ impl Declared<'_> {
             // The source lives in a cluster that gets no copies of this rule.
             let interest = Interest {
                 source: Some(source_interest),
+                inputs: input_interests,
                 ..Default::default()
             };
-            store = self
+            let declared = self
                 .source_side
                 .watches
                 .declare(key, interest)
                 .await
                 .map_err(|e| self.unreadable(e))?;
+            store = declared.source;
+            inputs = declared.inputs;
         }
-        store.ok_or_else(|| Stop::Failed(Error::NotReady("no source cache".into())))
+        let store = store.ok_or_else(|| Stop::Failed(Error::NotReady("no source cache".into())))?;
+        Ok((store, inputs))
     }
 
     /// The source's caches do not fill: in another cluster that is why the sources cannot be

@@ -73,9 +73,16 @@ pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mu
                 target_cluster: gathered.reachable[c].name.clone().unwrap_or_default(),
                 target_namespace: copy.target.namespace.clone(),
                 target_name: copy.target.name.clone(),
+                inputs: gathered.inputs.inputs.clone(),
             };
             let template = &source.template;
-            let input = chain_input(template.hash(), template.source_hash(), &chain_ids, &plugin_ctx);
+            let input = chain_input(
+                template.hash(),
+                template.source_hash(),
+                &gathered.inputs.hash,
+                &chain_ids,
+                &plugin_ctx,
+            );
             let desired = template.copy_for(copy.target.clone());
             let made = match transform(ctx, &gathered.key, chain, input, desired, plugin_ctx).await {
                 Ok(made) => made,

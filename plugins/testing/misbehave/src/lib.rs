@@ -176,6 +176,7 @@ fn common(config: &Config) -> Option<Result<(), String>> {
         "trap" => panic!("asked to trap"),
         "recurse" => {
             // Without end, and not a tail call: the host's stack limit must stop it.
+            #[allow(unconditional_recursion)]
             fn deeper(n: u64) -> u64 {
                 black_box(deeper(black_box(n + 1))) + 1
             }
@@ -346,6 +347,7 @@ mod tests {
                 name: "s".into(),
             },
             config: config.into(),
+            inputs: Vec::new(),
         };
         let object = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}"#.to_string();
         let Ok(Outcome::Write(out)) =
