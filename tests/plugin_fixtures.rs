@@ -43,6 +43,41 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
+/// A case's `inputs/<name>.yaml` (or `.json`) files, one object each, as `--input <name>=<file>`
+/// in file-name order, the order the context lists them in (as the SDK's fixture runner reads
+/// them); none without an `inputs` folder. Any other file there is refused, so that a misnamed
+/// input is not silently left out.
+fn input_args(case: &Path) -> Result<Vec<String>, String> {
+    let dir = case.join("inputs");
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .map(|e| e.map(|e| e.path()).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    files.sort();
+    let mut args: Vec<String> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for file in files {
+        let name = file
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let extension = file.extension().and_then(|e| e.to_str());
+        if !file.is_file() || !matches!(extension, Some("yaml" | "json")) {
+            return Err(format!("{}: an input is a .yaml or .json file", file.display()));
+        }
+        if names.contains(&name) {
+            return Err(format!("{}: a second input named {name:?}", file.display()));
+        }
+        args.push(format!("--input={name}={}", file.display()));
+        names.push(name);
+    }
+    Ok(args)
+}
+
 /// Runs one case; returns what went wrong, if anything.
 fn run_case(plugin: &Path, case: &Path) -> Result<(), String> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mimeo"));
@@ -62,6 +97,7 @@ fn run_case(plugin: &Path, case: &Path) -> Result<(), String> {
     if case.join("context.json").exists() {
         command.arg("--context").arg(case.join("context.json"));
     }
+    command.args(input_args(case)?);
     let output = command.output().map_err(|e| e.to_string())?;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),
@@ -159,6 +195,21 @@ fn example_plugins_pass_the_shared_fixtures() {
             }
             continue;
         }
+        // Built from the repository's wit: the interface version the examples are written for.
+        match inspect(&plugin) {
+            Ok(shown) => {
+                for expected in [
+                    "interface:   mimeo:transform@0.2.0",
+                    "  mimeo:transform/transformer@0.2.0",
+                    "  mimeo:transform/log@0.2.0",
+                ] {
+                    if !shown.contains(expected) {
+                        failures.push(format!("{lang}: missing {expected:?} in\n{shown}"));
+                    }
+                }
+            }
+            Err(why) => failures.push(format!("{lang}: {why}")),
+        }
         let fixtures = root.join(lang).join("fixtures");
         for case in cases(&fixtures) {
             ran += 1;
@@ -171,26 +222,32 @@ fn example_plugins_pass_the_shared_fixtures() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-#[test]
-fn inspect_shows_what_a_plugin_is() {
-    let plugin = common::plugin_dir().join("filter-keys.wasm");
+/// What `mimeo plugin inspect` prints about a plugin, or why it failed.
+fn inspect(plugin: &Path) -> Result<String, String> {
     let output = Command::new(env!("CARGO_BIN_EXE_mimeo"))
         .args(["plugin", "inspect"])
-        .arg(&plugin)
+        .arg(plugin)
         .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .map_err(|e| e.to_string())?;
+    if !output.status.success() {
+        return Err(format!(
+            "mimeo plugin inspect {}: {}",
+            plugin.display(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[test]
+fn inspect_shows_what_a_plugin_is() {
+    let stdout = inspect(&common::plugin_dir().join("filter-keys.wasm")).unwrap_or_else(|e| panic!("{e}"));
     for expected in [
         "plugin:      filter-keys",
-        "interface:   mimeo:transform@0.1.0",
+        "interface:   mimeo:transform@0.2.0",
         "digest:      sha256:",
-        "  mimeo:transform/transformer@0.1.0",
-        "  mimeo:transform/log@0.1.0",
+        "  mimeo:transform/transformer@0.2.0",
+        "  mimeo:transform/log@0.2.0",
     ] {
         assert!(stdout.contains(expected), "missing {expected:?} in\n{stdout}");
     }

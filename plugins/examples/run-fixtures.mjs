@@ -9,8 +9,8 @@
 //
 // For each fixture folder <case>/ (see README.md in this folder for the format):
 //   1. validate-config(config.json); an error must match expected-error.txt, if present.
-//   2. transform(ctx, object.yaml as JSON, sent compact and then indented); an error must match expected-error.txt; otherwise the
-//      result (the input for `unchanged`, the parsed JSON for `write`) must equal expected.yaml,
+//   2. transform(ctx, object.yaml as JSON, sent compact and then indented; the context's inputs
+//      from inputs/<name>.yaml); an error must match expected-error.txt; otherwise the result (the input for `unchanged`, the parsed JSON for `write`) must equal expected.yaml,
 //      the outcome must match expected-outcome.txt if present, and the plugin must have logged
 //      exactly one `info` line.
 // Prints one line per case and closes with "N passed, N failed"; exits 1 on any failure.
@@ -58,12 +58,12 @@ execFileSync(
   jcoBin,
   [
     'transpile', resolve(args.wasm), '-o', outDir, '--name', stem, '--no-typescript', '--quiet',
-    '--map', 'mimeo:transform/log@0.1.0=./mimeo-log.js',
+    '--map', 'mimeo:transform/log@0.2.0=./mimeo-log.js',
   ],
   { stdio: ['ignore', 'ignore', 'inherit'] },
 );
 const component = await import(pathToFileURL(join(outDir, `${stem}.js`)).href);
-const transformer = component.transformer ?? component['mimeo:transform/transformer@0.1.0'];
+const transformer = component.transformer ?? component['mimeo:transform/transformer@0.2.0'];
 if (!transformer) throw new Error(`${args.wasm} exports no transformer`);
 
 // result<_, string> errors surface as a thrown ComponentError whose payload is the string.
@@ -108,6 +108,32 @@ const read = (dir, file) => {
   return existsSync(path) ? readFileSync(path, 'utf8') : undefined;
 };
 
+// An object-ref: option<string> is undefined for none.
+const objectRef = (object) => ({
+  apiVersion: object.apiVersion,
+  kind: object.kind,
+  namespace: object.metadata?.namespace ?? undefined,
+  name: object.metadata?.name,
+});
+
+// The context's inputs: <case>/inputs/<name>.yaml, one object a file, in file-name order.
+function readInputs(dir, cluster) {
+  const folder = join(dir, 'inputs');
+  if (!existsSync(folder)) return [];
+  return readdirSync(folder)
+    .sort()
+    .map((file) => {
+      if (!file.endsWith('.yaml')) throw new Error(`inputs/${file} is not a .yaml file`);
+      const object = YAML.parse(read(folder, file));
+      return {
+        name: file.slice(0, -'.yaml'.length),
+        source: objectRef(object),
+        cluster,
+        object: JSON.stringify(object),
+      };
+    });
+}
+
 for (const name of readdirSync(args.fixtures).sort()) {
   const dir = join(args.fixtures, name);
   const problems = [];
@@ -120,21 +146,18 @@ for (const name of readdirSync(args.fixtures).sort()) {
 
   const targetNamespace =
     'targetNamespace' in context ? context.targetNamespace : object.metadata?.namespace ?? null;
+  const sourceCluster = context.sourceCluster ?? '';
   const ctx = {
     rule: context.rule ?? 'SyncRule/platform/fixtures',
-    source: {
-      apiVersion: object.apiVersion,
-      kind: object.kind,
-      namespace: object.metadata?.namespace ?? undefined,
-      name: object.metadata?.name,
-    },
-    sourceCluster: context.sourceCluster ?? '',
+    source: objectRef(object),
+    sourceCluster,
     target: {
       cluster: context.targetCluster ?? '',
       namespace: targetNamespace ?? undefined,
       name: object.metadata?.name,
     },
     config,
+    inputs: readInputs(dir, sourceCluster),
   };
 
   const checkError = (where, err) => {

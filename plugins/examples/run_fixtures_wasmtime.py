@@ -20,7 +20,8 @@ import yaml
 from wasmtime import Engine, Store, WasiConfig
 from wasmtime.component import Component, Linker, Record
 
-TRANSFORMER = "mimeo:transform/transformer@0.1.0"
+TRANSFORMER = "mimeo:transform/transformer@0.2.0"
+LOG = "mimeo:transform/log@0.2.0"
 
 
 def record(**fields):
@@ -41,7 +42,7 @@ class Plugin:
         self.linker = Linker(engine)
         self.linker.add_wasip2()
         with self.linker.root() as root:
-            with root.add_instance("mimeo:transform/log@0.1.0") as log:
+            with root.add_instance(LOG) as log:
                 log.add_func("log", lambda _store, level, message: self.logs.append((level, message)))
 
     def call(self, name, *args):
@@ -64,6 +65,32 @@ def read(folder, name):
         return f.read()
 
 
+def compact(obj):
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def object_ref(obj):
+    """The object-ref of an object: its apiVersion, kind, namespace (None if absent) and name."""
+    meta = obj.get("metadata") or {}
+    return record(api_version=obj.get("apiVersion"), kind=obj.get("kind"),
+                  namespace=meta.get("namespace"), name=meta.get("name"))
+
+
+def read_inputs(folder, cluster):
+    """The context's inputs: <case>/inputs/<name>.yaml, one object a file, in file-name order."""
+    folder = os.path.join(folder, "inputs")
+    if not os.path.isdir(folder):
+        return []
+    inputs = []
+    for file in sorted(os.listdir(folder)):
+        if not file.endswith(".yaml"):
+            raise ValueError(f"inputs/{file} is not a .yaml file")
+        obj = yaml.safe_load(read(folder, file))
+        inputs.append(record(name=file.removesuffix(".yaml"), source=object_ref(obj), cluster=cluster,
+                             object=compact(obj)))
+    return inputs
+
+
 def check_case(plugin, folder):
     problems = []
     obj = yaml.safe_load(read(folder, "object.yaml"))
@@ -74,14 +101,15 @@ def check_case(plugin, folder):
     expected_outcome = (read(folder, "expected-outcome.txt") or "").strip() or None
     meta = obj.get("metadata") or {}
     target_ns = context["targetNamespace"] if "targetNamespace" in context else meta.get("namespace")
+    source_cluster = context.get("sourceCluster", "")
     ctx = record(
         rule=context.get("rule", "SyncRule/platform/fixtures"),
-        source=record(api_version=obj.get("apiVersion"), kind=obj.get("kind"),
-                      namespace=meta.get("namespace"), name=meta.get("name")),
-        source_cluster=context.get("sourceCluster", ""),
+        source=object_ref(obj),
+        source_cluster=source_cluster,
         target=record(cluster=context.get("targetCluster", ""), namespace=target_ns,
                       name=meta.get("name")),
         config=config,
+        inputs=read_inputs(folder, source_cluster),
     )
 
     def check_error(where, err):
@@ -96,7 +124,7 @@ def check_case(plugin, folder):
         check_error("validate-config", err)
         return problems
 
-    for style, text in (("compact", json.dumps(obj, ensure_ascii=False, separators=(",", ":"))),
+    for style, text in (("compact", compact(obj)),
                         ("indented", json.dumps(obj, ensure_ascii=False, indent=2))):
         plugin.logs.clear()
         # result<outcome, string>: a Variant (tag, payload) for ok, the error string for err.

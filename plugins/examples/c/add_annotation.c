@@ -7,7 +7,9 @@
  *
  * `key` is required, non-empty and must not start with `mimeo.dev/` (mimeo's own annotations);
  * `value` defaults to "" and may contain `{{target.namespace}}`, replaced with the namespace the
- * copy is going to. When the annotation already has that value the copy is left `unchanged`.
+ * copy is going to, and `{{inputs}}`, replaced with the names of the context's inputs joined by
+ * `,` (empty when there are none). When the annotation already has that value the copy is left
+ * `unchanged`.
  *
  * The object is not parsed into a tree: json.c checks the whole document, finds
  * `metadata.annotations` and the plugin splices its change into the text it was given.
@@ -25,6 +27,7 @@
 #define VERSION "0.1.0"
 #define RESERVED_PREFIX "mimeo.dev/"
 #define TEMPLATE "{{target.namespace}}"
+#define INPUTS "{{inputs}}"
 
 /* A plugin_string_t that owns a malloc'd copy of buf's bytes. */
 static void to_string(json_buf *buf, plugin_string_t *out) {
@@ -79,26 +82,30 @@ static const char *parse_config(const plugin_string_t *text, config *out, const 
     return NULL;
 }
 
-/* Replaces every {{target.namespace}} in value with ns. Returns false if there was one and ns is
- * NULL (no target namespace). */
-static bool expand_template(json_buf *value, const plugin_option_string_t *ns) {
-    const size_t tlen = strlen(TEMPLATE);
+/* Whether value contains pattern. */
+static bool contains(const json_buf *value, const char *pattern) {
+    const size_t plen = strlen(pattern);
+    for (size_t i = 0; i + plen <= value->len; i++)
+        if (memcmp(value->data + i, pattern, plen) == 0) return true;
+    return false;
+}
+
+/* Replaces every pattern in value with with[0..with_len), left to right; the text put in is not
+ * scanned again. */
+static void replace_all(json_buf *value, const char *pattern, const char *with, size_t with_len) {
+    const size_t plen = strlen(pattern);
     json_buf out = {0};
     size_t i = 0, run = 0;
     bool found = false;
-    while (i + tlen <= value->len) {
-        if (memcmp(value->data + i, TEMPLATE, tlen) != 0) {
+    while (i + plen <= value->len) {
+        if (memcmp(value->data + i, pattern, plen) != 0) {
             i++;
             continue;
         }
-        if (!ns->is_some) {
-            json_buf_free(&out);
-            return false;
-        }
         found = true;
         json_buf_append(&out, value->data + run, i - run);
-        json_buf_append(&out, (const char *)ns->val.ptr, ns->val.len);
-        i += tlen;
+        json_buf_append(&out, with, with_len);
+        i += plen;
         run = i;
     }
     if (found) {
@@ -106,7 +113,30 @@ static bool expand_template(json_buf *value, const plugin_option_string_t *ns) {
         json_buf_free(value);
         *value = out;
     }
-    return true;
+}
+
+/* Replaces {{target.namespace}} and then {{inputs}} in value. Returns NULL, or the error message
+ * (static text) when the value uses {{target.namespace}} and the target has none. */
+static const char *expand(json_buf *value,
+                          const exports_mimeo_transform_transformer_context_t *ctx) {
+    if (contains(value, TEMPLATE)) {
+        if (!ctx->target.namespace_.is_some)
+            return "config.value uses " TEMPLATE
+                   " but the target has no namespace (cluster-scoped)";
+        replace_all(value, TEMPLATE, (const char *)ctx->target.namespace_.val.ptr,
+                    ctx->target.namespace_.val.len);
+    }
+    if (contains(value, INPUTS)) {
+        json_buf names = {0};
+        for (size_t i = 0; i < ctx->inputs.len; i++) {
+            if (i > 0) json_buf_append_str(&names, ",");
+            json_buf_append(&names, (const char *)ctx->inputs.ptr[i].name.ptr,
+                            ctx->inputs.ptr[i].name.len);
+        }
+        replace_all(value, INPUTS, names.data, names.len);
+        json_buf_free(&names);
+    }
+    return NULL;
 }
 
 /* Logs "<before><key><after> on the copy of <Kind> <namespace>/<name>" at info level. */
@@ -136,7 +166,7 @@ void exports_mimeo_transform_transformer_describe(
     plugin_string_dup(&ret->version, VERSION);
     plugin_string_dup(&ret->description,
                       "Adds one annotation (key and value from the config; {{target.namespace}} "
-                      "in the value is replaced) to every copy. Written in C.");
+                      "and {{inputs}} in the value are replaced) to every copy. Written in C.");
     ret->kinds.ptr = NULL;
     ret->kinds.len = 0;
 }
@@ -246,8 +276,7 @@ bool exports_mimeo_transform_transformer_transform(
     const char *detail = NULL;
     const char *msg = parse_config(&ctx->config, &cfg, &detail);
 
-    if (!msg && !expand_template(&cfg.value, &ctx->target.namespace_))
-        msg = "config.value uses " TEMPLATE " but the target has no namespace (cluster-scoped)";
+    if (!msg) msg = expand(&cfg.value, ctx);
     if (!msg) msg = plan(object, &cfg, &sp, &unchanged, &detail);
 
     if (msg) {

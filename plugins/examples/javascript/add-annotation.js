@@ -6,18 +6,21 @@
 //
 // `key` is required, non-empty and must not start with `mimeo.dev/` (mimeo's own annotations);
 // `value` defaults to "" and may contain `{{target.namespace}}`, replaced with the namespace the
-// copy is going to. When the annotation already has that value the copy is left `unchanged`.
+// copy is going to, and `{{inputs}}`, replaced with the names of the context's inputs joined by
+// `,` (empty when there are none). When the annotation already has that value the copy is left
+// `unchanged`.
 //
-// Bindings: an import of `mimeo:transform/log@0.1.0` is a module of that name; the export
+// Bindings: an import of `mimeo:transform/log@0.2.0` is a module of that name; the export
 // `transformer` is an object with one method per function (kebab-case names become camelCase).
 // A function returning `result<T, string>` returns T for `ok` and throws a string for `err`.
 
-import { log } from 'mimeo:transform/log@0.1.0';
+import { log } from 'mimeo:transform/log@0.2.0';
 
 const NAME = 'add-annotation-javascript';
 const VERSION = '0.1.0';
 const RESERVED_PREFIX = 'mimeo.dev/';
 const TEMPLATE = '{{target.namespace}}';
+const INPUTS = '{{inputs}}';
 
 const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 
@@ -68,8 +71,8 @@ const exports = {
       name: NAME,
       version: VERSION,
       description:
-        'Adds one annotation (key and value from the config; {{target.namespace}} in the value ' +
-        'is replaced) to every copy. Written in JavaScript.',
+        'Adds one annotation (key and value from the config; {{target.namespace}} and ' +
+        '{{inputs}} in the value are replaced) to every copy. Written in JavaScript.',
       kinds: [],
     };
   },
@@ -89,6 +92,8 @@ const exports = {
       }
       value = value.split(TEMPLATE).join(ctx.target.namespace);
     }
+    // list<input> arrives as an array of records.
+    value = value.split(INPUTS).join(ctx.inputs.map((input) => input.name).join(','));
 
     let obj;
     try {

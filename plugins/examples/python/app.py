@@ -6,7 +6,9 @@ Adds one annotation to `metadata.annotations` of every copy. Config:
 
 `key` is required, non-empty and must not start with `mimeo.dev/` (mimeo's own annotations);
 `value` defaults to "" and may contain `{{target.namespace}}`, replaced with the namespace the copy
-is going to. When the annotation already has that value the copy is left `unchanged`.
+is going to, and `{{inputs}}`, replaced with the names of the context's inputs joined by `,`
+(empty when there are none). When the annotation already has that value the copy is left
+`unchanged`.
 """
 
 import json
@@ -26,6 +28,7 @@ NAME = "add-annotation-python"
 VERSION = "0.1.0"
 RESERVED_PREFIX = "mimeo.dev/"
 TEMPLATE = "{{target.namespace}}"
+INPUTS = "{{inputs}}"
 
 
 def parse_config(config: str) -> tuple[str, str]:
@@ -65,7 +68,8 @@ class Transformer(exports.Transformer):
             name=NAME,
             version=VERSION,
             description="Adds one annotation (key and value from the config; "
-            "{{target.namespace}} in the value is replaced) to every copy. Written in Python.",
+            "{{target.namespace}} and {{inputs}} in the value are replaced) to every copy. "
+            "Written in Python.",
             kinds=[],
         )
 
@@ -87,6 +91,7 @@ class Transformer(exports.Transformer):
                     f"config.value uses {TEMPLATE} but the target has no namespace (cluster-scoped)"
                 )
             value = value.replace(TEMPLATE, ctx.target.namespace)
+        value = value.replace(INPUTS, ",".join(i.name for i in ctx.inputs))
 
         try:
             obj = json.loads(object)

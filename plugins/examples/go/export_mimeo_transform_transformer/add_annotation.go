@@ -7,7 +7,9 @@
 //
 // `key` is required, non-empty and must not start with `mimeo.dev/` (mimeo's own annotations);
 // `value` defaults to "" and may contain `{{target.namespace}}`, replaced with the namespace the
-// copy is going to. When the annotation already has that value the copy is left `unchanged`.
+// copy is going to, and `{{inputs}}`, replaced with the names of the context's inputs joined by
+// `,` (empty when there are none). When the annotation already has that value the copy is left
+// `unchanged`.
 //
 // The generated bindings call the three functions below: the package name and the function
 // names are fixed by the generator (export_<interface>, one Go function per WIT function).
@@ -31,6 +33,7 @@ const (
 	version        = "0.1.0"
 	reservedPrefix = "mimeo.dev/"
 	template       = "{{target.namespace}}"
+	inputsTemplate = "{{inputs}}"
 )
 
 func Describe() mimeo_transform_types.PluginInfo {
@@ -38,7 +41,7 @@ func Describe() mimeo_transform_types.PluginInfo {
 		Name:    name,
 		Version: version,
 		Description: "Adds one annotation (key and value from the config; {{target.namespace}} " +
-			"in the value is replaced) to every copy. Written in Go.",
+			"and {{inputs}} in the value are replaced) to every copy. Written in Go.",
 		Kinds: []string{},
 	}
 }
@@ -116,6 +119,13 @@ func transform(ctx mimeo_transform_types.Context, object string) (mimeo_transfor
 			return none, fmt.Errorf("config.value uses %s but the target has no namespace (cluster-scoped)", template)
 		}
 		value = strings.ReplaceAll(value, template, ctx.Target.Namespace.Some())
+	}
+	if strings.Contains(value, inputsTemplate) {
+		names := make([]string, len(ctx.Inputs))
+		for i, input := range ctx.Inputs {
+			names[i] = input.Name
+		}
+		value = strings.ReplaceAll(value, inputsTemplate, strings.Join(names, ","))
 	}
 
 	if !json.Valid([]byte(object)) {
