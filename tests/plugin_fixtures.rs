@@ -16,6 +16,7 @@ fn first_party() -> Vec<(PathBuf, PathBuf)> {
         ("rename-keys", "rename-keys"),
         ("set-metadata", "set-metadata"),
         ("rewrite-namespace", "rewrite-namespace"),
+        ("template", "template"),
         ("misbehave", "testing/misbehave"),
     ]
     .into_iter()

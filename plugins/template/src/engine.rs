@@ -16,6 +16,9 @@ fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     // A typo in a key must fail the copy, not write an empty password.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // Which name was undefined is part of the error only in debug mode, which MiniJinja turns on
+    // for debug builds alone: the plugin ships as a release build.
+    env.set_debug(true);
     // Names like `data[config.json]` would otherwise turn on JSON escaping by extension.
     env.set_auto_escape_callback(|_| AutoEscape::None);
     // Data is written byte for byte, so a file ending in a newline keeps it; a line holding only
