@@ -163,6 +163,24 @@ async fn diff_shows_each_change_before_it_is_applied() {
     let (_, text) = diff(&admin, &orphaning, &[]);
     expect(&text, &["- orphan Secret tenant-b/registry"]);
 
+    // Targets in other clusters: whether the cluster lets the rule use it, as the controller
+    // decides; their copies are not shown.
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.register_cluster("b", h.plane.kubeconfig_yaml(), json!({}))
+        .await;
+    let remote = rule(json!({"source": {"kind": "Secret", "name": "registry"},
+                             "targets": [{"cluster": "b", "namespace": "apps"}, {"cluster": "nowhere", "namespace": "apps"}]}));
+    let (code, text) = diff(&admin, &remote, &[]);
+    assert_eq!(code, 1, "the local copies would go: {text}");
+    expect(
+        &text,
+        &[
+            "- delete Secret tenant-a/registry",
+            "! NotAccepted RemoteCluster b: RemoteCluster b does not allow SyncRules from namespace platform",
+            "! ClusterMissing RemoteCluster nowhere: RemoteCluster nowhere does not exist",
+        ],
+    );
+
     // Refused by the controller: its reason and message.
     let deployments = rule(
         json!({"source": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"},

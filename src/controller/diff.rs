@@ -8,12 +8,14 @@
 //! clusters, which the user may not hold, so targets there are named as not shown.
 
 use super::error::short_message;
+use super::fleet::allows;
 use super::plugins::{OciPolicy, Plugins};
 use super::reconcile::gather::{Stop, chain_refused, kind_not_served, rule_problem};
 use super::reconcile::inputs::{self, ReadInputs};
 use super::reconcile::make::plugin_context;
 use crate::api::{
-    ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RuleSpec, RuleStatus, SourceRef, SyncRule,
+    ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RemoteCluster, RuleSpec, RuleStatus, SourceRef,
+    SyncRule,
 };
 use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{ChainOutcome, HostSettings, PluginHost};
@@ -33,7 +35,7 @@ use kube::core::{ApiResource, GroupVersionKind, SelectorExt};
 use kube::discovery::Scope as DiscoveryScope;
 use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -309,7 +311,11 @@ impl Report {
             count(|c| matches!(c, Change::Blocked { .. })),
         );
         for note in &self.notes {
-            let _ = writeln!(out, "note: {note}");
+            match note.starts_with('!') {
+                true => writeln!(out, "{note}"),
+                false => writeln!(out, "note: {note}"),
+            }
+            .unwrap_or_default();
         }
         for entry in &self.entries {
             let place = describe(&self.kind, &entry.target);
@@ -479,16 +485,7 @@ pub async fn diff(
 
     // Sources, namespaces and places.
     let sources = read_sources(&client, key, spec, &resource, source_ns.as_deref()).await?;
-    let remote_targets = spec
-        .targets
-        .iter()
-        .filter(|t| t.cluster.as_deref().is_some_and(|c| !c.is_empty()) || t.cluster_selector.is_some())
-        .count();
-    if remote_targets > 0 {
-        report.notes.push(format!(
-            "{remote_targets} target(s) in RemoteClusters are not shown: mimeo diff reads this cluster only"
-        ));
-    }
+    report.notes.extend(remote_notes(&client, key, spec).await?);
     let local_targets: Vec<_> = spec
         .targets
         .iter()
@@ -580,6 +577,72 @@ pub async fn diff(
         });
     }
     Ok(report)
+}
+
+/// What can be said of the targets in `RemoteCluster`s without mimeo's credentials for them:
+/// whether each cluster exists and lets the rule use it (the controller's own check); their
+/// copies are not shown.
+async fn remote_notes(client: &Client, key: &RuleKey, spec: &RuleSpec) -> Result<Vec<String>, DiffError> {
+    let named: BTreeSet<&str> = spec
+        .targets
+        .iter()
+        .filter_map(|t| t.cluster.as_deref().filter(|c| !c.is_empty()))
+        .collect();
+    let selectors: Vec<_> = spec
+        .targets
+        .iter()
+        .filter_map(|t| t.cluster_selector.as_ref())
+        .collect();
+    if named.is_empty() && selectors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let api = Api::<RemoteCluster>::all(client.clone());
+    let mut clusters: BTreeMap<String, Option<RemoteCluster>> =
+        named.iter().map(|n| (n.to_string(), None)).collect();
+    let mut notes = Vec::new();
+    let listed = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            notes.push(format!(
+                "targets in RemoteClusters are not checked: RemoteClusters cannot be read with \
+                 your permissions ({})",
+                short_message(&e.to_string())
+            ));
+            return Ok(notes);
+        }
+    };
+    for remote in listed {
+        let name = remote.name_any();
+        let selected = selectors
+            .iter()
+            .any(|s| selector(s).is_ok_and(|s| s.matches(remote.labels())));
+        if selected || named.contains(name.as_str()) {
+            clusters.insert(name, Some(remote));
+        }
+    }
+    let labels = match &key.namespace {
+        Some(ns) => Api::<Namespace>::all(client.clone())
+            .get_opt(ns)
+            .await
+            .ok()
+            .flatten()
+            .map(|n| n.labels().clone())
+            .unwrap_or_default(),
+        None => BTreeMap::new(),
+    };
+    for (name, remote) in clusters {
+        let said = match remote {
+            None => format!("! ClusterMissing RemoteCluster {name}: RemoteCluster {name} does not exist"),
+            Some(remote) => match allows(key, &labels, &remote) {
+                Err(problem) => format!("! {:?} RemoteCluster {name}: {}", problem.state, problem.message),
+                Ok(()) => format!(
+                    "copies in RemoteCluster {name} are not shown: mimeo diff reads this cluster only"
+                ),
+            },
+        };
+        notes.push(said);
+    }
+    Ok(notes)
 }
 
 fn refused_by(mut report: Report, stop: Stop) -> Result<Report, DiffError> {

@@ -426,30 +426,13 @@ impl Fleet {
     /// A `SyncRule` may use a cluster only if the cluster's `allowedNamespaces` selects the
     /// rule's namespace; `ClusterSyncRule`s are trusted.
     fn allowed(&self, rule: &RuleKey, remote: &RemoteCluster) -> Result<(), ClusterProblem> {
-        if rule.kind == RuleKind::ClusterSyncRule {
-            return Ok(());
-        }
         let namespace = rule.namespace.clone().unwrap_or_default();
         let labels = self
             .local
             .watches
             .namespace_labels(&namespace)
             .unwrap_or_default();
-        let allowed = match &remote.spec.allowed_namespaces {
-            None => false,
-            Some(allowed) => selector(allowed).is_ok_and(|s| s.matches(&labels)),
-        };
-        if allowed {
-            return Ok(());
-        }
-        Err(ClusterProblem {
-            state: CopyState::NotAccepted,
-            message: format!(
-                "RemoteCluster {} does not allow SyncRules from namespace {namespace}: its \
-                 spec.allowedNamespaces must select that namespace (or use a ClusterSyncRule)",
-                remote.name_any()
-            ),
-        })
+        allows(rule, &labels, remote)
     }
 
     /// Marks a cluster down after a request could not reach it; a prober wakes its rules when it
@@ -679,4 +662,33 @@ pub async fn read_kubeconfig(
                 reference.namespace, reference.name, reference.key
             ),
         })
+}
+
+/// Whether `remote` lets `rule` use it, given the labels of the rule's namespace: a `SyncRule`
+/// only where the cluster's `allowedNamespaces` selects its namespace; `ClusterSyncRule`s are
+/// trusted. `mimeo diff` asks the same.
+pub(in crate::controller) fn allows(
+    rule: &RuleKey,
+    namespace_labels: &std::collections::BTreeMap<String, String>,
+    remote: &RemoteCluster,
+) -> Result<(), ClusterProblem> {
+    if rule.kind == RuleKind::ClusterSyncRule {
+        return Ok(());
+    }
+    let namespace = rule.namespace.clone().unwrap_or_default();
+    let allowed = match &remote.spec.allowed_namespaces {
+        None => false,
+        Some(allowed) => selector(allowed).is_ok_and(|s| s.matches(namespace_labels)),
+    };
+    if allowed {
+        return Ok(());
+    }
+    Err(ClusterProblem {
+        state: CopyState::NotAccepted,
+        message: format!(
+            "RemoteCluster {} does not allow SyncRules from namespace {namespace}: its \
+             spec.allowedNamespaces must select that namespace (or use a ClusterSyncRule)",
+            remote.name_any()
+        ),
+    })
 }
