@@ -81,13 +81,16 @@ pub struct Documents {
     pub overlay: Overlay,
 }
 
+/// Labels or annotations.
+type Marks = BTreeMap<String, String>;
+
 /// Metadata the file would apply, merged over what the cluster holds.
 #[derive(Clone, Debug, Default)]
 pub struct Overlay {
     /// Namespace name -> (labels, annotations).
-    namespaces: BTreeMap<String, (BTreeMap<String, String>, BTreeMap<String, String>)>,
+    namespaces: BTreeMap<String, (Marks, Marks)>,
     /// (kind, namespace, name) -> annotations.
-    objects: BTreeMap<(String, Option<String>, String), BTreeMap<String, String>>,
+    objects: BTreeMap<(String, Option<String>, String), Marks>,
 }
 
 fn string_map(value: &Value) -> BTreeMap<String, String> {
