@@ -9,7 +9,7 @@
 //!   apiserver requests each costs;
 //! - **restart**: the apiserver writes a restarted controller makes with nothing changed.
 //!
-//! `cargo bench --bench scale`. Figures are printed; docs/benchmarks.md records a run. With
+//! `cargo bench --bench scale` (`-- --sources 100` for 10,000 copies). Figures are printed; docs/benchmarks.md records a run. With
 //! `MIMEO_BENCH_WRAP=heaptrack` the controller runs under that profiler (its resident set is
 //! then the profiler's too).
 
@@ -32,9 +32,10 @@ use std::time::{Duration, Instant};
 
 /// Target namespaces.
 const NAMESPACES: usize = 100;
-/// Sources in the first round (x NAMESPACES copies), and in all.
+/// Sources in the first round (x NAMESPACES copies), and in all unless `-- --sources N` says
+/// (100 sources: 10,000 copies).
 const FIRST_SOURCES: usize = 10;
-const ALL_SOURCES: usize = 50;
+const DEFAULT_SOURCES: usize = 50;
 /// Writes in flight at once for the raw client: mimeo's own per-rule write concurrency.
 const RAW_CONCURRENCY: usize = 16;
 /// The resources mimeo writes, whose apiserver write counters a restart must leave alone.
@@ -48,6 +49,12 @@ const VALUE_BYTES: usize = 1024;
 
 #[tokio::main]
 async fn main() {
+    let all_sources: usize = std::env::args()
+        .skip_while(|a| a != "--sources")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(DEFAULT_SOURCES)
+        .max(FIRST_SOURCES + 1);
     let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     plane
         .install_crds(&[std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")])
@@ -66,7 +73,7 @@ async fn main() {
         )
         .await;
     }
-    for s in 0..ALL_SOURCES {
+    for s in 0..all_sources {
         apply_secret(&client, source(s)).await;
     }
 
@@ -113,14 +120,14 @@ async fn main() {
 
     // Round two: the other sources join the selector.
     let started = Instant::now();
-    for s in FIRST_SOURCES..ALL_SOURCES {
+    for s in FIRST_SOURCES..all_sources {
         let mut object = source(s);
         object["metadata"]["labels"]["round"] = json!("1");
         apply_secret(&client, object).await;
     }
-    copies.wait_for(ALL_SOURCES * NAMESPACES).await;
+    copies.wait_for(all_sources * NAMESPACES).await;
     let second = started.elapsed();
-    let second_rate = ((ALL_SOURCES - FIRST_SOURCES) * NAMESPACES) as f64 / second.as_secs_f64();
+    let second_rate = ((all_sources - FIRST_SOURCES) * NAMESPACES) as f64 / second.as_secs_f64();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let at_all = mimeo.rss_mib();
 
@@ -153,7 +160,7 @@ async fn main() {
         .buffer_unordered(RAW_CONCURRENCY)
         .collect::<Vec<()>>()
         .await;
-    copies.wait_for(ALL_SOURCES * NAMESPACES + RULES).await;
+    copies.wait_for(all_sources * NAMESPACES + RULES).await;
     let many = started.elapsed();
     // Let the status writes and events land.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -170,7 +177,7 @@ async fn main() {
     mimeo.wait_ready().await;
     let synced = format!(
         "mimeo_copies{{state=\"Synced\"}} {}",
-        ALL_SOURCES * NAMESPACES + RULES
+        all_sources * NAMESPACES + RULES
     );
     let restarted = Instant::now();
     while !mimeo.metrics().await.contains(&synced) {
@@ -187,7 +194,7 @@ async fn main() {
     mimeo.stop();
 
     let n1 = FIRST_SOURCES * NAMESPACES;
-    let n2 = ALL_SOURCES * NAMESPACES;
+    let n2 = all_sources * NAMESPACES;
     println!("throughput: copies of {VALUE_BYTES}-byte Secrets into {NAMESPACES} namespaces, one rule");
     println!(
         "  raw client, server-side apply, {RAW_CONCURRENCY} in flight: {n1} objects in {raw:.2?}, {raw_rate:.0}/s"
@@ -195,7 +202,7 @@ async fn main() {
     println!("  mimeo, rule created to {n1} copies seen:       {first:.2?}, {first_rate:.0}/s");
     println!(
         "  mimeo, {} sources joining to {n2} copies seen: {second:.2?}, {second_rate:.0}/s",
-        ALL_SOURCES - FIRST_SOURCES
+        all_sources - FIRST_SOURCES
     );
     println!(
         "  mimeo / raw: {:.2} (first round), {:.2} (second round)",
