@@ -31,6 +31,8 @@ pub(super) struct Outcome {
     pub plan: Plan,
     pub leftovers: Vec<CopyStatus>,
     pub events: EventLog,
+    /// Writes attempted.
+    pub written: usize,
 }
 
 /// What became of one write.
@@ -75,6 +77,7 @@ pub(super) async fn write_copies(
         })
         .collect();
     let (key, conflict) = (&gathered.key, gathered.spec.conflict);
+    let written = jobs.len();
     let results: Vec<(usize, kube::Result<WriteDone>)> = futures::stream::iter(jobs)
         .map(move |job| async move {
             let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
@@ -93,6 +96,7 @@ pub(super) async fn write_copies(
         plan,
         leftovers: Vec::new(),
         events,
+        written,
     }
 }
 

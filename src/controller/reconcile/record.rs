@@ -54,7 +54,9 @@ pub(super) async fn record<R: RuleResource>(
     if ready.reason == "SourceNotFound" || ready.reason == "SourceNotShared" {
         publish_problem(rule, ctx, gathered.previous, &ready, ready.message.clone()).await;
     }
-    events.publish(rule, ctx).await;
+    let publishing = std::time::Instant::now();
+    let published = events.publish(rule, ctx).await;
+    let published_in = publishing.elapsed();
 
     let failing = inventory.iter().any(|c| {
         matches!(
@@ -75,7 +77,16 @@ pub(super) async fn record<R: RuleResource>(
         .chain
         .refresh_in
         .map_or(next_look, |due| next_look.min(due));
-    write_status(rule, ctx, status(gathered, inventory, ready)).await?;
+    let writing = std::time::Instant::now();
+    let wrote = write_status(rule, ctx, status(gathered, inventory, ready)).await?;
+    tracing::debug!(
+        rule = %gathered.key,
+        events = published,
+        events_ms = published_in.as_secs_f64() * 1000.0,
+        status_written = wrote,
+        status_ms = writing.elapsed().as_secs_f64() * 1000.0,
+        "recorded"
+    );
     Ok(Action::requeue(next_look))
 }
 
@@ -221,8 +232,13 @@ pub(super) async fn refusal<R: RuleResource>(
     })
 }
 
-/// Writes the status with server-side apply, only when it differs from what is there.
-async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: RuleStatus) -> Result<(), Error> {
+/// Writes the status with server-side apply, only when it differs from what is there; says
+/// whether it wrote.
+async fn write_status<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    mut status: RuleStatus,
+) -> Result<bool, Error> {
     let key = rule.key();
     let uid = rule.meta().uid.clone().unwrap_or_default();
     let last = ctx
@@ -232,7 +248,7 @@ async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: Rule
         .get(&key)
         .cloned();
     if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
-        return Ok(());
+        return Ok(false);
     }
     let patch = json!({
         "apiVersion": R::api_version(&()),
@@ -250,7 +266,7 @@ async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: Rule
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(key, LastWritten::of(&uid, &status));
-    Ok(())
+    Ok(true)
 }
 
 /// A warning event for a rule-level problem, once per change of reason.
@@ -304,7 +320,8 @@ impl EventLog {
         self.events.push((type_, reason.to_owned(), note, Some(related)));
     }
 
-    async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) {
+    /// Publishes the events, at most `EVENTS_PER_RECONCILE` and a summary; returns how many.
+    async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) -> usize {
         let reference = rule.object_ref(&());
         let total = self.events.len();
         let mut events = self.events;
@@ -335,5 +352,6 @@ impl EventLog {
             };
             let _ = ctx.recorder.publish(&event, &reference).await;
         }
+        total.min(EVENTS_PER_RECONCILE + 1)
     }
 }
