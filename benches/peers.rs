@@ -62,7 +62,6 @@ enum Tool {
 
 /// What one run measured.
 struct Run {
-    tool: Tool,
     /// The tool, and for mimeo which binary.
     label: String,
     fan_out: Option<Duration>,
@@ -395,7 +394,6 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         let _ = std::fs::copy(dir.path().join("mimeo.log"), to);
     }
     Run {
-        tool,
         label: label.to_owned(),
         fan_out,
         rotations: latencies,
