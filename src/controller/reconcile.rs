@@ -7,6 +7,7 @@
 //! make     the namespaces to create, the transform chain           -> Plan      writes namespaces, runs plugins
 //! decide   each copy against its place: ownership, conflict, hash  -> Plan      pure, after reading the
 //!                                                                               places no cache holds
+//!                                                                               that held a conflict
 //! write    the decided writes, but those the flap guard holds      -> Outcome   writes
 //! remove   owned copies no longer wanted                           -> Outcome   writes
 //! record   status, events, metrics, when to look again             -> Action    writes status and events
@@ -112,6 +113,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     make::run_chains(ctx, &gathered, &mut plan).await;
     steps.done("make");
     plan.decide(&gathered.sources, key, conflict, gathered.reachable.as_slice());
+    plan.assume_unread_empty(&gathered.previous_copies, key, conflict);
     steps.done("decide");
     let reads = make::read_places(ctx, &gathered, &plan).await;
     plan.decide_reads(reads, key, conflict);
