@@ -9,8 +9,17 @@
 //! excluded), and CPU and requests over an idle period.
 //!
 //! `cargo bench --bench peers -- [--namespaces N] [--rotations R] [--runs K] [--idle-secs S]
-//! [--wait-secs W]` (defaults 100, 10, 2, 60, 30). The replicator ships with client-go's default
-//! client rate limit (5 requests/s, burst 10) and no flag to change it; it runs as it ships.
+//! [--wait-secs W] [--tools mimeo,replicator] [--raw 1] [--settle-ms M]` (defaults 100, 10, 2, 60,
+//! 30, both tools, no raw, 0). The replicator ships with client-go's default client rate limit
+//! (5 requests/s, burst 10) and no flag to change it; it runs as it ships.
+//!
+//! `--raw 1` measures the floor in each mimeo run: after each of mimeo's rotations, a plain client
+//! makes the same N updates (server-side apply, mimeo's write concurrency) to Secrets of the same
+//! shape in N other namespaces, seen by the same watch. `--settle-ms` waits that long after each
+//! rotation, mimeo's or raw, so that neither runs while the other's tail does.
+//! `MIMEO_BENCH_BINS=a,b` runs each of these mimeo binaries in every run (in turn, the order
+//! swapped from run to run), to compare builds in one run; `MIMEO_BENCH_LOG` sets their log filter
+//! and `MIMEO_BENCH_LOG_DIR` keeps their logs.
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -30,6 +39,13 @@ use std::time::{Duration, Instant};
 const SOURCE_NS: &str = "bench-src";
 const NAME: &str = "creds";
 
+/// Writes in flight at once for the raw client: mimeo's own per-rule write concurrency.
+const RAW_CONCURRENCY: usize = 16;
+
+fn text_arg(name: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != name).nth(1)
+}
+
 fn arg(name: &str, default: u64) -> u64 {
     std::env::args()
         .skip_while(|a| a != name)
@@ -46,9 +62,16 @@ enum Tool {
 
 /// What one run measured.
 struct Run {
-    tool: Tool,
+    /// The tool, and for mimeo which binary.
+    label: String,
     fan_out: Option<Duration>,
     rotations: Vec<Option<Duration>>,
+    /// The same updates by a plain client, one after each rotation (`--raw 1`).
+    raw: Vec<Option<Duration>>,
+    /// Requests over the rotations alone, by verb and resource.
+    rotation_requests: BTreeMap<(String, String), f64>,
+    /// Rule reconciles over the rotations alone (mimeo's own metric).
+    rotation_reconciles: Option<f64>,
     peak_mib: f64,
     cpu_secs: f64,
     requests: BTreeMap<(String, String), f64>,
@@ -63,16 +86,101 @@ async fn main() {
     let runs = arg("--runs", 2);
     let idle = Duration::from_secs(arg("--idle-secs", 60));
     let wait = Duration::from_secs(arg("--wait-secs", 30));
-    let replicator = build_replicator();
+    let tools = text_arg("--tools").unwrap_or_else(|| "mimeo,replicator".into());
+    let options = Options {
+        namespaces,
+        rotations,
+        idle,
+        wait,
+        raw: arg("--raw", 0) > 0,
+        settle: Duration::from_millis(arg("--settle-ms", 0)),
+    };
+    let bins: Vec<String> = match std::env::var("MIMEO_BENCH_BINS") {
+        Ok(bins) if !bins.is_empty() => bins.split(',').map(str::to_owned).collect(),
+        _ => vec![env!("CARGO_BIN_EXE_mimeo").to_owned()],
+    };
+    let replicator = if tools.contains("replicator") {
+        build_replicator()
+    } else {
+        String::new()
+    };
     let mut results = Vec::new();
-    for _ in 0..runs {
-        for tool in [Tool::Mimeo, Tool::Replicator] {
-            let run = scenario(tool, &replicator, namespaces, rotations, idle, wait).await;
+    for k in 0..runs {
+        let mut order: Vec<&String> = bins.iter().collect();
+        if k % 2 == 1 {
+            order.reverse();
+        }
+        let mut tools_this_run: Vec<(Tool, &str)> = Vec::new();
+        if tools.contains("mimeo") {
+            tools_this_run.extend(order.iter().map(|b| (Tool::Mimeo, b.as_str())));
+        }
+        if tools.contains("replicator") {
+            tools_this_run.push((Tool::Replicator, replicator.as_str()));
+        }
+        for (tool, program) in tools_this_run {
+            let label = match tool {
+                Tool::Mimeo if bins.len() > 1 => format!("mimeo {}", label_of(program)),
+                Tool::Mimeo => "mimeo".into(),
+                Tool::Replicator => "kubernetes-replicator".into(),
+            };
+            let run = scenario(tool, program, &label, k, &options).await;
             report(&run);
             results.push(run);
         }
     }
-    summary(&results, namespaces, rotations);
+    summary(&results, &options);
+}
+
+/// What every run is asked to do.
+struct Options {
+    namespaces: usize,
+    rotations: usize,
+    idle: Duration,
+    wait: Duration,
+    raw: bool,
+    settle: Duration,
+}
+
+/// A binary's name in the table: its file name, or its directory's for a file named `mimeo`.
+fn label_of(program: &str) -> String {
+    let path = std::path::Path::new(program);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(program);
+    match (
+        name,
+        path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()),
+    ) {
+        ("mimeo", Some(dir)) => dir.to_owned(),
+        _ => name.to_owned(),
+    }
+}
+
+/// The tool's process: mimeo's has metrics to read.
+enum Running {
+    Mimeo(Mimeo),
+    Other(processes::Child),
+}
+
+impl Running {
+    fn process(&mut self) -> &mut dyn Process {
+        match self {
+            Running::Mimeo(m) => m,
+            Running::Other(c) => c,
+        }
+    }
+
+    /// Rule reconciles so far, by mimeo's own counter.
+    async fn reconciles(&self) -> Option<f64> {
+        let Running::Mimeo(mimeo) = self else {
+            return None;
+        };
+        let text = mimeo.metrics().await;
+        Some(
+            text.lines()
+                .filter(|l| l.starts_with("mimeo_reconciles_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
 }
 
 fn build_replicator() -> String {
@@ -94,14 +202,48 @@ fn secret_value(i: usize) -> String {
     format!("{i:06}-{}", "x".repeat(1017))
 }
 
-async fn scenario(
-    tool: Tool,
-    replicator: &str,
-    namespaces: usize,
-    rotations: usize,
-    idle: Duration,
-    wait: Duration,
-) -> Run {
+fn raw_value(r: usize) -> String {
+    format!("raw-{r:06}-{}", "x".repeat(1013))
+}
+
+/// What the raw client writes in namespace `raw-{i}`: a Secret the size and shape of a copy.
+fn raw_object(i: usize, r: usize) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": NAME, "namespace": format!("raw-{i}"),
+                        "labels": {"raw": "yes"},
+                        "annotations": {"raw.example/source": format!("{SOURCE_NS}/{NAME}"),
+                                        "raw.example/hash": format!("{r:064x}")}},
+           "data": {"token": ByteString(raw_value(r).into_bytes())}})
+}
+
+/// Rotation `r` by a plain client: the N updates, `RAW_CONCURRENCY` in flight.
+async fn raw_rotation(client: &Client, namespaces: usize, r: usize) {
+    futures::stream::iter(0..namespaces)
+        .map(|i| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &format!("raw-{i}"));
+            async move {
+                api.patch(
+                    NAME,
+                    &PatchParams::apply("raw").force(),
+                    &Patch::Apply(&raw_object(i, r)),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(RAW_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Options) -> Run {
+    let Options {
+        namespaces,
+        rotations,
+        idle,
+        wait,
+        ..
+    } = *options;
     let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     let crds = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml");
     plane.install_crds(&[crds]).await.unwrap();
@@ -120,15 +262,27 @@ async fn scenario(
         )
         .await;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mut process: Box<dyn Process> = match tool {
-        Tool::Mimeo => {
-            let mut mimeo = Mimeo::start(plane.kubeconfig_path(), dir.path());
-            mimeo.wait_ready().await;
-            Box::new(mimeo)
+    let raw = options.raw && tool == Tool::Mimeo;
+    if raw {
+        for i in 0..namespaces {
+            apply(
+                &client,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("raw-{i}")}}),
+            )
+            .await;
         }
-        Tool::Replicator => Box::new(processes::Child::start(
-            std::process::Command::new(replicator).args([
+        raw_rotation(&client, namespaces, 0).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut running = match tool {
+        Tool::Mimeo => {
+            let mut mimeo =
+                Mimeo::start_bin(std::path::Path::new(program), plane.kubeconfig_path(), dir.path());
+            mimeo.wait_ready().await;
+            Running::Mimeo(mimeo)
+        }
+        Tool::Replicator => Running::Other(processes::Child::start(
+            std::process::Command::new(program).args([
                 "--kubeconfig",
                 plane.kubeconfig_path().to_str().unwrap(),
                 "--status-addr",
@@ -145,7 +299,7 @@ async fn scenario(
     let observer = observe(&client, seen_tx);
     let requests_before =
         apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
-    let cpu_before = process.cpu_secs();
+    let cpu_before = running.process().cpu_secs();
 
     let started = Instant::now();
     let mut source = json!({"apiVersion": "v1", "kind": "Secret",
@@ -175,8 +329,14 @@ async fn scenario(
     )
     .await;
 
+    tokio::time::sleep(options.settle).await;
+    let rotations_before =
+        apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
+    let reconciles_before = running.reconciles().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
     let mut latencies = Vec::new();
+    let mut raw_latencies = Vec::new();
+    let mut raw_requests = 0.0;
     for r in 1..=rotations {
         let value = secret_value(r);
         let mut next = source.clone();
@@ -187,11 +347,30 @@ async fn scenario(
             .await
             .unwrap();
         latencies.push(all_seen(&mut seen, &value, namespaces, started, wait).await);
+        tokio::time::sleep(options.settle).await;
+        if raw {
+            let started = Instant::now();
+            raw_rotation(&client, namespaces, r).await;
+            raw_latencies.push(all_seen(&mut seen, &raw_value(r), namespaces, started, wait).await);
+            raw_requests += namespaces as f64;
+            tokio::time::sleep(options.settle).await;
+        }
     }
-    let requests = requests_since(
-        &requests_before,
-        &apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await,
-    );
+    let after_rotations =
+        apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
+    let mut rotation_requests = requests_since(&rotations_before, &after_rotations);
+    let mut requests = requests_since(&requests_before, &after_rotations);
+    // The raw client's own updates are not the tool's.
+    for counted in [&mut rotation_requests, &mut requests] {
+        if let Some(applies) = counted.get_mut(&("APPLY".to_owned(), "secrets".to_owned())) {
+            *applies -= raw_requests;
+        }
+    }
+    let rotation_reconciles = match (reconciles_before, running.reconciles().await) {
+        (Some(before), Some(after)) => Some(after - before),
+        _ => None,
+    };
+    let process = running.process();
     let cpu_secs = process.cpu_secs() - cpu_before;
 
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -208,10 +387,19 @@ async fn scenario(
     let peak_mib = process.peak_mib();
     observer.abort();
     process.stop();
+    if let Ok(logs) = std::env::var("MIMEO_BENCH_LOG_DIR")
+        && tool == Tool::Mimeo
+    {
+        let to = std::path::Path::new(&logs).join(format!("{}-run{k}.log", label.replace(' ', "-")));
+        let _ = std::fs::copy(dir.path().join("mimeo.log"), to);
+    }
     Run {
-        tool,
+        label: label.to_owned(),
         fan_out,
         rotations: latencies,
+        raw: raw_latencies,
+        rotation_requests,
+        rotation_reconciles,
         peak_mib,
         cpu_secs,
         requests,
@@ -290,11 +478,55 @@ fn show(d: Option<Duration>) -> String {
         .unwrap_or_else(|| "not converged".into())
 }
 
+/// The raw client's rotations, sorted.
+fn raw_done(run: &Run) -> Vec<Duration> {
+    let mut done: Vec<Duration> = run.raw.iter().flatten().copied().collect();
+    done.sort();
+    done
+}
+
+fn ratio(a: Option<Duration>, b: Option<Duration>) -> Option<f64> {
+    Some(a?.as_secs_f64() / b?.as_secs_f64())
+}
+
+/// Event requests (all verbs) per rotation.
+fn events_per_rotation(run: &Run) -> f64 {
+    let events: f64 = run
+        .rotation_requests
+        .iter()
+        .filter(|((_, resource), _)| resource == "events")
+        .map(|(_, n)| n)
+        .sum();
+    events / run.rotations.len().max(1) as f64
+}
+
 fn report(run: &Run) {
     let done = converged(run);
+    if !run.raw.is_empty() {
+        let raw = raw_done(run);
+        println!(
+            "{}: raw client, same updates: p50 {}, p99 {}; rotation / raw, p50 {:.2}, p99 {:.2}",
+            run.label,
+            show(percentile(&raw, 0.5)),
+            show(percentile(&raw, 0.99)),
+            ratio(percentile(&done, 0.5), percentile(&raw, 0.5)).unwrap_or(f64::NAN),
+            ratio(percentile(&done, 0.99), percentile(&raw, 0.99)).unwrap_or(f64::NAN),
+        );
+    }
     println!(
-        "{:?}: fan-out {}; rotations {}/{} converged, p50 {}, p99 {}; peak {:.1} MiB; CPU {:.2} s; idle CPU {:.2} s, idle requests {}",
-        run.tool,
+        "{}: per rotation: {:.2} event requests, {} reconciles; requests over the rotations:",
+        run.label,
+        events_per_rotation(run),
+        run.rotation_reconciles
+            .map(|n| format!("{:.2}", n / run.rotations.len().max(1) as f64))
+            .unwrap_or_else(|| "-".into()),
+    );
+    for ((verb, resource), n) in run.rotation_requests.iter().filter(|(_, n)| **n > 0.0) {
+        println!("    {verb} {resource}: {n}");
+    }
+    println!(
+        "{}: fan-out {}; rotations {}/{} converged, p50 {}, p99 {}; peak {:.1} MiB; CPU {:.2} s; idle CPU {:.2} s, idle requests {}",
+        run.label,
         show(run.fan_out),
         done.len(),
         run.rotations.len(),
@@ -310,17 +542,30 @@ fn report(run: &Run) {
     }
 }
 
-fn summary(results: &[Run], namespaces: usize, rotations: usize) {
-    let of = |tool: Tool| results.iter().filter(move |r| r.tool == tool);
+fn summary(results: &[Run], options: &Options) {
+    let mut labels: Vec<&str> = Vec::new();
+    for run in results {
+        if !labels.contains(&run.label.as_str()) {
+            labels.push(&run.label);
+        }
+    }
+    let of = |label: &str| {
+        let label = label.to_owned();
+        results.iter().filter(move |r| r.label == label)
+    };
     let total = |r: &Run| r.requests.values().sum::<f64>();
     println!(
-        "\n{namespaces} namespaces, {rotations} rotations, {} runs each",
-        of(Tool::Mimeo).count()
+        "\n{} namespaces, {} rotations, {} runs each",
+        options.namespaces,
+        options.rotations,
+        of(labels[0]).count()
     );
-    println!("| | mimeo | kubernetes-replicator | replicator / mimeo |");
-    println!("|---|---|---|---|");
+    let last = labels.len() - 1;
+    let compared = format!("{} / {}", labels[last], labels[0]);
+    println!("| | {} | {compared} |", labels.join(" | "));
+    println!("|---|{}---|", "---|".repeat(labels.len()));
     let row = |what: &str, f: &dyn Fn(&Run) -> Option<f64>, unit: &str| {
-        let values = |tool| of(tool).map(f).collect::<Vec<_>>();
+        let values = |label: &str| of(label).map(f).collect::<Vec<_>>();
         let text = |v: &[Option<f64>]| {
             v.iter()
                 .map(|x| x.map(|x| format!("{x:.2}{unit}")).unwrap_or_else(|| "-".into()))
@@ -331,25 +576,56 @@ fn summary(results: &[Run], namespaces: usize, rotations: usize) {
             let xs: Vec<f64> = v.iter().flatten().copied().collect();
             (!xs.is_empty() && xs.len() == v.len()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
         };
-        let (m, r) = (values(Tool::Mimeo), values(Tool::Replicator));
-        let ratio = match (mean(&m), mean(&r)) {
-            (Some(m), Some(r)) if m > 0.0 => format!("{:.1}x", r / m),
+        let columns: Vec<Vec<Option<f64>>> = labels.iter().map(|l| values(l)).collect();
+        let ratio = match (mean(&columns[0]), mean(&columns[last])) {
+            (Some(first), Some(other)) if first > 0.0 => format!("{:.2}x", other / first),
             _ => "-".into(),
         };
-        println!("| {what} | {} | {} | {ratio} |", text(&m), text(&r));
+        let cells: Vec<String> = columns.iter().map(|c| text(c)).collect();
+        println!("| {what} | {} | {ratio} |", cells.join(" | "));
     };
-    row("fan-out", &|r| r.fan_out.map(|d| d.as_secs_f64()), " s");
-    row(
-        "rotation p50",
-        &|r| percentile(&converged(r), 0.5).map(|d| d.as_secs_f64()),
-        " s",
-    );
-    row(
-        "rotation p99",
-        &|r| percentile(&converged(r), 0.99).map(|d| d.as_secs_f64()),
-        " s",
-    );
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+    row("fan-out", &|r| secs(r.fan_out), " s");
+    row("rotation p50", &|r| secs(percentile(&converged(r), 0.5)), " s");
+    row("rotation p99", &|r| secs(percentile(&converged(r), 0.99)), " s");
+    if options.raw {
+        row(
+            "raw client, same updates, p50",
+            &|r| secs(percentile(&raw_done(r), 0.5)),
+            " s",
+        );
+        row(
+            "raw client, same updates, p99",
+            &|r| secs(percentile(&raw_done(r), 0.99)),
+            " s",
+        );
+        row(
+            "rotation / raw, p50",
+            &|r| ratio(percentile(&converged(r), 0.5), percentile(&raw_done(r), 0.5)),
+            "",
+        );
+        row(
+            "rotation / raw, p99",
+            &|r| ratio(percentile(&converged(r), 0.99), percentile(&raw_done(r), 0.99)),
+            "",
+        );
+    }
     row("rotations converged", &|r| Some(converged(r).len() as f64), "");
+    row(
+        "event requests per rotation",
+        &|r| Some(events_per_rotation(r)),
+        "",
+    );
+    row(
+        "reconciles per rotation",
+        &|r| Some(r.rotation_reconciles? / r.rotations.len().max(1) as f64),
+        "",
+    );
+    row(
+        "apiserver requests per rotation",
+        &|r| Some(r.rotation_requests.values().sum::<f64>() / r.rotations.len().max(1) as f64),
+        "",
+    );
     row("peak resident memory", &|r| Some(r.peak_mib), " MiB");
     row("CPU time, fan-out and rotations", &|r| Some(r.cpu_secs), " s");
     row(

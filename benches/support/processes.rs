@@ -95,6 +95,14 @@ pub struct Mimeo {
 
 impl Mimeo {
     pub fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> Self {
+        // MIMEO_BENCH_BIN runs another build (say, the one before a change) in its place.
+        let bin = std::env::var("MIMEO_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mimeo").into());
+        Self::start_bin(std::path::Path::new(&bin), kubeconfig, dir)
+    }
+
+    /// `mimeo run` from the binary `bin`. MIMEO_BENCH_LOG sets its log filter (`warn` when unset),
+    /// its log going to `mimeo.log` in `dir`.
+    pub fn start_bin(bin: &std::path::Path, kubeconfig: &std::path::Path, dir: &std::path::Path) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -104,15 +112,16 @@ impl Mimeo {
         let mut command = match std::env::var("MIMEO_BENCH_WRAP") {
             Ok(wrapper) if !wrapper.is_empty() => {
                 let mut command = Command::new(wrapper);
-                command.arg(env!("CARGO_BIN_EXE_mimeo"));
+                command.arg(bin);
                 command
             }
-            _ => Command::new(env!("CARGO_BIN_EXE_mimeo")),
+            _ => Command::new(bin),
         };
+        let log_level = std::env::var("MIMEO_BENCH_LOG").unwrap_or_else(|_| "warn".into());
         let child = command
             .args([
                 "run",
-                "--log-level=warn",
+                &format!("--log-level={log_level}"),
                 "--log-format=json",
                 &format!("--http-addr=127.0.0.1:{port}"),
                 &format!("--plugin-cache-dir={}", dir.join("plugins").display()),

@@ -7,6 +7,7 @@
 //! make     the namespaces to create, the transform chain           -> Plan      writes namespaces, runs plugins
 //! decide   each copy against its place: ownership, conflict, hash  -> Plan      pure, after reading the
 //!                                                                               places no cache holds
+//!                                                                               that held a conflict
 //! write    the decided writes, but those the flap guard holds      -> Outcome   writes
 //! remove   owned copies no longer wanted                           -> Outcome   writes
 //! record   status, events, metrics, when to look again             -> Action    writes status and events
@@ -103,19 +104,64 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
         Err(Stop::Refused(refusal)) => return record::refusal(&*rule, ctx, *refusal).await,
         Err(Stop::Failed(e)) => return Err(e),
     };
+    let mut steps = Steps::start();
+    steps.done("gather");
     let (key, conflict) = (&gathered.key, gathered.spec.conflict);
     let mut plan = copies::place(&gathered.wants(ctx));
+    steps.done("place");
     make::create_namespaces(ctx, &gathered, &mut plan).await;
     make::run_chains(ctx, &gathered, &mut plan).await;
+    steps.done("make");
     plan.decide(&gathered.sources, key, conflict, gathered.reachable.as_slice());
+    plan.assume_unread_empty(&gathered.previous_copies, key, conflict);
+    steps.done("decide");
     let reads = make::read_places(ctx, &gathered, &plan).await;
     plan.decide_reads(reads, key, conflict);
+    steps.done("reads");
     let now = Instant::now();
     hold_flapping(ctx, &gathered, &mut plan, now);
     let mut outcome = carry_out::write_copies(ctx, &gathered, plan, now).await;
+    steps.done("write");
+    let written = outcome.written;
     outcome.plan.settle_conflicts();
     carry_out::remove_unwanted(ctx, &gathered, &mut outcome, now).await;
-    record::record(&*rule, ctx, &gathered, outcome).await
+    steps.done("remove");
+    let action = record::record(&*rule, ctx, &gathered, outcome).await;
+    steps.done("record");
+    tracing::debug!(rule = %key, written, steps = %steps, "reconciled");
+    action
+}
+
+/// How long each step of one reconcile took, for the debug log: where a slow rotation spends
+/// its time.
+struct Steps {
+    last: Instant,
+    took: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    fn start() -> Self {
+        Steps {
+            last: Instant::now(),
+            took: Vec::new(),
+        }
+    }
+
+    fn done(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.took.push((step, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, took)) in self.took.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{step}={:.1}ms", took.as_secs_f64() * 1000.0)?;
+        }
+        Ok(())
+    }
 }
 
 /// Leaves alone the copies to be written that the flap guard holds.

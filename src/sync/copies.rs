@@ -496,6 +496,27 @@ impl Plan {
             .collect()
     }
 
+    /// Decides the copies whose place no cache holds as if their place were empty, so that they
+    /// are created without a read first; but places the inventory `previous` says held an object
+    /// in the way (`Conflict`) are still read, so a conflict that stays costs one read a look and
+    /// not a refused create and a read. A first copy is written with a create-only request, and an
+    /// object there after all comes back from it to be decided about then (once), under the
+    /// rule's conflict policy: a read before every first copy bought nothing but a request.
+    pub fn assume_unread_empty(&mut self, previous: &[CopyStatus], rule: &RuleKey, conflict: ConflictPolicy) {
+        let in_the_way: BTreeSet<PlaceKey> = previous
+            .iter()
+            .filter(|c| c.state == CopyState::Conflict)
+            .map(|c| (c.cluster.clone(), c.namespace.clone(), c.name.clone()))
+            .collect();
+        let empty: Vec<(usize, Read)> = self
+            .unread()
+            .into_iter()
+            .filter(|(i, _)| !in_the_way.contains(&self.copies[*i].place()))
+            .map(|(i, _)| (i, Ok(None)))
+            .collect();
+        self.decide_reads(empty, rule, conflict);
+    }
+
     /// Decides about the copies whose places were read: for each (index, read), the object
     /// there, or the state and message of a read that failed (whatever is there then stays:
     /// nothing was learnt about it).
@@ -1486,6 +1507,42 @@ mod tests {
         assert_eq!(plan.take_writes().count(), 0);
         let t1 = at(&plan, &target(Some("b"), "t1", "creds"));
         assert_eq!((t1.state, t1.holds_copy()), (CopyState::Flapping, true));
+    }
+
+    #[test]
+    fn empty_places_are_created_without_a_read_but_one_that_held_a_conflict_is_read() {
+        let rule = app_rule();
+        let sources = [source(&rule, "creds", "djI=")];
+        let mut clusters = [cluster(
+            None,
+            vec![place_in("t1"), place_in("t2"), place_in("t3")],
+        )];
+        for ns in ["t1", "t2", "t3"] {
+            clusters[0] = accepting(clusters[0].clone(), ns, "app");
+        }
+        let mut world = World::default();
+        let t3 = target(None, "t3", "creds");
+        world.cached.insert(t3.clone(), copy_of(&sources[0], t3.clone()));
+        let previous = [recorded(None, "t2", "creds", CopyState::Conflict)];
+        let wants = wants(&rule, &sources, &clusters, &previous);
+        let mut plan = place(&wants);
+        plan.decide(&sources, &rule, ConflictPolicy::Fail, &Caches(&world, &clusters));
+        assert_eq!(plan.unread().len(), 2, "t1 and t2: no copy cached there");
+        plan.assume_unread_empty(&previous, &rule, ConflictPolicy::Fail);
+        let unread: Vec<&CopyTarget> = plan
+            .unread()
+            .iter()
+            .map(|(i, _)| &plan.copies[*i].target)
+            .collect();
+        assert_eq!(
+            unread,
+            [&target(None, "t2", "creds")],
+            "only where an object was in the way"
+        );
+        let t1 = at(&plan, &target(None, "t1", "creds"));
+        assert_eq!(t1.decision, Some(Decision::Write(Write::Create)));
+        assert!(t1.live.is_none());
+        assert_eq!(at(&plan, &t3).decision, Some(Decision::InSync));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub(super) struct Outcome {
     pub plan: Plan,
     pub leftovers: Vec<CopyStatus>,
     pub events: EventLog,
+    /// Writes attempted.
+    pub written: usize,
 }
 
 /// What became of one write.
@@ -44,6 +46,9 @@ enum WriteDone {
     /// An object appeared in the copy's place after it was read, and the rule's conflict policy
     /// leaves it alone.
     Conflict(String),
+    /// The create found the copy already there as it should be (ours, written by a look whose
+    /// write the copies cache has not seen yet): nothing was written.
+    InSync(Arc<DynamicObject>),
 }
 
 /// A write with what it needs to be made, owned: borrowed ones trip up the `Send` proof of the
@@ -75,6 +80,7 @@ pub(super) async fn write_copies(
         })
         .collect();
     let (key, conflict) = (&gathered.key, gathered.spec.conflict);
+    let written = jobs.len();
     let results: Vec<(usize, kube::Result<WriteDone>)> = futures::stream::iter(jobs)
         .map(move |job| async move {
             let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
@@ -93,6 +99,7 @@ pub(super) async fn write_copies(
         plan,
         leftovers: Vec::new(),
         events,
+        written,
     }
 }
 
@@ -113,11 +120,7 @@ async fn write_copy(job: &Job, key: &RuleKey, conflict: ConflictPolicy) -> kube:
         write::Written::Raced(there) => Arc::new(there),
     };
     match decide(key, desired, Some(&there), conflict, job.write.may_take_over) {
-        Decision::InSync => Ok(WriteDone::Stored {
-            how,
-            over: None,
-            stored: Box::new((*there).clone()),
-        }),
+        Decision::InSync => Ok(WriteDone::InSync(there)),
         Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
         Decision::Write(again) => match write::write(client, resource, desired, Some(&there), again).await? {
             write::Written::Stored(stored) => Ok(WriteDone::Stored {
@@ -152,6 +155,11 @@ fn record_write(
             copy.decision = Some(Decision::Conflict(why));
             return;
         }
+        Ok(WriteDone::InSync(there)) => {
+            copy.decision = Some(Decision::InSync);
+            copy.live = Some(there);
+            return;
+        }
         Err(e) => {
             let (state, why) = failure(ctx, &copy.target.cluster, "writing the copy", &e);
             copy.state = state;
@@ -166,13 +174,11 @@ fn record_write(
     let churn: &[Churn] = match how {
         Write::Create => &[Churn::Created],
         Write::Recreate => &[Churn::Deleted, Churn::Created],
-        // The content mimeo gave the copy last, written back: something changed it.
+        // The content mimeo gave the copy last, written back over the object that was there
+        // (as read, or as a create found it): something changed it.
         Write::Apply | Write::Replace
             if copy.hash.is_some()
-                && copy
-                    .live
-                    .as_deref()
-                    .and_then(|l| l.annotations().get(HASH_ANNOTATION))
+                && over.as_deref().and_then(|l| l.annotations().get(HASH_ANNOTATION))
                     == copy.hash.as_ref() =>
         {
             &[Churn::Repaired]

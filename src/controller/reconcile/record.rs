@@ -42,6 +42,7 @@ pub(super) async fn record<R: RuleResource>(
         plan,
         leftovers,
         mut events,
+        ..
     } = outcome;
     let (inventory, event_notes) = plan.inventory(leftovers);
     let ready = readiness(gathered, &inventory);
@@ -54,7 +55,9 @@ pub(super) async fn record<R: RuleResource>(
     if ready.reason == "SourceNotFound" || ready.reason == "SourceNotShared" {
         publish_problem(rule, ctx, gathered.previous, &ready, ready.message.clone()).await;
     }
-    events.publish(rule, ctx).await;
+    let publishing = std::time::Instant::now();
+    let published = events.publish(rule, ctx).await;
+    let published_in = publishing.elapsed();
 
     let failing = inventory.iter().any(|c| {
         matches!(
@@ -75,7 +78,16 @@ pub(super) async fn record<R: RuleResource>(
         .chain
         .refresh_in
         .map_or(next_look, |due| next_look.min(due));
-    write_status(rule, ctx, status(gathered, inventory, ready)).await?;
+    let writing = std::time::Instant::now();
+    let wrote = write_status(rule, ctx, status(gathered, inventory, ready)).await?;
+    tracing::debug!(
+        rule = %gathered.key,
+        events = published,
+        events_ms = published_in.as_secs_f64() * 1000.0,
+        status_written = wrote,
+        status_ms = writing.elapsed().as_secs_f64() * 1000.0,
+        "recorded"
+    );
     Ok(Action::requeue(next_look))
 }
 
@@ -221,8 +233,13 @@ pub(super) async fn refusal<R: RuleResource>(
     })
 }
 
-/// Writes the status with server-side apply, only when it differs from what is there.
-async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: RuleStatus) -> Result<(), Error> {
+/// Writes the status with server-side apply, only when it differs from what is there; says
+/// whether it wrote.
+async fn write_status<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    mut status: RuleStatus,
+) -> Result<bool, Error> {
     let key = rule.key();
     let uid = rule.meta().uid.clone().unwrap_or_default();
     let last = ctx
@@ -232,7 +249,7 @@ async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: Rule
         .get(&key)
         .cloned();
     if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
-        return Ok(());
+        return Ok(false);
     }
     let patch = json!({
         "apiVersion": R::api_version(&()),
@@ -250,7 +267,7 @@ async fn write_status<R: RuleResource>(rule: &R, ctx: &Context, mut status: Rule
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(key, LastWritten::of(&uid, &status));
-    Ok(())
+    Ok(true)
 }
 
 /// A warning event for a rule-level problem, once per change of reason.
@@ -273,10 +290,61 @@ async fn publish_problem<R: RuleResource>(
     log.publish(rule, ctx).await;
 }
 
+/// Reasons of the events that say a copy was written or removed as the rule wants.
+const ROUTINE: &[&str] = &["CopyCreated", "CopyUpdated", "CopyDeleted", "CopyOrphaned"];
+/// Copies a summed-up event names.
+const NAMED_IN_SUM: usize = 3;
+
+type Noted = (EventType, String, String, Option<ObjectReference>);
+
+/// The routine events about copies summed up into one per reason (`Updated 500 copies: t-0/creds,
+/// t-1/creds, t-2/creds and 497 more; see status.targets`); the others as they are.
+fn summed_up(events: Vec<Noted>) -> Vec<Noted> {
+    let mut out = Vec::new();
+    let mut sums: Vec<(String, Vec<String>)> = Vec::new();
+    for event in events {
+        let (type_, reason, _, related) = &event;
+        if *type_ != EventType::Normal || !ROUTINE.contains(&reason.as_str()) {
+            out.push(event);
+            continue;
+        }
+        let place = related
+            .as_ref()
+            .map(|r| match &r.namespace {
+                Some(ns) => format!("{ns}/{}", r.name.as_deref().unwrap_or_default()),
+                None => r.name.clone().unwrap_or_default(),
+            })
+            .unwrap_or_default();
+        match sums.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, places)) => places.push(place),
+            None => sums.push((reason.clone(), vec![place])),
+        }
+    }
+    for (reason, mut places) in sums {
+        places.sort();
+        let n = places.len();
+        let verb = match reason.as_str() {
+            "CopyCreated" => "Created",
+            "CopyUpdated" => "Updated",
+            "CopyDeleted" => "Deleted",
+            _ => "Orphaned",
+        };
+        let named = places[..n.min(NAMED_IN_SUM)].join(", ");
+        let more = match n.saturating_sub(NAMED_IN_SUM) {
+            0 => String::new(),
+            rest => format!(" and {rest} more"),
+        };
+        let copies = if n == 1 { "copy" } else { "copies" };
+        let note = format!("{verb} {n} {copies}: {named}{more}; see status.targets");
+        out.push((EventType::Normal, reason, note, None));
+    }
+    out
+}
+
 /// Events gathered during one reconcile, published at its end with a cap.
 #[derive(Default)]
 pub(super) struct EventLog {
-    events: Vec<(EventType, String, String, Option<ObjectReference>)>,
+    events: Vec<Noted>,
 }
 
 impl EventLog {
@@ -304,10 +372,20 @@ impl EventLog {
         self.events.push((type_, reason.to_owned(), note, Some(related)));
     }
 
-    async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) {
+    /// Publishes the events, at most `EVENTS_PER_RECONCILE` and a summary; returns how many.
+    ///
+    /// When there are more than the cap, the routine ones (a copy written or removed, Normal)
+    /// are first summed up into one event per reason, naming a few of the copies: a rotation of
+    /// a source with 500 copies said `Updated copy` of ten of them and `and 490 more changes`,
+    /// eleven requests one after another (half a second on a busy apiserver, holding up the
+    /// rule's next look) for what one says as well; the status lists every copy.
+    async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) -> usize {
         let reference = rule.object_ref(&());
-        let total = self.events.len();
         let mut events = self.events;
+        if events.len() > EVENTS_PER_RECONCILE {
+            events = summed_up(events);
+        }
+        let total = events.len();
         // Warnings first: when there are more events than the cap, the problems must get through.
         events.sort_by_key(|(type_, ..)| *type_ != EventType::Warning);
         for (type_, reason, note, secondary) in events.into_iter().take(EVENTS_PER_RECONCILE) {
@@ -335,5 +413,50 @@ impl EventLog {
             };
             let _ = ctx.recorder.publish(&event, &reference).await;
         }
+        total.min(EVENTS_PER_RECONCILE + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn about(reason: &str, type_: EventType, ns: &str) -> Noted {
+        let related = ObjectReference {
+            namespace: Some(ns.into()),
+            name: Some("creds".into()),
+            ..Default::default()
+        };
+        (type_, reason.into(), format!("copy {ns}/creds"), Some(related))
+    }
+
+    #[test]
+    fn routine_events_are_summed_up_and_problems_kept() {
+        let mut events: Vec<Noted> = (0..12)
+            .map(|i| about("CopyUpdated", EventType::Normal, &format!("t-{i:02}")))
+            .collect();
+        events.push(about("CopyCreated", EventType::Normal, "new"));
+        events.push(about("Conflict", EventType::Warning, "taken"));
+        let out = summed_up(events);
+        let said: Vec<(&str, &str, bool)> = out
+            .iter()
+            .map(|(_, reason, note, related)| (reason.as_str(), note.as_str(), related.is_some()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("Conflict", "copy taken/creds", true),
+                (
+                    "CopyUpdated",
+                    "Updated 12 copies: t-00/creds, t-01/creds, t-02/creds and 9 more; see status.targets",
+                    false
+                ),
+                (
+                    "CopyCreated",
+                    "Created 1 copy: new/creds; see status.targets",
+                    false
+                ),
+            ]
+        );
     }
 }
