@@ -13,6 +13,7 @@ use super::plugins::{OciPolicy, Plugins};
 use super::reconcile::gather::{Stop, chain_refused, kind_not_served, rule_problem};
 use super::reconcile::inputs::{self, ReadInputs};
 use super::reconcile::make::plugin_context;
+use super::rule::RuleResource;
 use crate::api::{
     ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RemoteCluster, RuleSpec, RuleStatus, SourceRef,
     SyncRule,
@@ -662,39 +663,19 @@ fn refused_by(mut report: Report, stop: Stop) -> Result<Report, DiffError> {
 /// rules) and checks that this user may apply it, as `kubectl apply` would. Returns the rule as
 /// it stands now, if it exists.
 async fn dry_run_apply(client: &Client, rule: &RuleDocument) -> Result<Option<RuleView>, DiffError> {
-    let params = PatchParams::apply("mimeo-diff").dry_run().force();
     let name = &rule.key.name;
     let (current, applied) = match rule.key.kind {
         RuleKind::SyncRule => {
-            let api = Api::<SyncRule>::namespaced(
-                client.clone(),
-                rule.key.namespace.as_deref().unwrap_or_default(),
-            );
-            let applied = api
-                .patch(name, &params, &Patch::Apply(&rule.object))
-                .await
-                .map(|_| ());
-            let current = api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .map(|r| RuleView { status: r.status });
-            (current, applied)
+            let namespace = rule.key.namespace.as_deref().unwrap_or_default();
+            dry_run_in(
+                Api::<SyncRule>::namespaced(client.clone(), namespace),
+                name,
+                &rule.object,
+            )
+            .await
         }
         RuleKind::ClusterSyncRule => {
-            let api = Api::<ClusterSyncRule>::all(client.clone());
-            let applied = api
-                .patch(name, &params, &Patch::Apply(&rule.object))
-                .await
-                .map(|_| ());
-            let current = api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .map(|r| RuleView { status: r.status });
-            (current, applied)
+            dry_run_in(Api::<ClusterSyncRule>::all(client.clone()), name, &rule.object).await
         }
     };
     match applied {
@@ -705,6 +686,19 @@ async fn dry_run_apply(client: &Client, rule: &RuleDocument) -> Result<Option<Ru
         ))),
         Err(e) => Err(api_error("applying the rule as a dry run")(e)),
     }
+}
+
+/// The dry-run apply of `object` through `api`, and the rule as it stands now.
+async fn dry_run_in<R>(api: Api<R>, name: &str, object: &Value) -> (Option<RuleView>, kube::Result<()>)
+where
+    R: RuleResource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply("mimeo-diff").dry_run().force();
+    let applied = api.patch(name, &params, &Patch::Apply(object)).await.map(|_| ());
+    let current = api.get_opt(name).await.ok().flatten().map(|r| RuleView {
+        status: r.rule_status().cloned(),
+    });
+    (current, applied)
 }
 
 /// The part of an existing rule the diff starts from.
