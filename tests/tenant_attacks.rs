@@ -638,11 +638,15 @@ async fn reading_another_cluster_needs_the_owners_consent() {
         (copy.data?.get("k").map(String::as_str) == Some("settings-value")).then_some(())
     })
     .await;
-    let message = wait_tenant_rule(&tenant, "pull", "False", "SourceNotShared").await;
-    assert!(
-        message.contains("1 object the selector matches is not shared"),
-        "{message}"
-    );
+    // The copy is written before the status that counts it: wait for the status to say so.
+    eventually("the status counting the one object still not shared", || async {
+        let (status, reason, message) = tenant_rule_ready(&tenant, "pull").await?;
+        (status == "False"
+            && reason == "SourceNotShared"
+            && message.contains("1 object the selector matches is not shared"))
+        .then_some(())
+    })
+    .await;
     assert!(ours.get_opt("private").await.unwrap().is_none());
     // Consent withdrawn: the copy goes.
     theirs
