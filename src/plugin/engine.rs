@@ -231,6 +231,7 @@ impl Engine {
     pub fn compile(&self, bytes: &[u8], digest: &str) -> Result<Compiled, PluginError> {
         check_header(bytes)?;
         let component = self.cached_or_compiled(bytes, digest)?;
+        prepare_memory_image(&component)?;
         let ty = component.component_type();
         let imports: Vec<String> = ty
             .imports(&self.engine)
@@ -472,6 +473,30 @@ fn touch(path: &Path) {
     if let Ok(file) = std::fs::File::options().write(true).open(path) {
         let _ = file.set_modified(SystemTime::now());
     }
+}
+
+/// Builds the component's copy-on-write memory image now, at load, rather than at its first call.
+/// On Linux wasmtime writes the image into a memfd and seals it; the kernel refuses the seal
+/// (`EBUSY`) while any page of it is still held elsewhere, as pages briefly are in another CPU's
+/// page-cache batch after the writing thread moved. A fresh memfd then succeeds, so this tries
+/// three times, and what still fails is the host's problem, not something the plugin did.
+fn prepare_memory_image(component: &Component) -> Result<(), PluginError> {
+    let mut last = None;
+    for pause in [
+        Duration::ZERO,
+        Duration::from_millis(50),
+        Duration::from_millis(250),
+    ] {
+        std::thread::sleep(pause);
+        match component.initialize_copy_on_write_image() {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    let e = last.map(|e| format!("{e:#}")).unwrap_or_default();
+    Err(PluginError::Host(format!(
+        "preparing the plugin's memory image: {e}"
+    )))
 }
 
 /// Tells a core module, or something that is not WebAssembly at all, from a component.
