@@ -7,33 +7,14 @@ mod common;
 
 use common::{Harness, eventually, tenant_client};
 use serde_json::{Value, json};
-use std::process::Command;
 
-/// Runs `mimeo diff -f <rule>` with this kubeconfig; returns the exit code and stdout + stderr.
+/// Runs `mimeo diff -f <rule>` with this kubeconfig and the test plugins; returns the exit code
+/// and stdout + stderr.
 fn diff(kubeconfig: &str, rule: &Value, extra: &[&str]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kubeconfig");
-    std::fs::write(&config, kubeconfig).unwrap();
-    let file = dir.path().join("rule.yaml");
-    std::fs::write(&file, serde_yaml_ng::to_string(rule).unwrap()).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .args(["diff", "-f"])
-        .arg(&file)
-        .arg("--plugin-dir")
-        .arg(common::plugin_dir())
-        .arg("--cache-dir")
-        .arg(dir.path().join("plugin-cache"))
-        .args(extra)
-        .env("KUBECONFIG", &config)
-        .env_remove("MIMEO_PLUGIN_CACHE_DIR")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code().unwrap_or(-1), text)
+    let plugins = common::plugin_dir();
+    let mut args = vec!["--plugin-dir", plugins.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    common::mimeo_diff(kubeconfig, &serde_yaml_ng::to_string(rule).unwrap(), &args)
 }
 
 fn rule(spec: Value) -> Value {

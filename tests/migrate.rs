@@ -25,27 +25,6 @@ fn migrate(h: &Harness, from: &str) -> (String, String) {
     (String::from_utf8(output.stdout).unwrap(), stderr)
 }
 
-/// Runs `mimeo diff -f` on `yaml` with the plane's kubeconfig: (exit code, stdout + stderr).
-fn diff(h: &Harness, yaml: &str) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("migration.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .args(["diff", "-f"])
-        .arg(&file)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .env("KUBECONFIG", h.plane.kubeconfig_path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code().unwrap_or(-1), text)
-}
-
 /// Applies every document, each with server-side apply (as `kubectl apply --server-side`).
 async fn apply_all(h: &Harness, yaml: &str) {
     for document in serde_yaml_ng::Deserializer::from_str(yaml) {
@@ -214,7 +193,7 @@ async fn from_kubernetes_replicator() {
     );
     // The cut-over's second step: what applying the migration would do, consent and adoption
     // marks of the same file included. The copy the replicator made is adopted, not a conflict.
-    let (code, said) = diff(&h, &yaml);
+    let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &yaml, &[]);
     assert_eq!(code, 1, "{said}");
     for expected in [
         "~ change Secret my-ns-1/test-secret",

@@ -437,6 +437,32 @@ async fn apply_with(client: &Client, manager: &str, object: Value) -> kube::Resu
     .map(|_| ())
 }
 
+/// Runs `mimeo diff -f` on `yaml` (one or more documents) as the user of the kubeconfig in
+/// `kubeconfig` (its YAML), with a fresh plugin cache: the exit code, and stdout then stderr.
+pub fn mimeo_diff(kubeconfig: &str, yaml: &str, extra: &[&str]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kubeconfig");
+    std::fs::write(&config, kubeconfig).unwrap();
+    let file = dir.path().join("rule.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["diff", "-f"])
+        .arg(&file)
+        .arg("--cache-dir")
+        .arg(dir.path().join("plugin-cache"))
+        .args(extra)
+        .env("KUBECONFIG", &config)
+        .env_remove("MIMEO_PLUGIN_CACHE_DIR")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code().unwrap_or(-1), text)
+}
+
 pub fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
