@@ -553,11 +553,10 @@ async fn a_plugin_cannot_publish_a_source_in_events() {
     );
 }
 
-/// 4. A `SyncRule` reads another cluster's namespace of its own name only where the objects'
-/// owner there consents, however the cluster's `allowedNamespaces` reads.
-#[tokio::test]
-async fn reading_another_cluster_needs_the_owners_consent() {
-    let (h, tenant) = start(ControllerConfig::default()).await;
+/// Registers a second control plane as `RemoteCluster` b, which the platform lets the SyncRules
+/// of team a use (`allowedNamespaces`), and makes there a namespace of the tenant's name that
+/// belongs to someone else. Returns the plane (kept alive by the caller) and a client of it.
+async fn cluster_b_for_team_a(h: &Harness) -> (ControlPlane, Client) {
     let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     let b_client = b.client().await.unwrap();
     h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
@@ -581,6 +580,15 @@ async fn reading_another_cluster_needs_the_owners_consent() {
         )
         .await
         .unwrap();
+    (b, b_client)
+}
+
+/// 4. A `SyncRule` reads another cluster's namespace of its own name only where the objects'
+/// owner there consents, however the cluster's `allowedNamespaces` reads.
+#[tokio::test]
+async fn reading_another_cluster_needs_the_owners_consent() {
+    let (h, tenant) = start(ControllerConfig::default()).await;
+    let (_b, b_client) = cluster_b_for_team_a(&h).await;
     let theirs = Api::<ConfigMap>::namespaced(b_client.clone(), TENANT);
     for name in ["settings", "private"] {
         theirs
@@ -672,27 +680,7 @@ async fn inputs_in_another_cluster_need_the_owners_consent_too() {
         ..Default::default()
     })
     .await;
-    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
-    let b_client = b.client().await.unwrap();
-    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
-    Api::<RemoteCluster>::all(h.client.clone())
-        .patch(
-            "b",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
-                                 "metadata": {"name": "b"},
-                                 "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "b-kubeconfig"},
-                                          "allowedNamespaces": {"matchLabels": {"team": "a"}}}})),
-        )
-        .await
-        .unwrap();
-    Api::<Namespace>::all(b_client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": TENANT}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    let (_b, b_client) = cluster_b_for_team_a(&h).await;
     let theirs = Api::<ConfigMap>::namespaced(b_client.clone(), TENANT);
     for (name, shared) in [("settings", true), ("private", false)] {
         let annotations = if shared {
