@@ -12,14 +12,14 @@ use super::fleet::allows;
 use super::plugins::{OciPolicy, Plugins};
 use super::reconcile::gather::{Stop, chain_refused, kind_not_served, rule_problem};
 use super::reconcile::inputs::{self, ReadInputs};
-use super::reconcile::make::plugin_context;
+use super::reconcile::make::{made_of, plugin_context};
 use super::rule::RuleResource;
 use crate::api::{
     ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RemoteCluster, RuleSpec, RuleStatus, SourceRef,
     SyncRule,
 };
 use crate::plugin::oci::{Oci, OciSettings};
-use crate::plugin::{ChainOutcome, HostSettings, PluginHost};
+use crate::plugin::{HostSettings, PluginHost};
 use crate::sync::copies::{
     ClusterPlaces, LiveCopies, Made, Pending, Plan, Source, Wants, owned, place, unwanted,
 };
@@ -833,14 +833,7 @@ async fn run_chains(
         let mut desired = source.template.copy_for(copy.target.clone());
         let object = std::mem::take(&mut desired.object);
         copy.pending = Pending::Made(match plugins.run(chain, context, object).await {
-            Ok(ChainOutcome::Write(object)) => {
-                desired.replace_object(object);
-                Made::Write {
-                    object: Arc::new(desired.object),
-                    hash: desired.hash,
-                }
-            }
-            Ok(ChainOutcome::Skip { plugin, reason }) => Made::Skip { plugin, reason },
+            Ok(outcome) => made_of(outcome, desired),
             Err(e) => Made::Failed {
                 message: short_message(&e.to_string()),
                 summary: e.summary(),

@@ -139,27 +139,35 @@ async fn transform(
     }
     ctx.metrics.chain(false);
     let object = std::mem::take(&mut desired.object);
-    let (remembered, made) = match ctx.plugins.run(chain, plugin_ctx, object).await? {
+    let target = desired.target.clone();
+    let made = made_of(ctx.plugins.run(chain, plugin_ctx, object).await?, desired);
+    let remembered = match &made {
+        Made::Write { object, hash } => Remembered::Write {
+            object: object.clone(),
+            hash: hash.clone(),
+        },
+        Made::Skip { plugin, reason } => Remembered::Skip {
+            plugin: plugin.clone(),
+            reason: reason.clone(),
+        },
+        Made::Failed { .. } => return Ok(made),
+    };
+    ctx.chain_outputs.put(key, target, input, remembered);
+    Ok(made)
+}
+
+/// What a chain's outcome makes of the copy it ran on (`desired`, its object taken for the run).
+pub(in crate::controller) fn made_of(outcome: ChainOutcome, mut desired: DesiredCopy) -> Made {
+    match outcome {
         ChainOutcome::Write(object) => {
             desired.replace_object(object);
-            let object = Arc::new(desired.object);
-            let hash = desired.hash;
-            let remembered = Remembered::Write {
-                object: object.clone(),
-                hash: hash.clone(),
-            };
-            (remembered, Made::Write { object, hash })
+            Made::Write {
+                object: Arc::new(desired.object),
+                hash: desired.hash,
+            }
         }
-        ChainOutcome::Skip { plugin, reason } => (
-            Remembered::Skip {
-                plugin: plugin.clone(),
-                reason: reason.clone(),
-            },
-            Made::Skip { plugin, reason },
-        ),
-    };
-    ctx.chain_outputs.put(key, desired.target, input, remembered);
-    Ok(made)
+        ChainOutcome::Skip { plugin, reason } => Made::Skip { plugin, reason },
+    }
 }
 
 /// Reads the places with no copy of ours in the cache (first copies, or objects in the way): one
