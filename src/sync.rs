@@ -10,6 +10,7 @@ pub mod flap_guard;
 pub mod hash;
 pub mod inputs;
 pub mod kinds;
+pub mod live;
 pub mod ownership;
 pub mod plan;
 pub mod protected;

@@ -25,6 +25,7 @@ use crate::sync::copies::{
 };
 use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
+use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{RuleKey, RuleKind};
 use crate::sync::plan::{Decision, Write};
 use crate::sync::scope::Scope;
@@ -368,7 +369,7 @@ fn describe(kind: &str, target: &CopyTarget) -> String {
 struct Uncached;
 
 impl LiveCopies for Uncached {
-    fn cached(&self, _: usize, _: &CopyTarget) -> Option<Arc<DynamicObject>> {
+    fn cached(&self, _: usize, _: &CopyTarget) -> Option<Arc<LiveCopy>> {
         None
     }
 }
@@ -544,7 +545,11 @@ pub async fn diff(
         let target = &plan.copies[index].target;
         let read = get(&client, &resource, target.namespace.as_deref(), &target.name)
             .await
-            .map(|found| overlay.object(&resource.kind, found))
+            .map(|found| {
+                overlay
+                    .object(&resource.kind, found)
+                    .map(|o| Arc::new(LiveCopy::with_content(Arc::unwrap_or_clone(o))))
+            })
             .map_err(|e| (CopyState::Failed, short_message(&e.to_string())));
         reads.push((index, read));
     }
@@ -879,6 +884,19 @@ impl SecretView {
     }
 }
 
+/// The object as it was read (its kind named as the copy's), to be shown.
+fn as_read(live: &LiveCopy, desired: &Value) -> Value {
+    let mut object = Map::new();
+    object.insert("apiVersion".into(), desired["apiVersion"].clone());
+    object.insert("kind".into(), desired["kind"].clone());
+    object.insert(
+        "metadata".into(),
+        serde_json::to_value(&live.metadata).unwrap_or_default(),
+    );
+    object.extend(live.full.clone().unwrap_or_default());
+    Value::Object(object)
+}
+
 /// The report's entries for the planned copies, with a diff for each write.
 fn entries(plan: Plan, secrets: &SecretView) -> Vec<Entry> {
     plan.copies
@@ -894,7 +912,7 @@ fn entries(plan: Plan, secrets: &SecretView) -> Vec<Entry> {
                     let before = copy
                         .live
                         .as_deref()
-                        .map(|live| shown(&serde_json::to_value(live).unwrap_or_default(), secrets));
+                        .map(|live| shown(&as_read(live, &desired.object), secrets));
                     (change, Some(unified(before.as_deref(), &after, &copy.target)))
                 }
                 (Some(Decision::InSync), _) => (Change::InSync, None),

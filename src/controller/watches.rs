@@ -21,11 +21,12 @@ use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::desired::strip_uncarried;
 use crate::sync::kinds::KindRef;
+use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
 use crate::sync::scope::Scope;
 use crate::sync::targets::NamespaceInfo;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
@@ -34,7 +35,7 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -265,8 +266,8 @@ impl Triggers {
 }
 
 /// One shared watch of a kind and the cache it fills.
-struct KindWatch {
-    store: Store<DynamicObject>,
+struct KindWatch<K: Resource<DynamicType = ApiResource> + 'static = DynamicObject> {
+    store: Store<K>,
     listed: Listed,
     task: AbortHandle,
 }
@@ -297,7 +298,7 @@ type Discovered = (ApiResource, bool, Instant);
 type CopyId = (String, String, String);
 
 /// A write remembered: the kind, the version it replaced, and the copy the apiserver returned.
-type Written = (ApiResource, String, Arc<DynamicObject>);
+type Written = (ApiResource, String, Arc<LiveCopy>);
 
 /// Past this many remembered writes, those the copies cache has caught up with are forgotten.
 const WRITTEN_SWEEP: usize = 1024;
@@ -308,6 +309,9 @@ const WRITTEN_SWEEP: usize = 1024;
 fn cache_lags(cached_version: Option<&str>, replaced: &str) -> bool {
     cached_version == Some(replaced)
 }
+
+/// A watch of copies: its cache holds them summed up.
+type CopiesWatch = KindWatch<LiveCopy>;
 
 /// The shared caches and the interests that route their events.
 pub struct Watches {
@@ -328,7 +332,7 @@ pub struct Watches {
     namespaces_start: Mutex<Option<NamespacesStart>>,
     /// Label-selected watches of copies, per kind some rule copies into this cluster: one over
     /// all namespaces, or one per namespace of the scope.
-    copies: Mutex<HashMap<CopiesKey, (ApiResource, Vec<KindWatch>)>>,
+    copies: Mutex<HashMap<CopiesKey, (ApiResource, Vec<CopiesWatch>)>>,
     sources: Mutex<HashMap<SourceWatchKey, KindWatch>>,
     /// Kinds found by discovery: the resource, whether it is namespaced, and when it was found.
     /// Cleared whenever a CustomResourceDefinition comes, changes or goes; without a CRD watch
@@ -632,7 +636,7 @@ impl Watches {
         resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
-    ) -> Option<Arc<DynamicObject>> {
+    ) -> Option<Arc<LiveCopy>> {
         let cached = self.in_copies_cache(resource, namespace, name)?;
         let id = (
             resource.plural.clone(),
@@ -659,8 +663,8 @@ impl Watches {
         resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
-    ) -> Option<Arc<DynamicObject>> {
-        let stores: Vec<Store<DynamicObject>> = lock(&self.copies)
+    ) -> Option<Arc<LiveCopy>> {
+        let stores: Vec<Store<LiveCopy>> = lock(&self.copies)
             .get(&copies_key(resource))
             .map(|(_, watches)| watches.iter().map(|w| w.store.clone()).collect())?;
         let mut reference = ObjectRef::new_with(name, resource.clone());
@@ -672,7 +676,7 @@ impl Watches {
 
     /// Records a write over `replaced` (the version the decision was made on), until the copies
     /// cache moves past that version.
-    pub fn wrote(&self, resource: &ApiResource, replaced: Option<&DynamicObject>, stored: DynamicObject) {
+    pub fn wrote(&self, resource: &ApiResource, replaced: Option<&LiveCopy>, stored: DynamicObject) {
         let Some(replaced_version) = replaced.and_then(|r| r.resource_version()) else {
             return;
         };
@@ -683,7 +687,14 @@ impl Watches {
         );
         let entries = {
             let mut written = lock(&self.written);
-            written.insert(id, (resource.clone(), replaced_version, Arc::new(stored)));
+            written.insert(
+                id,
+                (
+                    resource.clone(),
+                    replaced_version,
+                    Arc::new(LiveCopy::summed_up(stored)),
+                ),
+            );
             written.len()
         };
         // Amortised: after a sweep the next comes only once the map has doubled, so a fan-out
@@ -721,9 +732,9 @@ impl Watches {
     }
 
     /// Every cached copy that records `rule` as its maker.
-    pub fn copies_of(&self, rule: &RuleKey) -> Vec<(ApiResource, Arc<DynamicObject>)> {
+    pub fn copies_of(&self, rule: &RuleKey) -> Vec<(ApiResource, Arc<LiveCopy>)> {
         let mut out = Vec::new();
-        let copies: Vec<(ApiResource, Store<DynamicObject>)> = lock(&self.copies)
+        let copies: Vec<(ApiResource, Store<LiveCopy>)> = lock(&self.copies)
             .values()
             .flat_map(|(r, watches)| watches.iter().map(|w| (r.clone(), w.store.clone())))
             .collect();
@@ -872,7 +883,7 @@ impl Watches {
         if let Some((_, watches)) = copies.get(&key) {
             return watches.iter().map(|w| w.listed.clone()).collect();
         }
-        let watches: Vec<KindWatch> = match self.scope.namespaces() {
+        let watches: Vec<CopiesWatch> = match self.scope.namespaces() {
             None => vec![self.watch_copies(&resource, None)],
             Some(names) => names
                 .iter()
@@ -885,7 +896,7 @@ impl Watches {
         listed
     }
 
-    fn watch_copies(&self, resource: &ApiResource, namespace: Option<&str>) -> KindWatch {
+    fn watch_copies(&self, resource: &ApiResource, namespace: Option<&str>) -> CopiesWatch {
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();
@@ -894,9 +905,11 @@ impl Watches {
             Some(ns) => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, resource),
         };
         let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+        // The cache keeps each copy summed up (metadata, a digest of its content): the data a
+        // copy holds never stays in memory past its watch event.
         let stream = watcher(api, config)
             .backoff(self.reach.backoff())
-            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .map_ok(summed_up)
             .reflect(writer);
         let task = spawn_consumer(
             "copies",
@@ -1006,6 +1019,21 @@ impl Watches {
         for rule in interests.keys() {
             self.triggers.fire(rule);
         }
+    }
+}
+
+/// A copies watch event with its object summed up, `managedFields` dropped.
+fn summed_up(event: watcher::Event<DynamicObject>) -> watcher::Event<LiveCopy> {
+    let sum = |mut o: DynamicObject| {
+        o.metadata.managed_fields = None;
+        LiveCopy::summed_up(o)
+    };
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(sum(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(sum(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(sum(o)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

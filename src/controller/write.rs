@@ -2,6 +2,7 @@
 
 use crate::api::DeletionPolicy;
 use crate::sync::desired::DesiredCopy;
+use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{
     FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
     SOURCE_HASH_ANNOTATION,
@@ -51,7 +52,7 @@ pub async fn write(
     client: &Client,
     resource: &ApiResource,
     desired: &DesiredCopy,
-    live: Option<&DynamicObject>,
+    live: Option<&LiveCopy>,
     how: Write,
 ) -> kube::Result<Written> {
     let api = api(client, resource, desired.target.namespace.as_deref());
@@ -113,7 +114,7 @@ async fn create(api: &Api<DynamicObject>, desired: &DesiredCopy) -> kube::Result
 pub async fn remove(
     client: &Client,
     resource: &ApiResource,
-    live: &DynamicObject,
+    live: &impl kube::Resource,
     policy: DeletionPolicy,
 ) -> kube::Result<()> {
     let api = api(client, resource, live.namespace().as_deref());
@@ -144,7 +145,7 @@ pub async fn remove(
 }
 
 /// Deletes exactly this object (by uid), so a newer object of the same name is never hit.
-async fn delete_exact(api: &Api<DynamicObject>, live: &DynamicObject) -> kube::Result<()> {
+async fn delete_exact(api: &Api<DynamicObject>, live: &impl kube::Resource) -> kube::Result<()> {
     let params = DeleteParams {
         preconditions: live.uid().map(|uid| Preconditions {
             uid: Some(uid),
@@ -161,9 +162,18 @@ async fn delete_exact(api: &Api<DynamicObject>, live: &DynamicObject) -> kube::R
 
 /// The live object with exactly the desired content and mimeo's labels and annotations set,
 /// keeping its other metadata: what a replace (PUT) writes.
-fn replaced(live: &DynamicObject, desired: &DesiredCopy) -> DynamicObject {
-    let mut object = live.clone();
-    object.data = Value::Object(crate::sync::desired::content(&desired.object));
+fn replaced(live: &LiveCopy, desired: &DesiredCopy) -> DynamicObject {
+    let mut object = DynamicObject {
+        types: Some(kube::api::TypeMeta {
+            api_version: desired.object["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            kind: desired.object["kind"].as_str().unwrap_or_default().to_owned(),
+        }),
+        metadata: live.metadata.clone(),
+        data: Value::Object(crate::sync::desired::content(&desired.object)),
+    };
     for (field, target) in [
         ("labels", object.metadata.labels.get_or_insert_default()),
         ("annotations", object.metadata.annotations.get_or_insert_default()),

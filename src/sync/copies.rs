@@ -12,6 +12,7 @@
 
 use super::consent::{accepts, not_accepted_message};
 use super::desired::{CopyTarget, CopyTemplate, DesiredCopy};
+use super::live::LiveCopy;
 use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION};
 use super::plan::{Decision, Write, decide};
 use super::protected::refused_copy;
@@ -144,7 +145,7 @@ pub struct PlannedCopy {
     /// The digest of the copy as it should be, once it was made.
     pub hash: Option<String>,
     /// The object in the copy's place, shared with the copies cache; kept only for a write.
-    pub live: Option<Arc<DynamicObject>>,
+    pub live: Option<Arc<LiveCopy>>,
     pub decision: Option<Decision>,
     /// Whatever copy is there now stays (a plugin failed: nothing is lost).
     pub keeps_previous: bool,
@@ -195,7 +196,7 @@ impl PlannedCopy {
         &mut self,
         rule: &RuleKey,
         desired: DesiredCopy,
-        live: Option<Arc<DynamicObject>>,
+        live: Option<Arc<LiveCopy>>,
         conflict: ConflictPolicy,
     ) {
         let decision = decide(rule, &desired, live.as_deref(), conflict, self.may_take_over);
@@ -230,7 +231,7 @@ pub struct Plan {
 
 /// What a read of a copy's place found: the object there, or the state and message of a read
 /// that failed.
-pub type Read = Result<Option<Arc<DynamicObject>>, (CopyState, String)>;
+pub type Read = Result<Option<Arc<LiveCopy>>, (CopyState, String)>;
 
 /// A write the plan decided on, for the controller to carry out.
 #[derive(Debug)]
@@ -241,7 +242,7 @@ pub struct PlannedWrite {
     pub cluster: usize,
     pub how: Write,
     pub desired: DesiredCopy,
-    pub live: Option<Arc<DynamicObject>>,
+    pub live: Option<Arc<LiveCopy>>,
     pub may_take_over: bool,
 }
 
@@ -399,7 +400,7 @@ fn kept_in(wants: &Wants, cluster: &Unusable, taken: &mut BTreeSet<PlaceKey>) ->
 /// where, without asking any apiserver.
 pub trait LiveCopies {
     /// The copy cached at `target`'s place in usable cluster `cluster`, if there is one.
-    fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<DynamicObject>>;
+    fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<LiveCopy>>;
 }
 
 impl Plan {
@@ -653,7 +654,7 @@ pub fn same_resource(a: &ApiResource, b: &ApiResource) -> bool {
 /// that holds one. Copies outside `in_scope` (recorded before mimeo was limited to namespaces) are
 /// not among them: mimeo may not touch them now.
 pub fn owned(
-    cached: Vec<(ApiResource, Arc<DynamicObject>)>,
+    cached: Vec<(ApiResource, Arc<LiveCopy>)>,
     recorded: &[&CopyStatus],
     resource: &ApiResource,
     namespaced: bool,
@@ -674,7 +675,7 @@ pub fn owned(
                 copy.namespace(),
                 copy.name_any(),
             ),
-            (kind, source_of(&copy)),
+            (kind, source_of(&*copy)),
         );
     }
     for copy in recorded {
@@ -726,7 +727,7 @@ pub fn unwanted(
 }
 
 /// The source a copy records: "Kind/namespace/name" or "Kind/name", as `desired` writes it.
-pub fn source_of(copy: &DynamicObject) -> SourceRef {
+pub fn source_of(copy: &impl kube::Resource) -> SourceRef {
     let recorded = copy
         .annotations()
         .get(SOURCE_ANNOTATION)
@@ -795,10 +796,10 @@ mod tests {
     }
 
     /// The copy `rule` makes of `source` at `target`, as the apiserver returns it.
-    fn copy_of(source: &Source, target: CopyTarget) -> Arc<DynamicObject> {
+    fn copy_of(source: &Source, target: CopyTarget) -> Arc<LiveCopy> {
         let mut object = source.template.copy_for(target).object;
         object["metadata"]["resourceVersion"] = json!("9");
-        Arc::new(serde_json::from_value(object).unwrap())
+        Arc::new(LiveCopy::summed_up(serde_json::from_value(object).unwrap()))
     }
 
     fn place_in(namespace: &str) -> Placement {
@@ -850,8 +851,8 @@ mod tests {
     /// of the apiserver finds (an object that is not a copy is not in any copies cache).
     #[derive(Default)]
     struct World {
-        cached: BTreeMap<CopyTarget, Arc<DynamicObject>>,
-        apiserver: BTreeMap<CopyTarget, Arc<DynamicObject>>,
+        cached: BTreeMap<CopyTarget, Arc<LiveCopy>>,
+        apiserver: BTreeMap<CopyTarget, Arc<LiveCopy>>,
         /// Places whose read fails.
         unreachable: BTreeSet<CopyTarget>,
     }
@@ -860,7 +861,7 @@ mod tests {
     struct Caches<'a>(&'a World, &'a [ClusterPlaces]);
 
     impl LiveCopies for Caches<'_> {
-        fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<DynamicObject>> {
+        fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<LiveCopy>> {
             assert_eq!(self.1[cluster].name, target.cluster, "the copy's cluster index");
             self.0.cached.get(target).cloned()
         }
@@ -939,8 +940,8 @@ mod tests {
             .collect()
     }
 
-    fn unmanaged(namespace: &str, name: &str) -> Arc<DynamicObject> {
-        Arc::new(secret(namespace, name, "dGhlaXJz"))
+    fn unmanaged(namespace: &str, name: &str) -> Arc<LiveCopy> {
+        Arc::new(LiveCopy::summed_up(secret(namespace, name, "dGhlaXJz")))
     }
 
     #[test]

@@ -7,6 +7,17 @@ use sha2::{Digest, Sha256};
 pub fn digest(value: &Value) -> String {
     let mut hasher = Sha256::new();
     write_canonical(value, &mut hasher);
+    hex_digest(hasher)
+}
+
+/// [`digest`] of an object given as its map, without building the object.
+pub fn digest_map(map: &serde_json::Map<String, Value>) -> String {
+    let mut hasher = Sha256::new();
+    write_object(map, &mut hasher);
+    hex_digest(hasher)
+}
+
+fn hex_digest(hasher: Sha256) -> String {
     let bytes = hasher.finalize();
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
@@ -27,20 +38,22 @@ pub fn digest_bytes(bytes: &[u8]) -> String {
     out
 }
 
+fn write_object(map: &serde_json::Map<String, Value>, hasher: &mut Sha256) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    hasher.update(b"{");
+    for key in keys {
+        hasher.update(serde_json::to_string(key).unwrap_or_default().as_bytes());
+        hasher.update(b":");
+        write_canonical(&map[key], hasher);
+        hasher.update(b",");
+    }
+    hasher.update(b"}");
+}
+
 fn write_canonical(value: &Value, hasher: &mut Sha256) {
     match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            hasher.update(b"{");
-            for key in keys {
-                hasher.update(serde_json::to_string(key).unwrap_or_default().as_bytes());
-                hasher.update(b":");
-                write_canonical(&map[key], hasher);
-                hasher.update(b",");
-            }
-            hasher.update(b"}");
-        }
+        Value::Object(map) => write_object(map, hasher),
         Value::Array(items) => {
             hasher.update(b"[");
             for item in items {
@@ -63,6 +76,7 @@ mod tests {
         let a: Value = serde_json::from_str(r#"{"b": 1, "a": {"y": [1, 2], "x": "s"}}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"a": {"x": "s", "y": [1, 2]}, "b": 1}"#).unwrap();
         assert_eq!(digest(&a), digest(&b));
+        assert_eq!(digest_map(a.as_object().unwrap()), digest(&b));
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! What to do about one copy, given the copy as it should be and the object now in its place.
 
 use super::desired::DesiredCopy;
+use super::live::LiveCopy;
 use super::ownership::{ADOPT_BY_ANNOTATION, Owner, RuleKey, owner_of};
 use crate::api::ConflictPolicy;
-use kube::api::DynamicObject;
-use serde_json::{Map, Value};
+use serde_json::Map;
 
 /// The decision for one copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub enum Write {
 pub fn decide(
     rule: &RuleKey,
     desired: &DesiredCopy,
-    live: Option<&DynamicObject>,
+    live: Option<&LiveCopy>,
     conflict: ConflictPolicy,
     may_take_over: bool,
 ) -> Decision {
@@ -73,7 +73,7 @@ pub fn decide(
 }
 
 /// Whether the object's `mimeo.dev/adopt-by` names `rule`.
-fn adopted_by(live: &DynamicObject, rule: &RuleKey) -> bool {
+fn adopted_by(live: &LiveCopy, rule: &RuleKey) -> bool {
     live.metadata
         .annotations
         .as_ref()
@@ -82,34 +82,21 @@ fn adopted_by(live: &DynamicObject, rule: &RuleKey) -> bool {
         .is_some_and(|named| &named == rule)
 }
 
-/// The content of a live object, as plain JSON (everything but metadata and status).
-pub fn live_content(live: &DynamicObject) -> Map<String, Value> {
-    match &live.data {
-        Value::Object(map) => map
-            .iter()
-            .filter(|(k, _)| k.as_str() != "status")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        _ => Map::new(),
-    }
-}
-
-fn desired_content(desired: &DesiredCopy) -> Map<String, Value> {
+fn desired_content(desired: &DesiredCopy) -> Map<String, serde_json::Value> {
     super::desired::content(&desired.object)
 }
 
 /// How our own copy has to change, or `None` when it matches.
-fn in_place_change(desired: &DesiredCopy, live: &DynamicObject) -> Option<Write> {
+fn in_place_change(desired: &DesiredCopy, live: &LiveCopy) -> Option<Write> {
     let want = desired_content(desired);
-    let have = live_content(live);
-    let content_matches = want == have;
+    let content_matches = live.content.is(&want);
     if content_matches && metadata_matches(desired, live) {
         return None;
     }
     if !content_matches && must_recreate(desired, live) {
         return Some(Write::Recreate);
     }
-    if has_extra_fields(&Value::Object(have), &Value::Object(want)) {
+    if live.content.has_fields_beyond(&want) {
         return Some(Write::Replace);
     }
     Some(Write::Apply)
@@ -117,13 +104,12 @@ fn in_place_change(desired: &DesiredCopy, live: &DynamicObject) -> Option<Write>
 
 /// Whether the live object refuses in-place changes to its content: it is immutable, or its
 /// `type` (a Secret's) differs, which the apiserver never lets change.
-fn must_recreate(desired: &DesiredCopy, live: &DynamicObject) -> bool {
-    let have = live_content(live);
-    have.get("immutable") == Some(&Value::Bool(true)) || have.get("type") != desired.object.get("type")
+fn must_recreate(desired: &DesiredCopy, live: &LiveCopy) -> bool {
+    live.content.immutable() || live.content.type_() != desired.object.get("type")
 }
 
 /// Every label and annotation of the desired copy is on the live one with the same value.
-fn metadata_matches(desired: &DesiredCopy, live: &DynamicObject) -> bool {
+fn metadata_matches(desired: &DesiredCopy, live: &LiveCopy) -> bool {
     let sub = |field: &str, live_map: &Option<std::collections::BTreeMap<String, String>>| {
         desired.object["metadata"][field].as_object().is_none_or(|want| {
             want.iter()
@@ -133,23 +119,17 @@ fn metadata_matches(desired: &DesiredCopy, live: &DynamicObject) -> bool {
     sub("labels", &live.metadata.labels) && sub("annotations", &live.metadata.annotations)
 }
 
-/// Whether `have` holds object keys, at any depth, that `want` lacks: fields a server-side apply
-/// would leave in place because someone else owns them.
-fn has_extra_fields(have: &Value, want: &Value) -> bool {
-    match (have, want) {
-        (Value::Object(h), Value::Object(w)) => h
-            .iter()
-            .any(|(k, hv)| w.get(k).is_none_or(|wv| has_extra_fields(hv, wv))),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{MetadataPolicy, SourceRef};
     use crate::sync::desired::{CopyTarget, desired_copy};
-    use serde_json::json;
+    use kube::api::DynamicObject;
+    use serde_json::{Value, json};
+
+    fn summed(live: &DynamicObject) -> LiveCopy {
+        LiveCopy::summed_up(live.clone())
+    }
 
     fn rule() -> RuleKey {
         RuleKey::sync_rule("platform", "creds")
@@ -290,12 +270,12 @@ mod tests {
         ];
         for (case, live, policy, may_take_over, expected) in cases {
             assert_eq!(
-                decide(&rule(), &want, live, policy, may_take_over),
+                decide(&rule(), &want, live.map(summed).as_ref(), policy, may_take_over),
                 expected,
                 "{case}"
             );
         }
-        let Decision::Conflict(reason) = decide(&rule(), &want, Some(&foreign), Adopt, false) else {
+        let Decision::Conflict(reason) = decide(&rule(), &want, Some(&summed(&foreign)), Adopt, false) else {
             panic!("a SyncRule must not adopt outside its namespace");
         };
         assert!(reason.contains("only in its own namespace"), "{reason}");
@@ -322,7 +302,13 @@ mod tests {
             ("yes", conflict_fail()),
         ] {
             assert_eq!(
-                decide(&rule(), &want, Some(&marked(value)), ConflictPolicy::Fail, false),
+                decide(
+                    &rule(),
+                    &want,
+                    Some(&summed(&marked(value))),
+                    ConflictPolicy::Fail,
+                    false
+                ),
                 expected,
                 "{value:?}"
             );

@@ -15,6 +15,7 @@ use crate::locks::lock;
 use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
 use crate::sync::desired::CopyTarget;
 use crate::sync::flap_guard::{Churn, Held};
+use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{HASH_ANNOTATION, Owner, RuleKey, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
 use futures::StreamExt;
@@ -40,7 +41,7 @@ enum WriteDone {
     /// The copy was written this way over `over` (the object that was there, if any).
     Stored {
         how: Write,
-        over: Option<Arc<DynamicObject>>,
+        over: Option<Arc<LiveCopy>>,
         stored: Box<DynamicObject>,
     },
     /// An object appeared in the copy's place after it was read, and the rule's conflict policy
@@ -48,7 +49,7 @@ enum WriteDone {
     Conflict(String),
     /// The create found the copy already there as it should be (ours, written by a look whose
     /// write the copies cache has not seen yet): nothing was written.
-    InSync(Arc<DynamicObject>),
+    InSync(Arc<LiveCopy>),
 }
 
 /// A write with what it needs to be made, owned: borrowed ones trip up the `Send` proof of the
@@ -81,16 +82,18 @@ pub(super) async fn write_copies(
         .collect();
     let (key, conflict) = (&gathered.key, gathered.spec.conflict);
     let written = jobs.len();
-    let results: Vec<(usize, kube::Result<WriteDone>)> = futures::stream::iter(jobs)
-        .map(move |job| async move {
-            let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
-            (job.write.index, done)
-        })
-        .buffer_unordered(WRITE_CONCURRENCY)
-        .collect()
-        .await;
+    let mut results = std::pin::pin!(
+        futures::stream::iter(jobs)
+            .map(move |job| async move {
+                let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
+                (job.write.index, done)
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+    );
+    // Each write is recorded as it lands: what the apiserver returned (the whole copy) is kept
+    // only as long as the copies cache may lag behind it, never for the whole pass.
     let mut events = EventLog::default();
-    for (i, done) in results {
+    while let Some((i, done)) = results.next().await {
         let copy = &mut plan.copies[i];
         let cluster = copy.from.map(|(_, c)| &gathered.reachable[c]);
         record_write(ctx, gathered, cluster, copy, done, &mut events, now);
@@ -117,7 +120,7 @@ async fn write_copy(job: &Job, key: &RuleKey, conflict: ConflictPolicy) -> kube:
                 stored: Box::new(stored),
             });
         }
-        write::Written::Raced(there) => Arc::new(there),
+        write::Written::Raced(there) => Arc::new(LiveCopy::summed_up(there)),
     };
     match decide(key, desired, Some(&there), conflict, job.write.may_take_over) {
         Decision::InSync => Ok(WriteDone::InSync(there)),
@@ -341,7 +344,7 @@ pub(super) async fn remove_owned(
     if owner_of(&live.metadata, key) != Owner::ThisRule {
         return Ok(None);
     }
-    write::remove(&cluster.client, resource, &live, spec.deletion).await?;
+    write::remove(&cluster.client, resource, &*live, spec.deletion).await?;
     Ok(Some(match spec.deletion {
         crate::api::DeletionPolicy::Delete => "delete",
         crate::api::DeletionPolicy::Orphan => "orphan",

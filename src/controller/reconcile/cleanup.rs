@@ -63,7 +63,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
                     resource,
                     namespace: c.namespace(),
                     name: c.name_any(),
-                    source: source_of(&c),
+                    source: source_of(&*c),
                 })
                 .collect(),
         };

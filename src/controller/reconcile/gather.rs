@@ -19,6 +19,7 @@ use crate::sync::consent::shares;
 use crate::sync::copies::{ClusterPlaces, LiveCopies, Source, Unusable, Wants};
 use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::{AllowedKind, KindRef};
+use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{RuleKey, RuleKind};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{placements, selector, targets_by_cluster};
@@ -149,7 +150,7 @@ impl Gathered<'_> {
 
 /// The copies caches of the usable clusters, as the decisions see them.
 impl LiveCopies for [Reachable] {
-    fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<DynamicObject>> {
+    fn cached(&self, cluster: usize, target: &CopyTarget) -> Option<Arc<LiveCopy>> {
         let cluster = &self[cluster];
         cluster
             .handle

@@ -14,9 +14,9 @@ use crate::controller::write;
 use crate::plugin::{ChainError, ChainOutcome, TransformContext};
 use crate::sync::copies::{Made, Pending, Plan, Read, Source};
 use crate::sync::desired::{CopyTarget, DesiredCopy};
+use crate::sync::live::LiveCopy;
 use crate::sync::ownership::RuleKey;
 use futures::StreamExt;
-use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -191,7 +191,7 @@ pub(super) async fn read_places(ctx: &Context, gathered: &Gathered<'_>, plan: &P
         .collect()
 }
 
-async fn read_place(cluster: &Reachable, target: &CopyTarget) -> kube::Result<Option<Arc<DynamicObject>>> {
+async fn read_place(cluster: &Reachable, target: &CopyTarget) -> kube::Result<Option<Arc<LiveCopy>>> {
     live_object(
         &cluster.handle,
         &cluster.resource,
@@ -207,7 +207,7 @@ pub(super) async fn live_object(
     resource: &ApiResource,
     namespace: Option<&str>,
     name: &str,
-) -> kube::Result<Option<Arc<DynamicObject>>> {
+) -> kube::Result<Option<Arc<LiveCopy>>> {
     if let Some(cached) = cluster.watches.cached_copy(resource, namespace, name) {
         return Ok(Some(cached));
     }
@@ -216,5 +216,5 @@ pub(super) async fn live_object(
         write::get(&cluster.client, resource, namespace, name),
     )
     .await?;
-    Ok(fetched.map(Arc::new))
+    Ok(fetched.map(|o| Arc::new(LiveCopy::summed_up(o))))
 }
