@@ -196,7 +196,7 @@ async fn main() {
             .into_iter()
             .filter(|((verb, _), n)| !matches!(verb.as_str(), "GET" | "LIST") && *n > 0.0)
             .collect();
-    let restart_write_count: f64 = restart_writes.values().sum();
+    let restart_write_count = restart_writes.values().sum::<f64>() as u64;
     mimeo.stop();
 
     let n1 = FIRST_SOURCES * NAMESPACES;
