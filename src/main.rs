@@ -78,39 +78,8 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     Ok(worst)
 }
 
-fn main() -> anyhow::Result<ExitCode> {
-    // Before the runtime starts its threads: arenas are made per thread.
-    limit_malloc_arenas();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?
-        .block_on(command())
-}
-
-/// glibc gives each thread that contends for the allocator an arena of its own, up to eight per
-/// core, and each keeps what it freed. At 10,000 copies that was a fifth of the resident set
-/// (`benches/scale.rs`: 122.6 MiB with glibc's default, 94.2 MiB with `MALLOC_ARENA_MAX=2` on two
-/// cores). One arena per core the process may use, as cgroups count them; `MALLOC_ARENA_MAX`
-/// set in the environment wins.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
-    #[allow(unsafe_code)]
-    // SAFETY: `mallopt` only sets a parameter of the allocator, and runs here before any thread
-    // but this one exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, i32::try_from(cores).unwrap_or(i32::MAX));
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
-
-async fn command() -> anyhow::Result<ExitCode> {
+#[tokio::main]
+async fn main() -> anyhow::Result<ExitCode> {
     // Before any TLS client (kube's or the registry's) is built.
     mimeo::plugin::oci::install_crypto_provider();
     let cli = Cli::parse();
