@@ -279,6 +279,47 @@ fn the_deadline_holds_while_a_plugin_waits_in_wasi() {
     );
 }
 
+/// An output over the cap is refused for its size however long it took to make, as long as it was
+/// made: one still being made at the deadline has no size yet, and is past its deadline.
+#[test]
+fn an_output_over_the_cap_is_too_large_however_long_it_took_to_make() {
+    let deadline = Duration::from_secs(2);
+    let host = PluginHost::new(HostSettings {
+        cache_dir: tempfile::tempdir().unwrap().keep(),
+        deadline,
+        ..Default::default()
+    })
+    .unwrap();
+    let bad = load(&host, "misbehave");
+    let object = copy().to_string();
+    let bytes = (4 << 20) + 1024;
+    let run = |busy_ms: u64| {
+        let config = json!({"do": "huge-output", "bytes": bytes, "busy-ms": busy_ms});
+        let started = Instant::now();
+        let err = host
+            .transform(&bad, &ctx(), &config.to_string(), &object)
+            .unwrap_err();
+        (err.to_string(), started.elapsed())
+    };
+
+    // Most of the deadline spent before the output is made.
+    let (err, took) = run(1500);
+    // The object without its closing brace, `,"misbehave":"`, the bytes, and `"}`.
+    let size = object.len() - 1 + 14 + bytes + 2;
+    assert_eq!(
+        err,
+        format!("the plugin returned {size} bytes, more than the 4194304 allowed")
+    );
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    println!("too large after {took:?}");
+
+    // Still busy at the deadline: nothing was returned to measure.
+    let (err, took) = run(3000);
+    assert_eq!(err, "the plugin ran past its deadline of 2s");
+    assert!(took >= deadline && took < deadline * 5, "{took:?}");
+    println!("past its deadline after {took:?}");
+}
+
 #[test]
 fn not_a_plugin_is_refused_clearly() {
     let host = host();

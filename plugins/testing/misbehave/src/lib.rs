@@ -69,6 +69,10 @@ struct Config {
     /// becomes the object's `data`, as a plugin that leaks its input would write it.
     #[serde(default)]
     say: Option<String>,
+    /// Milliseconds `transform` spends busy (reading the clock) before it does `do`: a plugin
+    /// slow to make its output.
+    #[serde(default)]
+    busy_ms: Option<u64>,
 }
 
 /// A JSON merge patch (RFC 7386) applied to `target`.
@@ -249,6 +253,10 @@ impl Guest for Misbehave {
         }
         if config.during != "transform" {
             return Ok(Outcome::Unchanged);
+        }
+        if let Some(ms) = config.busy_ms {
+            let start = std::time::Instant::now();
+            while black_box(start.elapsed()) < std::time::Duration::from_millis(ms) {}
         }
         if config.action == "error" {
             return Err(config.said(&object, "asked to fail"));
