@@ -266,7 +266,10 @@ impl Triggers {
 }
 
 /// One shared watch of a kind and the cache it fills.
-struct KindWatch<K: Resource<DynamicType = ApiResource> + 'static = DynamicObject> {
+struct KindWatch<K: Resource + 'static = DynamicObject>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
     store: Store<K>,
     listed: Listed,
     task: AbortHandle,
@@ -312,6 +315,8 @@ fn cache_lags(cached_version: Option<&str>, replaced: &str) -> bool {
 
 /// A watch of copies: its cache holds them summed up.
 type CopiesWatch = KindWatch<LiveCopy>;
+/// The watches of one kind's copies, and the kind they share.
+type CopiesWatches = (Arc<ApiResource>, Vec<CopiesWatch>);
 
 /// The shared caches and the interests that route their events.
 pub struct Watches {
@@ -332,7 +337,7 @@ pub struct Watches {
     namespaces_start: Mutex<Option<NamespacesStart>>,
     /// Label-selected watches of copies, per kind some rule copies into this cluster: one over
     /// all namespaces, or one per namespace of the scope.
-    copies: Mutex<HashMap<CopiesKey, (ApiResource, Vec<CopiesWatch>)>>,
+    copies: Mutex<HashMap<CopiesKey, CopiesWatches>>,
     sources: Mutex<HashMap<SourceWatchKey, KindWatch>>,
     /// Kinds found by discovery: the resource, whether it is namespaced, and when it was found.
     /// Cleared whenever a CustomResourceDefinition comes, changes or goes; without a CRD watch
@@ -664,10 +669,10 @@ impl Watches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Arc<LiveCopy>> {
-        let stores: Vec<Store<LiveCopy>> = lock(&self.copies)
+        let (kind, stores): (Arc<ApiResource>, Vec<Store<LiveCopy>>) = lock(&self.copies)
             .get(&copies_key(resource))
-            .map(|(_, watches)| watches.iter().map(|w| w.store.clone()).collect())?;
-        let mut reference = ObjectRef::new_with(name, resource.clone());
+            .map(|(kind, watches)| (kind.clone(), watches.iter().map(|w| w.store.clone()).collect()))?;
+        let mut reference = ObjectRef::new_with(name, kind);
         if let Some(namespace) = namespace {
             reference = reference.within(namespace);
         }
@@ -736,7 +741,7 @@ impl Watches {
         let mut out = Vec::new();
         let copies: Vec<(ApiResource, Store<LiveCopy>)> = lock(&self.copies)
             .values()
-            .flat_map(|(r, watches)| watches.iter().map(|w| (r.clone(), w.store.clone())))
+            .flat_map(|(r, watches)| watches.iter().map(|w| ((**r).clone(), w.store.clone())))
             .collect();
         for (resource, store) in copies {
             for copy in store.state() {
@@ -883,6 +888,8 @@ impl Watches {
         if let Some((_, watches)) = copies.get(&key) {
             return watches.iter().map(|w| w.listed.clone()).collect();
         }
+        // One kind for the watches and every key of their caches: a key holds its kind.
+        let resource = Arc::new(resource);
         let watches: Vec<CopiesWatch> = match self.scope.namespaces() {
             None => vec![self.watch_copies(&resource, None)],
             Some(names) => names
@@ -896,7 +903,7 @@ impl Watches {
         listed
     }
 
-    fn watch_copies(&self, resource: &ApiResource, namespace: Option<&str>) -> CopiesWatch {
+    fn watch_copies(&self, resource: &Arc<ApiResource>, namespace: Option<&str>) -> CopiesWatch {
         let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let writer = Writer::new(resource.clone());
         let store = writer.as_reader();

@@ -8,6 +8,7 @@ use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::core::Resource;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// An object in a copy's place, as read from the copies cache or the API.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,28 +132,29 @@ impl LiveCopy {
 }
 
 /// Lets the copies cache (a reflector store) hold summaries, and `ResourceExt` read their
-/// metadata. The kind comes from the watch's `ApiResource`, as for `DynamicObject`.
+/// metadata. The kind comes from the watch's `ApiResource`, as for `DynamicObject`, shared: the
+/// cache's key of each copy holds one.
 impl Resource for LiveCopy {
-    type DynamicType = ApiResource;
+    type DynamicType = Arc<ApiResource>;
     type Scope = kube::core::DynamicResourceScope;
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+    fn kind(dt: &Arc<ApiResource>) -> Cow<'_, str> {
         Cow::Borrowed(&dt.kind)
     }
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
+    fn group(dt: &Arc<ApiResource>) -> Cow<'_, str> {
         Cow::Borrowed(&dt.group)
     }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
+    fn version(dt: &Arc<ApiResource>) -> Cow<'_, str> {
         Cow::Borrowed(&dt.version)
     }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+    fn api_version(dt: &Arc<ApiResource>) -> Cow<'_, str> {
         Cow::Borrowed(&dt.api_version)
     }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+    fn plural(dt: &Arc<ApiResource>) -> Cow<'_, str> {
         Cow::Borrowed(&dt.plural)
     }
 

@@ -20,7 +20,7 @@ use crate::sync::copies::{ClusterPlaces, LiveCopies, Source, Unusable, Wants};
 use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
-use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::ownership::{PREFIX, RuleKey, RuleKind};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{placements, selector, targets_by_cluster};
 use crate::sync::validate::RuleProblem;
@@ -669,7 +669,14 @@ fn reachable(clusters: &[TargetCluster], namespaced: bool) -> (Vec<Reachable>, V
             let (handle, resource) = c.usable.as_ref().ok()?;
             let namespaces = handle.watches.namespaces();
             let places = placements(&c.targets, &namespaces, namespaced).unwrap_or_default();
-            let annotations = namespaces.into_iter().map(|n| (n.name, n.annotations)).collect();
+            // Consent is all the annotations are for: only mimeo's are kept for the pass.
+            let annotations = namespaces
+                .into_iter()
+                .map(|n| {
+                    let ours = n.annotations.into_iter().filter(|(k, _)| k.starts_with(PREFIX));
+                    (n.name, ours.collect())
+                })
+                .collect();
             let reachable = Reachable {
                 name: c.name.clone(),
                 handle: handle.clone(),
