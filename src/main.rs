@@ -11,6 +11,21 @@ use mimeo::sync::scope::Scope;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// jemalloc, set to hand freed pages back to the system within about a second (a background
+/// thread purges them; it sleeps while nothing is left to purge). A pass over thousands of
+/// copies allocates and frees tens of MiB; glibc's malloc kept them in its per-thread arenas,
+/// so the resident set stayed at the pass's peak: at 10,000 copies 114.9 MiB with glibc, 88.8
+/// with this (`cargo bench --bench scale -- --sources 100`).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings, read when it starts (`_RJEM_MALLOC_CONF` in the environment overrides).
+#[cfg(not(target_env = "msvc"))]
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
 /// when it would be refused or the diff failed (as `kubectl diff`).
 async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
