@@ -9,8 +9,8 @@
 //! excluded), and CPU and requests over an idle period.
 //!
 //! `cargo bench --bench peers -- [--namespaces N] [--rotations R] [--runs K] [--idle-secs S]
-//! [--wait-secs W] [--tools mimeo,replicator] [--raw 1] [--settle-ms M]` (defaults 100, 10, 2, 60,
-//! 30, both tools, no raw, 0). The replicator ships with client-go's default client rate limit
+//! [--wait-secs W] [--tools mimeo,replicator] [--raw 1] [--settle-ms M] [--each 1]` (defaults 100, 10,
+//! 2, 60, 30, both tools, no raw, 0, quiet). The replicator ships with client-go's default client rate limit
 //! (5 requests/s, burst 10) and no flag to change it; it runs as it ships.
 //!
 //! `--raw 1` measures the floor in each mimeo run: after each of mimeo's rotations, a plain client
@@ -77,6 +77,8 @@ struct Run {
     requests: BTreeMap<(String, String), f64>,
     idle_cpu_secs: f64,
     idle_requests: f64,
+    /// The whole machine over the rotations.
+    machine: MachineCpu,
 }
 
 #[tokio::main]
@@ -94,6 +96,7 @@ async fn main() {
         wait,
         raw: arg("--raw", 0) > 0,
         settle: Duration::from_millis(arg("--settle-ms", 0)),
+        each: arg("--each", 0) > 0,
     };
     let bins: Vec<String> = match std::env::var("MIMEO_BENCH_BINS") {
         Ok(bins) if !bins.is_empty() => bins.split(',').map(str::to_owned).collect(),
@@ -139,6 +142,9 @@ struct Options {
     wait: Duration,
     raw: bool,
     settle: Duration,
+    /// Print each rotation as it ends, with when its source was written (`--each 1`), to lay
+    /// beside mimeo's log.
+    each: bool,
 }
 
 /// A binary's name in the table: its file name, or its directory's for a file named `mimeo`.
@@ -333,6 +339,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     let rotations_before =
         apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
     let reconciles_before = running.reconciles().await;
+    let machine_before = machine_cpu();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
     let mut latencies = Vec::new();
     let mut raw_latencies = Vec::new();
@@ -342,11 +349,16 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         let mut next = source.clone();
         next["data"]["token"] = serde_json::to_value(ByteString(value.clone().into_bytes())).unwrap();
         let started = Instant::now();
+        let wall = k8s_openapi::jiff::Timestamp::now();
         secrets
             .patch(NAME, &PatchParams::apply("bench").force(), &Patch::Apply(&next))
             .await
             .unwrap();
-        latencies.push(all_seen(&mut seen, &value, namespaces, started, wait).await);
+        let latency = all_seen(&mut seen, &value, namespaces, started, wait).await;
+        if options.each {
+            println!("{label}: rotation {r} written at {wall}: {}", show(latency));
+        }
+        latencies.push(latency);
         tokio::time::sleep(options.settle).await;
         if raw {
             let started = Instant::now();
@@ -356,6 +368,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
             tokio::time::sleep(options.settle).await;
         }
     }
+    let machine = machine_cpu().since(&machine_before);
     let after_rotations =
         apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
     let mut rotation_requests = requests_since(&rotations_before, &after_rotations);
@@ -405,6 +418,47 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         requests,
         idle_cpu_secs,
         idle_requests,
+        machine,
+    }
+}
+
+/// The whole machine's CPU over a stretch, from /proc/stat: how busy it was (every process, the
+/// control plane's included) and the time its hypervisor gave to others (steal). A rotation
+/// slower than the run before it on the same build is read against these.
+#[derive(Clone, Copy, Debug, Default)]
+struct MachineCpu {
+    busy_secs: f64,
+    steal_secs: f64,
+    /// Seconds of wall-clock time, times the number of CPUs.
+    capacity_secs: f64,
+}
+
+impl MachineCpu {
+    fn since(&self, before: &MachineCpu) -> MachineCpu {
+        MachineCpu {
+            busy_secs: self.busy_secs - before.busy_secs,
+            steal_secs: self.steal_secs - before.steal_secs,
+            capacity_secs: self.capacity_secs - before.capacity_secs,
+        }
+    }
+}
+
+fn machine_cpu() -> MachineCpu {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    // cpu  user nice system idle iowait irq softirq steal guest guest_nice, in clock ticks.
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let at = |i: usize| ticks.get(i).copied().unwrap_or(0.0) / 100.0;
+    MachineCpu {
+        busy_secs: at(0) + at(1) + at(2) + at(5) + at(6),
+        steal_secs: at(7),
+        capacity_secs: (0..8).map(at).sum(),
     }
 }
 
@@ -497,7 +551,8 @@ fn events_per_rotation(run: &Run) -> f64 {
         .filter(|((_, resource), _)| resource == "events")
         .map(|(_, n)| n)
         .sum();
-    events / run.rotations.len().max(1) as f64
+    // An empty float sum is -0.0, which would print as "-0.00".
+    (events + 0.0) / run.rotations.len().max(1) as f64
 }
 
 fn report(run: &Run) {
@@ -524,6 +579,15 @@ fn report(run: &Run) {
     for ((verb, resource), n) in run.rotation_requests.iter().filter(|(_, n)| **n > 0.0) {
         println!("    {verb} {resource}: {n}");
     }
+    let m = run.machine;
+    println!(
+        "{}: the machine over the rotations: {:.1} of {:.1} CPU-s busy ({:.0}%), {:.2} CPU-s stolen by the hypervisor",
+        run.label,
+        m.busy_secs,
+        m.capacity_secs,
+        100.0 * m.busy_secs / m.capacity_secs.max(0.01),
+        m.steal_secs,
+    );
     println!(
         "{}: fan-out {}; rotations {}/{} converged, p50 {}, p99 {}; peak {:.1} MiB; CPU {:.2} s; idle CPU {:.2} s, idle requests {}",
         run.label,
@@ -632,6 +696,16 @@ fn summary(results: &[Run], options: &Options) {
         "apiserver requests, fan-out and rotations",
         &|r| Some(total(r)),
         "",
+    );
+    row(
+        "the machine over the rotations: busy",
+        &|r| Some(100.0 * r.machine.busy_secs / r.machine.capacity_secs.max(0.01)),
+        " %",
+    );
+    row(
+        "the machine over the rotations: stolen",
+        &|r| Some(r.machine.steal_secs),
+        " CPU-s",
     );
     row("idle CPU time", &|r| Some(r.idle_cpu_secs), " s");
     row("idle apiserver requests", &|r| Some(r.idle_requests), "");
