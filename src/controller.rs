@@ -4,6 +4,7 @@
 
 mod chain_outputs;
 pub mod diff;
+mod echoes;
 mod error;
 mod fleet;
 mod named_namespaces;
@@ -36,7 +37,8 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use std::future::Future;
 use std::sync::Arc;
 use watches::Triggers;
@@ -201,7 +203,8 @@ pub async fn run(
                 Some(ns) => Api::<SyncRule>::namespaced(client.clone(), ns),
                 None => Api::<SyncRule>::all(client.clone()),
             };
-            Controller::new(sync_rules, watcher::Config::default())
+            let (rules, changes) = rule_changes(sync_rules);
+            Controller::for_stream(changes, rules)
                 .reconcile_on(triggers)
                 .graceful_shutdown_on(stopped())
                 .run(
@@ -224,22 +227,20 @@ pub async fn run(
             until_stopped(sync_loop, stopped(), &ctx).await;
         }
         Scope::Cluster => {
-            let cluster_loop = Controller::new(
-                Api::<ClusterSyncRule>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .reconcile_on(streams.cluster_sync_rules)
-            .graceful_shutdown_on(stopped())
-            .run(
-                reconcile::reconcile::<ClusterSyncRule>,
-                reconcile::error_policy::<ClusterSyncRule>,
-                ctx.clone(),
-            )
-            .for_each(|result| async move {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "ClusterSyncRule controller");
-                }
-            });
+            let (rules, changes) = rule_changes(Api::<ClusterSyncRule>::all(client.clone()));
+            let cluster_loop = Controller::for_stream(changes, rules)
+                .reconcile_on(streams.cluster_sync_rules)
+                .graceful_shutdown_on(stopped())
+                .run(
+                    reconcile::reconcile::<ClusterSyncRule>,
+                    reconcile::error_policy::<ClusterSyncRule>,
+                    ctx.clone(),
+                )
+                .for_each(|result| async move {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "ClusterSyncRule controller");
+                    }
+                });
             // The fleet's RemoteCluster watch fills the cache and triggers this controller.
             let remote_loop = Controller::for_stream(
                 futures::stream::pending::<Result<RemoteCluster, watcher::Error>>(),
@@ -261,6 +262,22 @@ pub async fn run(
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The cache of one rule kind, and the changes to its rules that call for a look
+/// ([`rule::calls_for_a_look`]): not mimeo's own status writes.
+fn rule_changes<R: RuleResource>(
+    api: Api<R>,
+) -> (
+    Store<R>,
+    impl futures::Stream<Item = Result<R, watcher::Error>> + Send + 'static,
+) {
+    let (rules, writer) = reflector::store();
+    let changes = watcher(api, watcher::Config::default())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(|r: &R| Some(rule::calls_for_a_look(r.meta())), Default::default());
+    (rules, changes)
 }
 
 /// Runs the controller loops until they end, or, once `stopped` has resolved, until no reconcile

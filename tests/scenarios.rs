@@ -262,6 +262,82 @@ async fn drift_is_repaired() {
     assert_eq!(secret_value(&recreated, "password").as_deref(), Some("s3cret-v1"));
 }
 
+/// The SyncRule reconciles so far, by the controller's own counter.
+fn reconciles(h: &Harness) -> u64 {
+    h.metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("mimeo_reconciles_total{kind=\"SyncRule\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A rotation is one look at the rule: the watch events of the copies it wrote, and of its own
+/// status write, wake nobody. An edit to a copy right after, and a touch of the rule, still do.
+#[tokio::test]
+async fn a_rotation_is_one_look() {
+    let h = Harness::start().await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    h.namespace("platform", &[], &[]).await;
+    let targets = ["o1", "o2", "o3", "o4"];
+    for ns in targets {
+        h.namespace(ns, &[("once", "yes")], &accept).await;
+    }
+    h.put_secret("platform", "creds", &[("k", "v0")]).await;
+    h.apply(sync_rule(
+        "platform",
+        "creds",
+        json!({"source": {"kind": "Secret", "name": "creds"},
+        "targets": [{"namespaceSelector": {"matchLabels": {"once": "yes"}}}]}),
+    ))
+    .await;
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let rotations = 6;
+    let before = reconciles(&h);
+    for r in 1..=rotations {
+        let value = format!("v{r}");
+        h.put_secret("platform", "creds", &[("k", &value)]).await;
+        for ns in targets {
+            eventually(&format!("{value} reaching {ns}"), || async {
+                let copy = h.secrets(ns).get("creds").await.unwrap();
+                (secret_value(&copy, "k") == Some(value.clone())).then_some(())
+            })
+            .await;
+        }
+        // Time for the copies' watch events and the status write's to come back.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let looks = reconciles(&h) - before;
+    println!("{looks} looks for {rotations} rotations");
+    // One each; a copy's watch event may come in before its write's reply, and wake the rule
+    // once more. Woken by every echo and by its status, it was three each.
+    assert!(looks < 2 * rotations, "{looks} looks for {rotations} rotations");
+
+    let edit = json!({"data": {"k": "ZWRpdGVk"}});
+    h.secrets("o1")
+        .patch("creds", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    eventually("the copy edited after a rotation restored", || async {
+        let copy = h.secrets("o1").get("creds").await.unwrap();
+        (secret_value(&copy, "k").as_deref() == Some("v6")).then_some(())
+    })
+    .await;
+
+    let before = reconciles(&h);
+    let touch = json!({"metadata": {"annotations": {"example.com/poke": "1"}}});
+    Api::<mimeo::api::SyncRule>::namespaced(h.client.clone(), "platform")
+        .patch("creds", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    eventually("a touch of the rule making it look again", || async {
+        (reconciles(&h) > before).then_some(())
+    })
+    .await;
+}
+
 /// 4. Conflict: an unmanaged object is left alone under Fail, adopted under Adopt, replaced under
 /// Overwrite; a SyncRule may take over objects only in its own namespace.
 #[tokio::test]

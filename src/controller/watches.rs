@@ -13,6 +13,7 @@
 //! namespaces) when it is reconciled; events are matched against those interests, so an event
 //! wakes exactly the rules it may concern. Caches drop `managedFields`.
 
+use super::echoes::{self, CopyId};
 use super::error::Error;
 use super::named_namespaces::{self, NamespaceEvent};
 use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
@@ -297,8 +298,6 @@ type NamespacesStart = (
 );
 /// A kind found by discovery: its resource, whether it is namespaced, and when it was found.
 type Discovered = (ApiResource, bool, Instant);
-/// A copy: kind (plural), namespace and name.
-type CopyId = (String, String, String);
 
 /// A write remembered: the kind, the version it replaced, and the copy the apiserver returned.
 type Written = (ApiResource, String, Arc<LiveCopy>);
@@ -351,6 +350,8 @@ pub struct Watches {
     written: Mutex<HashMap<CopyId, Written>>,
     /// The size of `written` at which it is swept next.
     written_sweep_at: std::sync::atomic::AtomicUsize,
+    /// Writes of ours in flight, and what the copies watch brought of their copies meanwhile.
+    in_flight: echoes::InFlight,
     interests: Mutex<HashMap<RuleKey, Interest>>,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
     tasks: Mutex<Vec<AbortHandle>>,
@@ -406,6 +407,7 @@ impl Watches {
             crd_watch: Mutex::new(None),
             written: Mutex::new(HashMap::new()),
             written_sweep_at: std::sync::atomic::AtomicUsize::new(WRITTEN_SWEEP),
+            in_flight: Default::default(),
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
@@ -713,6 +715,57 @@ impl Watches {
         }
     }
 
+    /// A write of ours to a copy is about to be made: until it comes back, what the copies watch
+    /// brings of that copy is held back ([`echoes`]).
+    pub fn writing(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> WriteInFlight {
+        let id = (
+            resource.plural.clone(),
+            namespace.unwrap_or_default().to_owned(),
+            name.to_owned(),
+        );
+        self.in_flight.start(&id);
+        WriteInFlight {
+            watches: self.me.clone(),
+            id,
+            landed: false,
+        }
+    }
+
+    /// Whether a copy the copies watch brings was held back, a write of ours to it being in
+    /// flight.
+    fn held_back(&self, plural: &str, copy: &LiveCopy) -> bool {
+        let Some(version) = copy.metadata.resource_version.as_deref() else {
+            return false;
+        };
+        let id = (
+            plural.to_owned(),
+            copy.metadata.namespace.clone().unwrap_or_default(),
+            copy.metadata.name.clone().unwrap_or_default(),
+        );
+        self.in_flight.hold(&id, recorded_rule(&copy.metadata), version)
+    }
+
+    /// Whether a copy the copies watch brings is the very version a write of ours stored. The
+    /// cache now holds that write, so it is forgotten too.
+    fn echoes_our_write(&self, plural: &str, copy: &LiveCopy) -> bool {
+        let Some(version) = copy.metadata.resource_version.as_deref() else {
+            return false;
+        };
+        let id = (
+            plural.to_owned(),
+            copy.metadata.namespace.clone().unwrap_or_default(),
+            copy.metadata.name.clone().unwrap_or_default(),
+        );
+        let mut written = lock(&self.written);
+        let ours = written
+            .get(&id)
+            .is_some_and(|(_, _, stored)| stored.metadata.resource_version.as_deref() == Some(version));
+        if ours {
+            written.remove(&id);
+        }
+        ours
+    }
+
     /// Forgets the writes the copies cache has caught up with (or whose copy it no longer holds);
     /// returns how many are left.
     fn sweep_written(&self) -> usize {
@@ -918,12 +971,18 @@ impl Watches {
             .backoff(self.reach.backoff())
             .map_ok(summed_up)
             .reflect(writer);
+        let plural = resource.plural.clone();
         let task = spawn_consumer(
             "copies",
             stream,
             self.weak_self(),
             listed_tx,
-            |this, event| match event {
+            move |this, event| match event {
+                // The echo of a write of ours is no news to the rule that made it: waking it
+                // would only have it look again at what it just wrote (at 500 copies, 500
+                // wake-ups queuing one more look behind each rotation).
+                watcher::Event::Apply(copy) if this.echoes_our_write(&plural, copy) => {}
+                watcher::Event::Apply(copy) if this.held_back(&plural, copy) => {}
                 watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
                     if let Some(rule) = recorded_rule(&copy.metadata) {
                         this.triggers.fire(&rule);
@@ -1025,6 +1084,40 @@ impl Watches {
         let interests = lock(&self.interests);
         for rule in interests.keys() {
             self.triggers.fire(rule);
+        }
+    }
+}
+
+/// A write of ours in flight to one copy. Say what it stored with [`WriteInFlight::landed`];
+/// dropped without that (failed, or cancelled), it wakes the rule for whatever was held back.
+pub struct WriteInFlight {
+    watches: Weak<Watches>,
+    id: CopyId,
+    landed: bool,
+}
+
+impl WriteInFlight {
+    /// The write came back having stored this version (`None`: it stored nothing). Call it once
+    /// the write is recorded (`Watches::wrote`), so that an echo coming after is known by it.
+    pub fn landed(mut self, stored: Option<&str>) {
+        self.landed = true;
+        self.settle(stored);
+    }
+
+    fn settle(&self, stored: Option<&str>) {
+        let Some(watches) = self.watches.upgrade() else {
+            return;
+        };
+        if let Some(rule) = watches.in_flight.finish(&self.id, stored) {
+            watches.triggers.fire(&rule);
+        }
+    }
+}
+
+impl Drop for WriteInFlight {
+    fn drop(&mut self) {
+        if !self.landed {
+            self.settle(None);
         }
     }
 }

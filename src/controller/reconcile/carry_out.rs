@@ -10,6 +10,7 @@ use super::{WRITE_CONCURRENCY, failure, flap_key, owned_copies, place_of, remote
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec};
 use crate::controller::Context;
 use crate::controller::fleet::ClusterHandle;
+use crate::controller::watches::Watches;
 use crate::controller::write;
 use crate::locks::lock;
 use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
@@ -59,6 +60,7 @@ struct Job {
     client: Client,
     resource: ApiResource,
     cluster: Option<String>,
+    watches: Arc<Watches>,
 }
 
 /// Writes every copy the plan decided to write, 16 at once, and records what came of each.
@@ -76,6 +78,7 @@ pub(super) async fn write_copies(
                 client: cluster.handle.client.clone(),
                 resource: cluster.resource.clone(),
                 cluster: cluster.name.clone(),
+                watches: cluster.handle.watches.clone(),
                 write,
             }
         })
@@ -85,18 +88,27 @@ pub(super) async fn write_copies(
     let mut results = std::pin::pin!(
         futures::stream::iter(jobs)
             .map(move |job| async move {
+                let target = &job.write.desired.target;
+                let in_flight = job
+                    .watches
+                    .writing(&job.resource, target.namespace.as_deref(), &target.name);
                 let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
-                (job.write.index, done)
+                (job.write.index, done, in_flight)
             })
             .buffer_unordered(WRITE_CONCURRENCY)
     );
     // Each write is recorded as it lands: what the apiserver returned (the whole copy) is kept
     // only as long as the copies cache may lag behind it, never for the whole pass.
     let mut events = EventLog::default();
-    while let Some((i, done)) = results.next().await {
+    while let Some((i, done, in_flight)) = results.next().await {
         let copy = &mut plan.copies[i];
         let cluster = copy.from.map(|(_, c)| &gathered.reachable[c]);
+        let stored = match &done {
+            Ok(WriteDone::Stored { stored, .. }) => stored.resource_version(),
+            _ => None,
+        };
         record_write(ctx, gathered, cluster, copy, done, &mut events, now);
+        in_flight.landed(stored.as_deref());
     }
     Outcome {
         plan,
