@@ -198,6 +198,13 @@ async fn main() {
             .collect();
     let restart_write_count = restart_writes.values().sum::<f64>() as u64;
     mimeo.stop();
+    // MIMEO_BENCH_LOG_DIR keeps the restarted process's log (MIMEO_BENCH_LOG sets its filter).
+    if let Ok(logs) = std::env::var("MIMEO_BENCH_LOG_DIR") {
+        let _ = std::fs::copy(
+            dir.path().join("mimeo.log"),
+            std::path::Path::new(&logs).join("scale-restarted.log"),
+        );
+    }
 
     let n1 = FIRST_SOURCES * NAMESPACES;
     let n2 = all_sources * NAMESPACES;
