@@ -645,11 +645,7 @@ impl Watches {
         name: &str,
     ) -> Option<Arc<LiveCopy>> {
         let cached = self.in_copies_cache(resource, namespace, name)?;
-        let id = (
-            resource.plural.clone(),
-            namespace.unwrap_or_default().to_owned(),
-            name.to_owned(),
-        );
+        let id = copy_id(&resource.plural, namespace, name);
         let mut written = lock(&self.written);
         match written.get(&id) {
             Some((_, replaced, stored)) if cached.resource_version().as_ref() == Some(replaced) => {
@@ -687,10 +683,10 @@ impl Watches {
         let Some(replaced_version) = replaced.and_then(|r| r.resource_version()) else {
             return;
         };
-        let id = (
-            resource.plural.clone(),
-            stored.namespace().unwrap_or_default(),
-            stored.name_any(),
+        let id = copy_id(
+            &resource.plural,
+            stored.namespace().as_deref(),
+            &stored.name_any(),
         );
         let entries = {
             let mut written = lock(&self.written);
@@ -718,11 +714,7 @@ impl Watches {
     /// A write of ours to a copy is about to be made: until it comes back, what the copies watch
     /// brings of that copy is held back ([`echoes`]).
     pub fn writing(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> WriteInFlight {
-        let id = (
-            resource.plural.clone(),
-            namespace.unwrap_or_default().to_owned(),
-            name.to_owned(),
-        );
+        let id = copy_id(&resource.plural, namespace, name);
         self.in_flight.start(&id);
         WriteInFlight {
             watches: self.me.clone(),
@@ -731,39 +723,29 @@ impl Watches {
         }
     }
 
-    /// Whether a copy the copies watch brings was held back, a write of ours to it being in
-    /// flight.
-    fn held_back(&self, plural: &str, copy: &LiveCopy) -> bool {
-        let Some(version) = copy.metadata.resource_version.as_deref() else {
-            return false;
-        };
-        let id = (
-            plural.to_owned(),
-            copy.metadata.namespace.clone().unwrap_or_default(),
-            copy.metadata.name.clone().unwrap_or_default(),
-        );
-        self.in_flight.hold(&id, recorded_rule(&copy.metadata), version)
-    }
-
-    /// Whether a copy the copies watch brings is the very version a write of ours stored. The
-    /// cache now holds that write, so it is forgotten too.
+    /// Whether a copy the copies watch brings is no news: the very version a write of ours
+    /// stored (the cache now holds that write, so it is forgotten too), or held back while a
+    /// write of ours to it is in flight ([`echoes`]).
     fn echoes_our_write(&self, plural: &str, copy: &LiveCopy) -> bool {
         let Some(version) = copy.metadata.resource_version.as_deref() else {
             return false;
         };
-        let id = (
-            plural.to_owned(),
-            copy.metadata.namespace.clone().unwrap_or_default(),
-            copy.metadata.name.clone().unwrap_or_default(),
+        let id = copy_id(
+            plural,
+            copy.metadata.namespace.as_deref(),
+            copy.metadata.name.as_deref().unwrap_or_default(),
         );
-        let mut written = lock(&self.written);
-        let ours = written
-            .get(&id)
-            .is_some_and(|(_, _, stored)| stored.metadata.resource_version.as_deref() == Some(version));
-        if ours {
-            written.remove(&id);
+        {
+            let mut written = lock(&self.written);
+            let stored = written
+                .get(&id)
+                .is_some_and(|(_, _, stored)| stored.metadata.resource_version.as_deref() == Some(version));
+            if stored {
+                written.remove(&id);
+                return true;
+            }
         }
-        ours
+        self.in_flight.hold(&id, recorded_rule(&copy.metadata), version)
     }
 
     /// Forgets the writes the copies cache has caught up with (or whose copy it no longer holds);
@@ -982,7 +964,6 @@ impl Watches {
                 // would only have it look again at what it just wrote (at 500 copies, 500
                 // wake-ups queuing one more look behind each rotation).
                 watcher::Event::Apply(copy) if this.echoes_our_write(&plural, copy) => {}
-                watcher::Event::Apply(copy) if this.held_back(&plural, copy) => {}
                 watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
                     if let Some(rule) = recorded_rule(&copy.metadata) {
                         this.triggers.fire(&rule);
@@ -1086,6 +1067,15 @@ impl Watches {
             self.triggers.fire(rule);
         }
     }
+}
+
+/// A copy as `written` and `in_flight` know it.
+fn copy_id(plural: &str, namespace: Option<&str>, name: &str) -> CopyId {
+    (
+        plural.to_owned(),
+        namespace.unwrap_or_default().to_owned(),
+        name.to_owned(),
+    )
 }
 
 /// A write of ours in flight to one copy. Say what it stored with [`WriteInFlight::landed`];
