@@ -273,7 +273,8 @@ fn reconciles(h: &Harness) -> u64 {
 }
 
 /// A rotation is one look at the rule: the watch events of the copies it wrote, and of its own
-/// status write, wake nobody. An edit to a copy right after, and a touch of the rule, still do.
+/// status write, wake nobody. A tenant's edit to a copy right after, and a touch of the rule,
+/// still do.
 #[tokio::test]
 async fn a_rotation_is_one_look() {
     let h = Harness::start().await;
@@ -315,12 +316,14 @@ async fn a_rotation_is_one_look() {
     // once more. Woken by every echo and by its status, it was three each.
     assert!(looks < 2 * rotations, "{looks} looks for {rotations} rotations");
 
+    // The edit is the tenant's of o1, with only its own Role: it cannot pass for mimeo's echo.
+    let tenant = common::tenant_client(&h, "o1").await;
     let edit = json!({"data": {"k": "ZWRpdGVk"}});
-    h.secrets("o1")
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(tenant, "o1")
         .patch("creds", &PatchParams::default(), &Patch::Merge(&edit))
         .await
         .unwrap();
-    eventually("the copy edited after a rotation restored", || async {
+    eventually("the copy the tenant edited after a rotation restored", || async {
         let copy = h.secrets("o1").get("creds").await.unwrap();
         (secret_value(&copy, "k").as_deref() == Some("v6")).then_some(())
     })
