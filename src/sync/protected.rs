@@ -44,18 +44,30 @@ pub const WRITABLE_METADATA: [&str; 4] = ["name", "namespace", "labels", "annota
 /// Why an object as it is about to be written is refused, if it is: a Secret of a type in
 /// [`REFUSED_SECRET_TYPES`].
 pub fn refused_copy(object: &Value) -> Option<String> {
+    refused_type(object).map(|(type_, why)| format!("mimeo never writes a Secret of type {type_}: {why}"))
+}
+
+/// Why an object named as a rule's input is refused, if it is: what a copy could not be, a copy
+/// could not be made from either. A token Secret's data rendered into an Opaque copy is the same
+/// token in another namespace.
+pub fn refused_input(object: &Value) -> Option<String> {
+    refused_type(object).map(|(type_, why)| {
+        format!("mimeo never reads a Secret of type {type_} into a copy, as a source or an input: {why}")
+    })
+}
+
+/// The refused Secret type an object has, and why it is refused.
+fn refused_type(object: &Value) -> Option<(&str, &'static str)> {
     let is_secret = object["kind"] == "Secret" && object["apiVersion"] == "v1";
     let type_ = object["type"].as_str().unwrap_or_default();
     (is_secret && REFUSED_SECRET_TYPES.contains(&type_)).then(|| {
-        format!(
-            "mimeo never writes a Secret of type {type_}: {}",
-            match type_ {
-                "kubernetes.io/service-account-token" => {
-                    "Kubernetes would fill it with a token of the ServiceAccount it names"
-                }
-                _ => "Helm trusts it as the record of a release",
+        let why = match type_ {
+            "kubernetes.io/service-account-token" => {
+                "Kubernetes would fill it with a token of the ServiceAccount it names"
             }
-        )
+            _ => "Helm trusts it as the record of a release",
+        };
+        (type_, why)
     })
 }
 
@@ -115,5 +127,14 @@ mod tests {
         let not_a_secret =
             json!({"apiVersion": "example.com/v1", "kind": "Secret", "type": "helm.sh/release.v1"});
         assert_eq!(refused_copy(&not_a_secret), None);
+        assert_eq!(refused_input(&not_a_secret), None);
+        assert_eq!(
+            refused_input(&secret("helm.sh/release.v1")).as_deref(),
+            Some(
+                "mimeo never reads a Secret of type helm.sh/release.v1 into a copy, as a source or an \
+                 input: Helm trusts it as the record of a release"
+            )
+        );
+        assert_eq!(refused_input(&secret("kubernetes.io/dockerconfigjson")), None);
     }
 }

@@ -14,6 +14,7 @@ use crate::sync::hash::digest;
 use crate::sync::inputs::namespace_of;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{RuleKey, SHARE_WITH_ANNOTATION};
+use crate::sync::protected::refused_input;
 use crate::sync::scope::Scope;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -149,6 +150,10 @@ pub(in crate::controller) fn read(
             return Err(stop(previous, "InputNotShared", message, Next::AwaitChange));
         }
         let json = handed_over(&object, &input.resource);
+        if let Some(why) = refused_input(&json) {
+            let message = format!("input {described}: {why}; no copy is written from it");
+            return Err(stop(previous, "InputRefused", message, Next::AwaitChange));
+        }
         let mut stable = json.clone();
         if let Some(meta) = stable["metadata"].as_object_mut() {
             meta.remove("resourceVersion");
