@@ -167,16 +167,25 @@ pub fn check_metadata_key(key: &str) -> Result<(), String> {
 }
 
 /// Whether `value` is a valid label value: empty, or at most 63 characters of `[-_.a-zA-Z0-9]`
-/// starting and ending alphanumeric.
+/// starting and ending alphanumeric. The error says what is wrong without the value, which may
+/// be rendered from a Secret: `is not a valid label value: ...`. A caller that knows the value is
+/// its config's own may show it beside.
 pub fn check_label_value(value: &str) -> Result<(), String> {
     if value.is_empty() || is_name_segment(value, 63) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{value:?} is not a valid label value: at most 63 letters, digits, '-', '_' or '.', \
-             starting and ending with a letter or digit"
-        ))
+        return Ok(());
     }
+    let b = value.as_bytes();
+    let why = if value.chars().count() > 63 {
+        format!(
+            "it has {} characters, and at most 63 are allowed",
+            value.chars().count()
+        )
+    } else if !b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c)) {
+        "it holds characters other than letters, digits, '-', '_' and '.'".to_owned()
+    } else {
+        "it must start and end with a letter or digit".to_owned()
+    };
+    Err(format!("is not a valid label value: {why}"))
 }
 
 #[cfg(test)]
@@ -220,6 +229,22 @@ mod tests {
         assert!(check_label_value("tenant-a").is_ok());
         assert!(check_label_value("SyncRule/a/b").is_err());
         assert!(check_label_value(&"x".repeat(64)).is_err());
+        // What is wrong, never the value: a rendered one may come from a Secret.
+        for (value, why) in [
+            (
+                "hunter2 x",
+                "it holds characters other than letters, digits, '-', '_' and '.'",
+            ),
+            ("-hunter2", "it must start and end with a letter or digit"),
+            (
+                &"hunter2".repeat(10),
+                "it has 70 characters, and at most 63 are allowed",
+            ),
+        ] {
+            let error = check_label_value(value).unwrap_err();
+            assert_eq!(error, format!("is not a valid label value: {why}"));
+            assert!(!error.contains("hunter2"), "{error}");
+        }
     }
 
     #[test]

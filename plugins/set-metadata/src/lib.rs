@@ -136,7 +136,7 @@ fn changes(
         check_key(what, &key)?;
         let template = Template::parse(&value).map_err(|e| format!("{what} {key:?}: {e}"))?;
         if what == "labels" && template.is_literal() {
-            check_label_value(&value).map_err(|e| format!("{what} {key:?}: {e}"))?;
+            check_label_value(&value).map_err(|e| format!("{what} {key:?}: {value:?} {e}"))?;
         }
         parsed.insert(key, template);
     }
@@ -193,7 +193,9 @@ fn apply(
     for (key, template) in &changes.set {
         let value = template.render(ctx);
         if field == "labels" && !template.is_literal() {
-            check_label_value(&value).map_err(|e| format!("label {key:?} from its template: {e}"))?;
+            check_label_value(&value).map_err(|e| {
+                format!("label {key:?} from its template: the rendered value {e} (values are never shown)")
+            })?;
         }
         map.insert(key.clone(), Value::String(value));
     }

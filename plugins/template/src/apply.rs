@@ -103,7 +103,8 @@ pub fn apply(
                     _ => ("annotations", "metadata.annotations"),
                 };
                 if field == "labels" {
-                    check_label_value(&text).map_err(|e| format!("{name}: {e}"))?;
+                    check_label_value(&text)
+                        .map_err(|e| format!("{name}: the rendered value {e} (values are never shown)"))?;
                 }
                 let metadata = map(object, "metadata", "metadata")?;
                 map(metadata, field, path)?.insert(key.to_owned(), text.into());
@@ -226,9 +227,9 @@ mod tests {
             false,
         );
         assert!(
-            error
-                .unwrap_err()
-                .starts_with("labels[team]: \"a b\" is not a valid label value")
+            error.unwrap_err().starts_with(
+                "labels[team]: the rendered value is not a valid label value: it holds characters"
+            )
         );
         let mut bad = object(json!({"kind": "ConfigMap", "metadata": {"labels": []}}));
         let error = apply(

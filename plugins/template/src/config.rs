@@ -77,7 +77,7 @@ fn check_metadata(field: Field, key: &str, source: &str) -> Result<(), String> {
     check_metadata_key(key).map_err(|e| format!("{what}[{key}]: {e}"))?;
     // A value without template syntax renders as itself: check it now rather than at each copy.
     if field == Field::Label && !source.contains('{') {
-        check_label_value(source).map_err(|e| format!("{what}[{key}]: {e}"))?;
+        check_label_value(source).map_err(|e| format!("{what}[{key}]: {source:?} {e}"))?;
     }
     Ok(())
 }

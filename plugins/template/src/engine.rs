@@ -184,6 +184,33 @@ mod tests {
         assert!(error.starts_with("labels[team], line 1: syntax error"), "{error}");
     }
 
+    /// The statements the README says are refused: they need MiniJinja features the plugin is
+    /// built without (`macros`, `multi_template`, `loop_controls`).
+    #[test]
+    fn refused_statements() {
+        for (statement, source) in [
+            ("macro", "{% macro m() %}x{% endmacro %}"),
+            ("call", "{% call m() %}x{% endcall %}"),
+            ("include", "{% include 'x' %}"),
+            ("import", "{% import 'x' as y %}"),
+            ("from", "{% from 'x' import y %}"),
+            ("extends", "{% extends 'x' %}"),
+            ("block", "{% block b %}x{% endblock %}"),
+            ("break", "{% for i in [1] %}{% break %}{% endfor %}"),
+            ("continue", "{% for i in [1] %}{% continue %}{% endfor %}"),
+        ] {
+            fails(source, &format!("syntax error: unknown statement {statement}"));
+        }
+        for allowed in [
+            "{% set x = 1 %}{{ x }}",
+            "{% with x = 1 %}{{ x }}{% endwith %}",
+            "{% filter upper %}x{% endfilter %}",
+            "{% raw %}x{% endraw %}",
+        ] {
+            assert!(render(allowed).is_ok(), "{allowed}");
+        }
+    }
+
     #[test]
     fn output_is_bounded() {
         let limit = format!("{} MiB", MAX_OUTPUT >> 20);

@@ -81,4 +81,120 @@ mod tests {
     fn fixtures() {
         mimeo_plugin_sdk::fixtures::run_all::<Template>(env!("CARGO_MANIFEST_DIR"));
     }
+
+    /// A secret's value, in the copy and in an input, rendered into every error the plugin can
+    /// make at a copy: no message shows it, in plain text or in base64.
+    #[test]
+    fn no_error_shows_a_value() {
+        use base64::Engine as _;
+        const CANARY: &str = "c4n4ry-Hunter2";
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let object = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "b"},
+            "data": {"password": b64(CANARY), "json": b64(&format!("{{\"k\": {CANARY}")),
+                     "yaml": b64(&format!("k: [{CANARY}")), "badb64": b64(&format!("{CANARY}!"))}})
+        .to_string();
+        let input = mimeo_plugin_sdk::Input {
+            name: "registry".into(),
+            source: mimeo_plugin_sdk::ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("a".into()),
+                name: "registry".into(),
+            },
+            cluster: String::new(),
+            object: serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "registry", "namespace": "a"}, "data": {"host": CANARY}})
+            .to_string(),
+        };
+        let ctx = |config: serde_json::Value| Context {
+            rule: "SyncRule/a/r".into(),
+            source: mimeo_plugin_sdk::ObjectRef {
+                api_version: "v1".into(),
+                kind: "Secret".into(),
+                namespace: Some("a".into()),
+                name: "s".into(),
+            },
+            source_cluster: String::new(),
+            target: mimeo_plugin_sdk::Target {
+                cluster: String::new(),
+                namespace: Some("b".into()),
+                name: "s".into(),
+            },
+            config: config.to_string(),
+            inputs: vec![input.clone()],
+        };
+        let pw = "(object.data.password | b64decode)";
+        let cases = [
+            ("labels", "x", format!("{{{{ {pw} ~ ' x' }}}}")),
+            ("labels", "x", format!("{{{{ {pw} * 10 }}}}")),
+            ("labels", "x", format!("-{{{{ {pw} }}}}")),
+            ("labels", "x", "{{ inputs.registry.data.host ~ '/' }}".into()),
+            ("data", "k", format!("{{{{ {pw} }}}}!")),
+            ("stringData", "k", format!("{{{{ {pw} | fromjson }}}}")),
+            (
+                "stringData",
+                "k",
+                "{{ object.data.json | b64decode | fromjson }}".into(),
+            ),
+            (
+                "stringData",
+                "k",
+                "{{ object.data.yaml | b64decode | fromyaml }}".into(),
+            ),
+            ("stringData", "k", format!("{{{{ {pw} | b64decode }}}}")),
+            (
+                "stringData",
+                "k",
+                "{{ object.data.badb64 | b64decode | b64decode }}".into(),
+            ),
+            ("stringData", "k", format!("{{{{ {pw} | int + [] }}}}")),
+            ("stringData", "k", format!("{{{{ {pw} + 1 }}}}")),
+            ("stringData", "k", format!("{{{{ {pw} | sha256(1) }}}}")),
+            ("stringData", "k", format!("{{{{ {pw}[100] }}}}")),
+            ("stringData", "k", format!("{{{{ {pw}.nope }}}}")),
+            ("stringData", "k", format!("{{{{ object.data[{pw}] }}}}")),
+            ("stringData", "k", format!("{{{{ inputs[{pw}] }}}}")),
+            (
+                "stringData",
+                "k",
+                format!("{{{{ dockerconfigjson('', {pw}, 'x') }}}}"),
+            ),
+            (
+                "stringData",
+                "k",
+                format!("{{{{ dockerconfigjson('r', {pw} ~ ':', 'x') }}}}"),
+            ),
+            (
+                "stringData",
+                "k",
+                format!("{{{{ dockerconfigjson('r', 'u', {pw}, {pw}, {pw}) }}}}"),
+            ),
+            (
+                "stringData",
+                "k",
+                format!("{{{{ dockerconfigjson({pw}, 'u') }}}}"),
+            ),
+            ("stringData", "k", format!("{{{{ {pw} * 1000000 }}}}")),
+            (
+                "stringData",
+                "k",
+                format!("{{% for c in {pw} %}}{{{{ c + 1 }}}}{{% endfor %}}"),
+            ),
+            ("stringData", "k", format!("{{{{ range({pw}) }}}}")),
+            ("stringData", "k", format!("{{{{ {pw} | tojson(indent={pw}) }}}}")),
+            ("stringData", "k", format!("{{{{ {pw} | indent({pw}) }}}}")),
+            ("stringData", "k", format!("{{{{ {pw} | join(1, 2) }}}}")),
+        ];
+        for (field, key, template) in cases {
+            let config = serde_json::json!({ field: { key: template } });
+            let result = Template::transform(ctx(config), object.clone());
+            let Err(error) = result else {
+                panic!("{template}: no error");
+            };
+            for shown in [CANARY.to_owned(), b64(CANARY), CANARY.to_lowercase()] {
+                assert!(!error.contains(&shown), "{template}: {error}");
+            }
+        }
+    }
 }
