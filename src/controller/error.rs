@@ -56,3 +56,32 @@ pub fn short_message(message: &str) -> String {
     }
     format!("{}…", &message[..end])
 }
+
+/// The apiserver's words about a refused write, without the values it quotes: `Invalid value:
+/// "<the value>"` of a Secret's label or data is the secret. Field paths and reasons stay.
+pub fn without_values(message: &str) -> String {
+    static QUOTED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r#"(Invalid value|Unsupported value|Duplicate value|Forbidden value): "(?:[^"\\]|\\.)*""#)
+            .expect("a valid pattern")
+    });
+    QUOTED.replace_all(message, "$1: (not shown)").into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_values_are_not_shown() {
+        let apiserver = r#"Secret "c" is invalid: metadata.labels: Invalid value: "hunter2 \"x\"": a valid label must be an empty string or consist of alphanumeric characters"#;
+        assert_eq!(
+            without_values(apiserver),
+            "Secret \"c\" is invalid: metadata.labels: Invalid value: (not shown): a valid label must be \
+             an empty string or consist of alphanumeric characters"
+        );
+        let two = r#"data[a b]: Invalid value: "a b": a valid config key, type: Unsupported value: "s3cr3t": supported values: "Opaque""#;
+        let shown = without_values(two);
+        assert!(!shown.contains("s3cr3t") && shown.starts_with("data[a b]: Invalid value: (not shown)"), "{shown}");
+        assert_eq!(without_values("namespaces \"x\" not found"), "namespaces \"x\" not found");
+    }
+}

@@ -23,7 +23,7 @@ pub(in crate::controller) mod make;
 mod record;
 
 use super::Context;
-use super::error::{Error, short_message};
+use super::error::{Error, short_message, without_values};
 use super::fleet::ClusterHandle;
 use super::rule::RuleResource;
 use crate::api::{CopyState, CopyStatus};
@@ -194,27 +194,38 @@ async fn remote_call<T>(
 /// `Unauthorized` and a request that did not get through gives `Unreachable` (and marks the
 /// cluster down, so that its prober takes over).
 fn failure(ctx: &Context, cluster: &Option<String>, doing: &str, error: &kube::Error) -> (CopyState, String) {
+    let (state, message) = failure_as_said(ctx, cluster, doing, error);
+    (state, short_message(&without_values(&message)))
+}
+
+/// [`failure`] before its message is cut and cleared of values.
+fn failure_as_said(
+    ctx: &Context,
+    cluster: &Option<String>,
+    doing: &str,
+    error: &kube::Error,
+) -> (CopyState, String) {
     let Some(name) = cluster else {
-        return (CopyState::Failed, short_message(&format!("{doing}: {error}")));
+        return (CopyState::Failed, format!("{doing}: {error}"));
     };
     match error {
         kube::Error::Api(e) if e.code == 401 || e.code == 403 => {
             let problem = clusters::classify(error);
             (
                 CopyState::Unauthorized,
-                short_message(&format!("RemoteCluster {name}: {doing}: {}", problem.message)),
+                format!("RemoteCluster {name}: {doing}: {}", problem.message),
             )
         }
         kube::Error::Api(_) => (
             CopyState::Failed,
-            short_message(&format!("RemoteCluster {name}: {doing}: {error}")),
+            format!("RemoteCluster {name}: {doing}: {error}"),
         ),
         _ => {
             let error = with_causes(error);
             ctx.fleet.report_unreachable(name, &error);
             (
                 CopyState::Unreachable,
-                short_message(&format!("RemoteCluster {name} does not answer: {doing}: {error}")),
+                format!("RemoteCluster {name} does not answer: {doing}: {error}"),
             )
         }
     }

@@ -81,6 +81,34 @@ pub fn check_output(input: &Value, output: &Value) -> Result<(), String> {
             ));
         }
     }
+    labels_are_valid(output)
+}
+
+/// Every label value of the output is one the apiserver takes. Its refusal would quote the value
+/// into the copy's status, and a plugin may have made it from a Secret: the key is named, never
+/// the value.
+fn labels_are_valid(output: &Value) -> Result<(), String> {
+    let Some(labels) = output.pointer("/metadata/labels").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (key, value) in labels {
+        let Some(value) = value.as_str() else {
+            return Err(format!("it set the label {key} to something other than a string"));
+        };
+        let b = value.as_bytes();
+        let valid = b.is_empty()
+            || (b.len() <= 63
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c)));
+        if !valid {
+            return Err(format!(
+                "it set the label {key} to a value that is not a valid label value (at most 63 \
+                 letters, digits, '-', '_' or '.', starting and ending with a letter or digit; the \
+                 value is not shown)"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -112,6 +140,16 @@ mod tests {
             "other labels may change"
         );
         assert!(edit(&|v| v["metadata"]["annotations"]["note"] = json!("x")).is_ok());
+        assert!(edit(&|v| v["metadata"]["labels"]["team"] = json!("")).is_ok());
+        for bad in ["hunter2 x", "-hunter2", &"hunter2".repeat(10)] {
+            let error = edit(&|v| v["metadata"]["labels"]["team"] = json!(bad)).unwrap_err();
+            assert!(
+                error.starts_with("it set the label team to a value that is not a valid label value"),
+                "{error}"
+            );
+            assert!(!error.contains("hunter2"), "{error}");
+        }
+        assert!(edit(&|v| v["metadata"]["labels"]["team"] = json!(7)).is_err());
         assert!(
             edit(&|v| v["kind"] = json!("ConfigMap"))
                 .unwrap_err()
