@@ -4,20 +4,36 @@
 //! Whatever the cause (two rules or two controllers fighting over one object, a bug in how
 //! mimeo tells its copies apart), churn is the worst failure a copier can have: objects vanish
 //! and come back in production, and the apiserver takes the load. This is the safety net. It
-//! counts only what a healthy copy never does often: creating a copy that was there before,
-//! deleting one, and writing one back to content it was already given (a repair). A rotation is
-//! a write of new content and is not counted, however often it comes.
+//! counts only writes that undo each other: a copy created again with the content it had when it
+//! was deleted (the deletion and the creation cancel out), created again after something else
+//! deleted it, deleted again after something else put it back, and written back to content it
+//! was already given (a repair). A rotation is new content, in place or by delete and create
+//! (an immutable source is rotated so, and its copy follows so), and is never counted, however
+//! often it comes: holding it would leave a rotated credential missing.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
-/// What happened to a copy.
+/// What mimeo did to a copy, as the guard is told it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change<'a> {
+    /// Created, with this content (the copy's digest).
+    Created(&'a str),
+    /// Deleted.
+    Deleted,
+    /// Written with this content, in place or by delete and create: a rotation when it is new.
+    Written(&'a str),
+    /// Written back to the content mimeo wrote last: something else had changed it.
+    Repaired,
+}
+
+/// What counts as churn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Churn {
     Created,
     Deleted,
-    /// Written back to the content mimeo wrote last: something else had changed it.
     Repaired,
 }
 
@@ -70,6 +86,21 @@ impl Held {
 struct History {
     churn: VecDeque<(Instant, Churn)>,
     held: Option<Held>,
+    /// What mimeo last did to the copy: whether it left one there, a digest of the content it
+    /// gave it, and when it deleted it (while it is gone).
+    last: Option<Last>,
+}
+
+#[derive(Clone, Copy)]
+struct Last {
+    content: Option<u64>,
+    deleted_at: Option<Instant>,
+}
+
+fn content_key(content: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    content.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Churn per copy, keyed by whatever names a copy (rule, cluster, resource, namespace, name).
@@ -100,8 +131,8 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
         }
     }
 
-    /// Records what happened to a copy; returns the hold when this trips the guard.
-    pub fn record(&mut self, copy: &K, churn: Churn, now: Instant) -> Option<Held> {
+    /// Records what mimeo did to a copy; returns the hold when this trips the guard.
+    pub fn record(&mut self, copy: &K, change: Change<'_>, now: Instant) -> Option<Held> {
         if self.copies.len() >= SWEEP_AT && !self.copies.contains_key(copy) {
             self.copies.retain(|_, h| {
                 h.held.as_ref().is_some_and(|held| held.until > now)
@@ -114,16 +145,55 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
         if history.held.is_some() {
             return None;
         }
-        history.churn.push_back((now, churn));
+        let last = history.last;
+        let gone = last.and_then(|l| l.deleted_at);
+        let mut churn = Vec::new();
+        history.last = Some(match change {
+            Change::Created(content) => {
+                let content = Some(content_key(content));
+                let again = last.is_some_and(|l| l.content == content);
+                match gone {
+                    // The content it had when mimeo deleted it: the two cancel out.
+                    Some(deleted_at) if again => churn.extend([(deleted_at, Churn::Deleted), (now, Churn::Created)]),
+                    // Something else deleted it, and mimeo puts back what was there.
+                    None if again => churn.push((now, Churn::Created)),
+                    // The first copy, or new content: what a rule is for.
+                    _ => {}
+                }
+                Last {
+                    content,
+                    deleted_at: None,
+                }
+            }
+            Change::Deleted => {
+                if gone.is_some() {
+                    // Deleted again: something else had put it back.
+                    churn.push((now, Churn::Deleted));
+                }
+                Last {
+                    content: last.and_then(|l| l.content),
+                    deleted_at: Some(now),
+                }
+            }
+            Change::Written(content) => Last {
+                content: Some(content_key(content)),
+                deleted_at: None,
+            },
+            Change::Repaired => {
+                churn.push((now, Churn::Repaired));
+                Last {
+                    content: last.and_then(|l| l.content),
+                    deleted_at: None,
+                }
+            }
+        });
+        history.churn.extend(churn);
         while let Some((at, _)) = history.churn.front()
             && now.duration_since(*at) > WINDOW
         {
             history.churn.pop_front();
         }
-        // The first creation of a copy is what a rule is for.
-        let counted =
-            history.churn.len() - usize::from(history.churn.front().map(|(_, c)| *c) == Some(Churn::Created));
-        if counted <= LIMIT {
+        if history.churn.len() <= LIMIT {
             return None;
         }
         let count = |kind| history.churn.iter().filter(|(_, c)| *c == kind).count();
@@ -154,23 +224,24 @@ mod tests {
         let start = Instant::now();
         let mut tripped = None;
         for i in 0..20u64 {
-            let churn = if i % 2 == 0 {
-                Churn::Created
+            let change = if i % 2 == 0 {
+                Change::Created("h1")
             } else {
-                Churn::Deleted
+                Change::Deleted
             };
-            if let Some(held) = guard.record(&"copy", churn, start + Duration::from_secs(i)) {
+            if let Some(held) = guard.record(&"copy", change, start + Duration::from_secs(i)) {
                 tripped = Some((i, held));
                 break;
             }
         }
         let (at, held) = tripped.expect("the guard trips");
         assert_eq!(
-            at, 7,
-            "created 4 times and deleted 4 times: the first creation is free"
+            at, 8,
+            "created 5 times and deleted 4 times, the same content each time: the first creation is \
+             free, and each deletion counts once the creation after it undoes it"
         );
         assert_eq!((held.created, held.deleted, held.repaired), (4, 4, 0));
-        let now = start + Duration::from_secs(8);
+        let now = start + Duration::from_secs(9);
         assert_eq!(guard.held(&"copy", now), Some(held.clone()));
         assert!(
             held.describe(now).starts_with(
@@ -181,30 +252,62 @@ mod tests {
         );
         assert_eq!(guard.held(&"other", now), None);
         // Once the hold is over the copy is written again, counting from nothing.
-        let later = start + HOLD + Duration::from_secs(8);
+        let later = start + HOLD + Duration::from_secs(9);
         assert_eq!(guard.held(&"copy", later), None);
-        assert_eq!(guard.record(&"copy", Churn::Created, later), None);
+        assert_eq!(guard.record(&"copy", Change::Created("h1"), later), None);
     }
 
     #[test]
     fn rotations_never_trip_it_and_old_churn_is_forgotten() {
-        let mut guard = FlapGuard::default();
         let start = Instant::now();
-        // A rotation is not churn: nothing is recorded for it. A repair now and then is normal.
-        for i in 0..100u64 {
+        let at = |i: u64| start + Duration::from_millis(100 * i);
+        let contents: Vec<String> = (0..200).map(|i| format!("h{i}")).collect();
+        // In place, by delete and create (an immutable source), and by recreate: new content
+        // each time, many times a second.
+        let mut guard = FlapGuard::default();
+        for (i, content) in contents.iter().enumerate() {
+            let i = i as u64;
+            assert_eq!(guard.record(&"in place", Change::Written(content), at(i)), None);
+            assert_eq!(guard.record(&"delete and create", Change::Deleted, at(2 * i)), None);
+            assert_eq!(
+                guard.record(&"delete and create", Change::Created(content), at(2 * i + 1)),
+                None,
+                "rotation {i}"
+            );
+        }
+        // Something else deleting the copy now and then, and mimeo putting it back, is normal.
+        let mut guard = FlapGuard::default();
+        guard.record(&"copy", Change::Created("h"), start);
+        for i in 1..100u64 {
             let at = start + WINDOW / 2 * i as u32;
-            assert_eq!(guard.record(&"copy", Churn::Repaired, at), None, "repair {i}");
+            assert_eq!(guard.record(&"copy", Change::Created("h"), at), None, "put back {i}");
         }
         // Six repairs in a window are allowed, the seventh trips it.
         let mut guard = FlapGuard::default();
         for i in 0..6u64 {
             assert_eq!(
-                guard.record(&"copy", Churn::Repaired, start + Duration::from_secs(i)),
+                guard.record(&"copy", Change::Repaired, start + Duration::from_secs(i)),
                 None
             );
         }
-        let held = guard.record(&"copy", Churn::Repaired, start + Duration::from_secs(6));
+        let held = guard.record(&"copy", Change::Repaired, start + Duration::from_secs(6));
         assert_eq!(held.map(|h| h.repaired), Some(7));
+    }
+
+    #[test]
+    fn a_copy_put_back_or_taken_away_again_and_again_trips_it() {
+        let start = Instant::now();
+        let at = |i: u64| start + Duration::from_secs(i);
+        // Something else keeps deleting it; mimeo keeps creating it with the same content.
+        let mut guard = FlapGuard::default();
+        guard.record(&"copy", Change::Created("h"), at(0));
+        let trips = (1..20u64).find(|i| guard.record(&"copy", Change::Created("h"), at(*i)).is_some());
+        assert_eq!(trips, Some(7));
+        // Something else keeps putting it back; mimeo keeps deleting it.
+        let mut guard = FlapGuard::default();
+        guard.record(&"copy", Change::Created("h"), at(0));
+        let trips = (1..20u64).find(|i| guard.record(&"copy", Change::Deleted, at(*i)).is_some());
+        assert_eq!(trips, Some(8), "the first deletion is what a rule does");
     }
 
     #[test]
@@ -212,7 +315,7 @@ mod tests {
         let mut guard = FlapGuard::default();
         let now = Instant::now();
         for _ in 0..=LIMIT + 1 {
-            guard.record(&("rule", "copy"), Churn::Deleted, now);
+            guard.record(&("rule", "copy"), Change::Deleted, now);
         }
         assert!(guard.held(&("rule", "copy"), now).is_some());
         guard.forget(|(rule, _)| *rule == "rule");

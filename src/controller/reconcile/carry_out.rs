@@ -15,7 +15,7 @@ use crate::controller::write;
 use crate::locks::lock;
 use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
 use crate::sync::desired::CopyTarget;
-use crate::sync::flap_guard::{Churn, Held};
+use crate::sync::flap_guard::{Change, Held};
 use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{HASH_ANNOTATION, Owner, RuleKey, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
@@ -186,24 +186,19 @@ fn record_write(
         }
     };
     let flap = flap_key(key, &copy.target, resource);
-    let churn: &[Churn] = match how {
-        Write::Create => &[Churn::Created],
-        Write::Recreate => &[Churn::Deleted, Churn::Created],
-        // The content mimeo gave the copy last, written back over the object that was there
-        // (as read, or as a create found it): something changed it.
-        Write::Apply | Write::Replace
-            if copy.hash.is_some()
-                && over.as_deref().and_then(|l| l.annotations().get(HASH_ANNOTATION))
-                    == copy.hash.as_ref() =>
-        {
-            &[Churn::Repaired]
-        }
-        Write::Apply | Write::Replace => &[],
+    // A write of new content is a rotation, whichever way it went; the guard counts only writes
+    // that undo each other.
+    let content = copy.hash.as_deref().unwrap_or_default();
+    let repaired = copy.hash.is_some()
+        && over.as_deref().and_then(|l| l.annotations().get(HASH_ANNOTATION)) == copy.hash.as_ref();
+    let change = match how {
+        Write::Create => Change::Created(content),
+        // The content mimeo gave the copy last, written back over the object that was there (as
+        // read, or as a create found it): something changed it.
+        Write::Apply | Write::Replace | Write::Recreate if repaired => Change::Repaired,
+        Write::Apply | Write::Replace | Write::Recreate => Change::Written(content),
     };
-    let tripped = churn
-        .iter()
-        .filter_map(|c| lock(&ctx.flaps).record(&flap, *c, now))
-        .last();
+    let tripped = lock(&ctx.flaps).record(&flap, change, now);
     if let Some(held) = tripped {
         let why = report_flapping(ctx, events, key, resource, &copy.target, &held, now);
         copy.state = CopyState::Flapping;
@@ -312,7 +307,7 @@ async fn remove_one(
             ctx.metrics.wrote(done);
             let mut stays = None;
             if done == "delete"
-                && let Some(held) = lock(&ctx.flaps).record(&flap, Churn::Deleted, now)
+                && let Some(held) = lock(&ctx.flaps).record(&flap, Change::Deleted, now)
             {
                 let why = report_flapping(ctx, events, key, &copy.resource, &target, &held, now);
                 stays = Some(left(CopyState::Flapping, why));
