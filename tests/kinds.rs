@@ -13,6 +13,7 @@ use mimeo::controller::ControllerConfig;
 use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// Kyverno's fixtures: `MIMEO_KYVERNO_FIXTURES`, else `../shared/fixtures/kyverno` beside the
 /// repository, else the workplace's shared folder. Missing fixtures fail the tests that need them.
@@ -921,5 +922,111 @@ async fn rules_naming_two_versions_of_a_cel_policy_kind_leave_the_copies_idle() 
             let copy = get_object(client, resource, ns, &name).await.unwrap();
             assert_eq!(copy["spec"], source["spec"], "{name}");
         }
+    }
+}
+
+/// A namespaced `Widget.example.com` CRD, written into `dir`.
+fn widget_crd(dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("widgets.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n\
+         metadata: {name: widgets.example.com}\n\
+         spec:\n  group: example.com\n  scope: Namespaced\n\
+         \x20 names: {plural: widgets, singular: widget, kind: Widget}\n\
+         \x20 versions:\n  - name: v1\n    served: true\n    storage: true\n\
+         \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+    )
+    .unwrap();
+    path
+}
+
+/// 8 of the tenant-attack review, as a user: rules waiting for a kind are woken within seconds
+/// once it is served, even after their retries have backed off for half a minute: one whose
+/// source kind (Kyverno's `Policy`) this cluster does not serve yet, one whose copies go into a
+/// cluster that does not serve their kind.
+#[tokio::test]
+async fn a_kind_that_appears_wakes_the_rules_waiting_on_it() {
+    let h = Harness::start_with(allowing(&[
+        "Secret",
+        "ConfigMap",
+        "Widget.example.com",
+        "Policy.kyverno.io",
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let widget_crd = widget_crd(dir.path());
+    h.plane
+        .install_crds(std::slice::from_ref(&widget_crd))
+        .await
+        .unwrap();
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let b_client = b.client().await.unwrap();
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("team", &[], &[]).await;
+    h.namespace("elsewhere", &[], &[("mimeo.dev/accept-from", "team")])
+        .await;
+    h.register_cluster("b", b.kubeconfig_yaml(), json!({})).await;
+
+    // Waits for its source's kind in this cluster.
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+        "metadata": {"name": "policies", "namespace": "team"},
+        "spec": {"source": {"kind": "Policy", "name": "require-team"},
+                 "targets": [{"namespace": "elsewhere"}]}}))
+        .await;
+    // Waits for its copy's kind in cluster B.
+    let widgets = resource("example.com/v1", "Widget", "widgets");
+    apply_object(
+        &h.client,
+        &widgets,
+        &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": "team"}, "spec": {"size": 3}}),
+    )
+    .await;
+    h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule", "metadata": {"name": "to-b"},
+        "spec": {"source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "namespace": "team"},
+                 "targets": [{"cluster": "b", "namespace": "apps", "createNamespace": true}]}}))
+        .await;
+    h.wait_ready("team", "policies", "False", "KindNotServed").await;
+    eventually("the copy in B KindNotServed", || async {
+        let status = cluster_rule_status(&h, "to-b").await?;
+        (status.targets.first()?.state == CopyState::KindNotServed).then_some(())
+    })
+    .await;
+    // Long enough for both rules' retries to back off past half a minute.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+
+    let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "Policy",
+        "metadata": {"name": "require-team", "namespace": "team"},
+        "spec": {"rules": [{"name": "require-team",
+            "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+            "validate": {"message": "a team label", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}});
+    let (local, remote) = tokio::join!(
+        async {
+            h.plane.install_crds(&kyverno_crds()).await.unwrap();
+            let served = Instant::now();
+            apply_object(&h.client, &policies(), &policy).await;
+            eventually("the Policy copied", || async {
+                get_object(&h.client, &policies(), Some("elsewhere"), "require-team").await
+            })
+            .await;
+            served.elapsed()
+        },
+        async {
+            b.install_crds(std::slice::from_ref(&widget_crd)).await.unwrap();
+            let served = Instant::now();
+            eventually("the Widget in B", || async {
+                get_object(&b_client, &widgets, Some("apps"), "w").await
+            })
+            .await;
+            served.elapsed()
+        }
+    );
+    eprintln!("after its CRD: the local copy in {local:.1?}, the copy in B in {remote:.1?}");
+    for (what, took) in [("the local copy", local), ("the copy in B", remote)] {
+        assert!(
+            took < Duration::from_secs(15),
+            "{what} came {took:?} after its kind was served"
+        );
     }
 }

@@ -42,6 +42,16 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
+/// After a CustomResourceDefinition changes, how long to wait before each further wake-up of the
+/// rules here: discovery catches up within a second or two on a quiet apiserver, and more under
+/// load.
+const DISCOVERY_CATCH_UP: [Duration; 4] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+];
+
 /// How long a reconcile waits for a cache of this cluster to fill before it gives up and retries.
 const CACHE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The same for another cluster: its copies are marked and the rule goes on with the others.
@@ -584,9 +594,20 @@ impl Watches {
                     Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd)) => {
                         tracing::debug!(crd = %crd.name_any(), "a CustomResourceDefinition changed; rediscovering");
                         lock(&this.discovered).clear();
-                        for rule in lock(&this.interests).keys() {
-                            this.triggers.fire(rule);
-                        }
+                        this.wake_every_rule();
+                        // Discovery serves a new kind a moment after its CRD is written (once it
+                        // is Established and the discovery documents are rebuilt): a rule woken
+                        // before then finds it not served yet, and its retries back off up to a
+                        // minute. So the rules are woken again while discovery catches up.
+                        let weak = this.weak_self();
+                        tokio::spawn(async move {
+                            for wait in DISCOVERY_CATCH_UP {
+                                tokio::time::sleep(wait).await;
+                                let Some(this) = weak.upgrade() else { break };
+                                lock(&this.discovered).clear();
+                                this.wake_every_rule();
+                            }
+                        });
                     }
                     Ok(_) => {}
                     Err(e) => tracing::debug!(error = %e, "CustomResourceDefinition watch failed; retrying"),
@@ -594,6 +615,13 @@ impl Watches {
             }
         });
         *slot = Some(task.abort_handle());
+    }
+
+    /// Wakes every rule that has an interest here (a kind it waits for may have appeared).
+    fn wake_every_rule(&self) {
+        for rule in lock(&self.interests).keys() {
+            self.triggers.fire(rule);
+        }
     }
 
     /// Why the watches of this cluster fail, while they do.
