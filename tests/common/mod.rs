@@ -255,6 +255,28 @@ pub fn chain_counts(metrics: &Metrics) -> (u64, u64) {
 /// Total write requests an apiserver has served for these resources since it started, from its
 /// own metrics.
 pub async fn apiserver_writes(client: &Client, resources: &[&str]) -> u64 {
+    apiserver_write_lines(client, resources)
+        .await
+        .iter()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Write requests an apiserver carried out (answered 2xx) for these resources since it started.
+/// An apiserver that has just started refuses requests for a moment (its caches still filling):
+/// a client's tries then are requests, not writes.
+pub async fn apiserver_writes_done(client: &Client, resources: &[&str]) -> u64 {
+    apiserver_write_lines(client, resources)
+        .await
+        .iter()
+        .filter(|l| l.contains("code=\"2"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The apiserver's `apiserver_request_total` lines of write requests for these resources, each
+/// with its verb, code and count.
+pub async fn apiserver_write_lines(client: &Client, resources: &[&str]) -> Vec<String> {
     let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = client.request_text(request).await.unwrap();
     text.lines()
@@ -271,8 +293,8 @@ pub async fn apiserver_writes(client: &Client, resources: &[&str]) -> u64 {
             .any(|v| l.contains(v))
         })
         .filter(|l| resources.iter().any(|r| l.contains(&format!("resource=\"{r}\""))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The client the controller runs with: cluster-admin, or with `MIMEO_TEST_CONTROLLER_RBAC=chart`
