@@ -451,6 +451,13 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub watch_namespaces: Vec<String>,
+    /// The Secret (`NAMESPACE/NAME`) holding the key mimeo seals its copies with: only an object
+    /// whose seal is right is a copy mimeo may update, delete or report. Created with a random key
+    /// when missing; never replaced. Keep it: with a new key, copies the rules' inventories do
+    /// not list look forged. [default: `$POD_NAMESPACE/mimeo-seal-key`, else
+    /// `default/mimeo-seal-key`]
+    #[arg(long, env = "MIMEO_SEAL_KEY_SECRET", value_name = "NAMESPACE/NAME", value_parser = parse_secret_ref)]
+    pub seal_key_secret: Option<(String, String)>,
     #[command(flatten)]
     pub leader: LeaderArgs,
     /// A kind rules may sync, as Kind for the core group or Kind.group (Secret,
@@ -648,6 +655,16 @@ impl PluginArgs {
                 max_memory_bytes: self.plugin_compile_memory_mib << 20,
             }),
         }
+    }
+}
+
+/// `NAMESPACE/NAME`, both non-empty.
+fn parse_secret_ref(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("{text:?}: expected NAMESPACE/NAME")),
     }
 }
 

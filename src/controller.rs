@@ -15,6 +15,7 @@ mod reconcile;
 mod remote;
 mod retry;
 mod rule;
+pub mod seal_key;
 mod status;
 mod used_by;
 mod watches;
@@ -32,6 +33,7 @@ use crate::plugin::{HostSettings, PluginHost};
 use crate::server::Readiness;
 use crate::sync::kinds::{AllowedKind, default_allowed_kinds};
 use crate::sync::scope::Scope;
+use crate::sync::seal::SealKey;
 use fleet::Fleet;
 use futures::StreamExt;
 use kube::Client;
@@ -61,6 +63,26 @@ pub struct ControllerConfig {
     pub oci: OciSettings,
     /// What the installation allows of `oci://` plugins, and its own registry credentials.
     pub oci_policy: OciPolicy,
+    /// Where the key that seals every copy comes from ([`crate::sync::seal`]).
+    pub seal_key: SealKeySource,
+}
+
+/// Where the seal key comes from.
+#[derive(Clone, Debug)]
+pub enum SealKeySource {
+    /// A Secret in mimeo's own namespace, created with a new random key when it is missing.
+    Secret { namespace: String, name: String },
+    /// This key (tests).
+    Key(SealKey),
+}
+
+impl Default for SealKeySource {
+    fn default() -> Self {
+        SealKeySource::Secret {
+            namespace: "default".into(),
+            name: seal_key::DEFAULT_NAME.into(),
+        }
+    }
 }
 
 /// What every reconcile shares.
@@ -89,6 +111,8 @@ pub struct Context {
     chain_outputs: chain_outputs::ChainOutputs,
     /// Failed tries in a row per rule, for their backoff.
     retries: retry::Retries,
+    /// What every copy is sealed with.
+    pub(crate) seal_key: Arc<SealKey>,
     /// Copies that churn, and those held for it.
     flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
 }
@@ -138,10 +162,22 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     check_crds(&client, &config.scope).await?;
+    let seal_key = Arc::new(match &config.seal_key {
+        SealKeySource::Key(key) => key.clone(),
+        SealKeySource::Secret { namespace, name } => {
+            seal_key::load_or_create(&client, namespace, name).await?
+        }
+    });
     let (triggers, streams) = Triggers::new(&config.scope);
     let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
     let plugin_files = plugin_files::PluginFiles::new(triggers.clone());
-    let fleet = Fleet::start(client.clone(), config.scope.clone(), metrics.clone(), triggers);
+    let fleet = Fleet::start(
+        client.clone(),
+        config.scope.clone(),
+        metrics.clone(),
+        triggers,
+        seal_key.clone(),
+    );
     let allowed_kinds = if config.allowed_kinds.is_empty() {
         default_allowed_kinds()
     } else {
@@ -174,6 +210,7 @@ pub async fn run(
         chain_outputs: Default::default(),
         flaps: Default::default(),
         retries: Default::default(),
+        seal_key,
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

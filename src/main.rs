@@ -214,6 +214,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
             docker_config_for_sync_rules: args.oci.plugin_registry_config_for_sync_rules,
         },
+        seal_key: {
+            let (namespace, name) = args.seal_key_secret.clone().unwrap_or_else(|| {
+                let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+                (namespace, controller::seal_key::DEFAULT_NAME.into())
+            });
+            controller::SealKeySource::Secret { namespace, name }
+        },
     };
     if !args.leader.leader_elect {
         controller::run(client, config, metrics, readiness, stopped()).await?;

@@ -15,6 +15,7 @@ pub mod ownership;
 pub mod plan;
 pub mod protected;
 pub mod scope;
+pub mod seal;
 pub mod secret_types;
 pub mod targets;
 pub mod validate;

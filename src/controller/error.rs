@@ -19,6 +19,8 @@ pub enum Error {
     CrdsMissing(String),
     #[error("starting the plugin host: {0}")]
     PluginHost(String),
+    #[error("the seal key: {0}")]
+    SealKey(String),
 }
 
 impl Error {
@@ -31,6 +33,7 @@ impl Error {
             Error::Cleanup(_) => "cleanup",
             Error::CrdsMissing(_) => "crds_missing",
             Error::PluginHost(_) => "plugin_host",
+            Error::SealKey(_) => "seal_key",
         }
     }
 
@@ -61,8 +64,10 @@ pub fn short_message(message: &str) -> String {
 /// "<the value>"` of a Secret's label or data is the secret. Field paths and reasons stay.
 pub fn without_values(message: &str) -> String {
     static QUOTED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r#"(Invalid value|Unsupported value|Duplicate value|Forbidden value): "(?:[^"\\]|\\.)*""#)
-            .expect("a valid pattern")
+        regex::Regex::new(
+            r#"(Invalid value|Unsupported value|Duplicate value|Forbidden value): "(?:[^"\\]|\\.)*""#,
+        )
+        .expect("a valid pattern")
     });
     QUOTED.replace_all(message, "$1: (not shown)").into_owned()
 }
@@ -81,7 +86,13 @@ mod tests {
         );
         let two = r#"data[a b]: Invalid value: "a b": a valid config key, type: Unsupported value: "s3cr3t": supported values: "Opaque""#;
         let shown = without_values(two);
-        assert!(!shown.contains("s3cr3t") && shown.starts_with("data[a b]: Invalid value: (not shown)"), "{shown}");
-        assert_eq!(without_values("namespaces \"x\" not found"), "namespaces \"x\" not found");
+        assert!(
+            !shown.contains("s3cr3t") && shown.starts_with("data[a b]: Invalid value: (not shown)"),
+            "{shown}"
+        );
+        assert_eq!(
+            without_values("namespaces \"x\" not found"),
+            "namespaces \"x\" not found"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! backoff and wakes the cluster's rules when it answers again, so no rule polls a dead cluster.
 
 use super::error::Error;
-use super::watches::{CappedBackoff, Listed, Reach, Triggers, Watches, wait_listed};
+use super::watches::{CappedBackoff, Listed, Reach, Seals, Triggers, Watches, wait_listed};
 use crate::api::{CopyState, KubeconfigSecretRef, RemoteCluster};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::locks::lock;
@@ -15,6 +15,7 @@ use crate::metrics::Metrics;
 use crate::sync::hash::digest_bytes;
 use crate::sync::ownership::{RuleKey, RuleKind};
 use crate::sync::scope::Scope;
+use crate::sync::seal::SealKey;
 use crate::sync::targets::selector;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -102,6 +103,8 @@ struct Usage {
 
 pub struct Fleet {
     me: Weak<Fleet>,
+    /// What copies are sealed with, in every cluster.
+    seal_key: Arc<SealKey>,
     local: ClusterHandle,
     /// `false` when mimeo is limited to namespaces: `RemoteCluster`s are then not read at all.
     remote_clusters_enabled: bool,
@@ -136,7 +139,13 @@ impl Drop for Fleet {
 impl Fleet {
     /// Starts the watches of this cluster and, unless `scope` limits mimeo to namespaces, the
     /// watch on `RemoteCluster`s.
-    pub fn start(client: Client, scope: Scope, metrics: Arc<Metrics>, triggers: Triggers) -> Arc<Self> {
+    pub fn start(
+        client: Client,
+        scope: Scope,
+        metrics: Arc<Metrics>,
+        triggers: Triggers,
+        seal_key: Arc<SealKey>,
+    ) -> Arc<Self> {
         let remote_clusters_enabled = scope == Scope::Cluster;
         let local = ClusterHandle {
             name: None,
@@ -147,6 +156,10 @@ impl Fleet {
                 scope,
                 metrics.clone(),
                 triggers.clone(),
+                Seals {
+                    key: seal_key.clone(),
+                    cluster: None,
+                },
             ),
         };
         let writer: Writer<RemoteCluster> = Writer::default();
@@ -154,6 +167,7 @@ impl Fleet {
         let (listed_tx, remote_clusters_listed) = tokio::sync::watch::channel(false);
         let fleet = Arc::new_cyclic(|me: &Weak<Fleet>| Fleet {
             me: me.clone(),
+            seal_key,
             local,
             remote_clusters_enabled,
             metrics,
@@ -503,6 +517,10 @@ impl Fleet {
                 Scope::Cluster,
                 self.metrics.clone(),
                 self.triggers.clone(),
+                Seals {
+                    key: self.seal_key.clone(),
+                    cluster: Some(name.clone()),
+                },
             ),
         };
         let mut connections = lock(&self.connections);

@@ -23,15 +23,18 @@ use crate::metrics::Metrics;
 use crate::sync::desired::strip_uncarried;
 use crate::sync::kinds::KindRef;
 use crate::sync::live::LiveCopy;
-use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule};
+use crate::sync::ownership::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule, sealed_rule,
+};
 use crate::sync::scope::Scope;
+use crate::sync::seal::{Place, SealKey};
 use crate::sync::targets::NamespaceInfo;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
-use kube::core::{ApiResource, Selector, SelectorExt};
+use kube::core::{ApiResource, ObjectMeta, Selector, SelectorExt};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
@@ -365,6 +368,31 @@ pub struct Watches {
     interests: Mutex<HashMap<RuleKey, Interest>>,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
     tasks: Mutex<Vec<AbortHandle>>,
+    /// What tells a copy from an object carrying a copy's marks: only a sealed copy wakes or
+    /// belongs to its rule.
+    seals: Seals,
+}
+
+/// The seal key, and the name this cluster has in the seals of the copies here.
+#[derive(Clone)]
+pub struct Seals {
+    pub key: Arc<SealKey>,
+    pub cluster: Option<String>,
+}
+
+impl Seals {
+    /// The rule whose copy `meta` is, at its place here of a kind of `resource`, if its seal is
+    /// that rule's there.
+    fn rule_of(&self, resource: &ApiResource, meta: &ObjectMeta) -> Option<RuleKey> {
+        let place = Place {
+            cluster: self.cluster.as_deref(),
+            group: &resource.group,
+            kind: &resource.kind,
+            namespace: meta.namespace.as_deref(),
+            name: meta.name.as_deref().unwrap_or_default(),
+        };
+        sealed_rule(meta, &self.key, &place)
+    }
 }
 
 impl Drop for Watches {
@@ -396,6 +424,7 @@ impl Watches {
         scope: Scope,
         metrics: Arc<Metrics>,
         triggers: Triggers,
+        seals: Seals,
     ) -> Arc<Self> {
         let ns_writer: Writer<PartialObjectMeta<Namespace>> = Writer::default();
         let namespaces = ns_writer.as_reader();
@@ -421,6 +450,7 @@ impl Watches {
             interests: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
+            seals,
         })
     }
 
@@ -808,7 +838,7 @@ impl Watches {
             .collect();
         for (resource, store) in copies {
             for copy in store.state() {
-                if recorded_rule(&copy.metadata).as_ref() == Some(rule) {
+                if self.seals.rule_of(&resource, &copy.metadata).as_ref() == Some(rule) {
                     out.push((resource.clone(), copy));
                 }
             }
@@ -982,6 +1012,7 @@ impl Watches {
             .map_ok(summed_up)
             .reflect(writer);
         let plural = resource.plural.clone();
+        let kind = resource.clone();
         let task = spawn_consumer(
             "copies",
             stream,
@@ -992,8 +1023,9 @@ impl Watches {
                 // would only have it look again at what it just wrote (at 500 copies, 500
                 // wake-ups queuing one more look behind each rotation).
                 watcher::Event::Apply(copy) if this.echoes_our_write(&plural, copy) => {}
+                // An object carrying a copy's marks without its seal wakes nobody.
                 watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
-                    if let Some(rule) = recorded_rule(&copy.metadata) {
+                    if let Some(rule) = this.seals.rule_of(&kind, &copy.metadata) {
                         this.triggers.fire(&rule);
                     }
                 }

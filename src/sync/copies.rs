@@ -17,13 +17,14 @@ use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION};
 use super::plan::{Decision, Write, decide};
 use super::protected::refused_copy;
 use super::scope::Scope;
+use super::seal::SealKey;
 use super::secret_types::missing_for_type;
 use super::targets::Placement;
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, MetadataPolicy, SecretType, SourceRef, Target};
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A copy's place: cluster, namespace and name.
@@ -39,6 +40,12 @@ pub struct Source {
 }
 
 impl Source {
+    /// Seals every copy made from this source with `key` ([`super::seal`]).
+    pub fn sealed_by(mut self, key: Option<Arc<SealKey>>) -> Self {
+        self.template = self.template.sealed_by(key);
+        self
+    }
+
     /// The source as a cache holds it. Items of a list carry no apiVersion and kind; the copy
     /// needs both, so they come from the resource. A Secret's copies take the rule's
     /// `secretType` when it has one.
@@ -154,6 +161,9 @@ pub struct PlannedCopy {
     pub event_note: Option<String>,
     /// Whether `Adopt`/`Overwrite` apply in the copy's place, for deciding again after a race.
     pub may_take_over: bool,
+    /// Whether the rule's inventory lists a copy in this place: its marks are then trusted (a
+    /// copy of a mimeo from before seals has none).
+    pub recorded: bool,
     /// Its source and usable cluster, as indexes into [`Wants`]; `None` for a copy blocked
     /// before it could be made.
     pub from: Option<(usize, usize)>,
@@ -177,6 +187,7 @@ impl PlannedCopy {
             keeps_previous: false,
             event_note: None,
             may_take_over: false,
+            recorded: false,
             from: None,
             create_namespace: false,
             pending: Pending::Nothing,
@@ -199,7 +210,14 @@ impl PlannedCopy {
         live: Option<Arc<LiveCopy>>,
         conflict: ConflictPolicy,
     ) {
-        let decision = decide(rule, &desired, live.as_deref(), conflict, self.may_take_over);
+        let decision = decide(
+            rule,
+            &desired,
+            live.as_deref(),
+            conflict,
+            self.may_take_over,
+            self.recorded,
+        );
         if matches!(decision, Decision::Write(_)) {
             self.live = live;
             self.pending = Pending::Write(desired);
@@ -252,10 +270,24 @@ pub struct PlannedWrite {
 pub fn place(wants: &Wants) -> Plan {
     let mut taken = BTreeSet::new();
     let mut copies = Vec::new();
+    let recorded: HashSet<Recorded> = wants
+        .previous
+        .iter()
+        .filter(|c| holds_a_copy(c.state))
+        .map(|c| (&c.cluster, &c.namespace, c.name.as_str()))
+        .collect();
     for (s, source) in wants.sources.iter().enumerate() {
         for (c, cluster) in wants.clusters.iter().enumerate() {
             for place in &cluster.places {
-                copies.extend(place_one(wants, (s, source), (c, cluster), place, &mut taken));
+                let mut copy = place_one(wants, (s, source), (c, cluster), place, &mut taken);
+                if let Some(copy) = &mut copy {
+                    copy.recorded = recorded.contains(&(
+                        &copy.target.cluster,
+                        &copy.target.namespace,
+                        copy.target.name.as_str(),
+                    ));
+                }
+                copies.extend(copy);
             }
         }
     }
@@ -263,6 +295,22 @@ pub fn place(wants: &Wants) -> Plan {
         copies.extend(kept_in(wants, cluster, &mut taken));
     }
     Plan { copies }
+}
+
+/// A place the inventory lists, borrowed from it: cluster, namespace and name.
+type Recorded<'a> = (&'a Option<String>, &'a Option<String>, &'a str);
+
+/// Whether a copy in this state is there (or may be): the inventory's copies the rule owns.
+fn holds_a_copy(state: CopyState) -> bool {
+    matches!(
+        state,
+        CopyState::Synced
+            | CopyState::Failed
+            | CopyState::PluginFailed
+            | CopyState::Unreachable
+            | CopyState::Unauthorized
+            | CopyState::ClusterMissing
+    )
 }
 
 /// The copy of one source in one place, unless the place is the source itself.
@@ -640,6 +688,9 @@ pub struct OwnedCopy {
     pub namespace: Option<String>,
     pub name: String,
     pub source: SourceRef,
+    /// The rule's inventory lists it: its marks are trusted (a copy of a mimeo from before seals
+    /// has no seal).
+    pub recorded: bool,
 }
 
 /// One resource whatever the version it is served at: a copy's identity is its group, resource
@@ -661,7 +712,7 @@ pub fn owned(
     in_scope: impl Fn(&Option<String>) -> bool,
 ) -> Vec<OwnedCopy> {
     type Identity = (String, String, Option<String>, String);
-    let mut out: BTreeMap<Identity, (ApiResource, SourceRef)> = BTreeMap::new();
+    let mut out: BTreeMap<Identity, (ApiResource, SourceRef, bool)> = BTreeMap::new();
     for (kind, copy) in cached {
         let kind = if same_resource(&kind, resource) {
             resource.clone()
@@ -675,37 +726,32 @@ pub fn owned(
                 copy.namespace(),
                 copy.name_any(),
             ),
-            (kind, source_of(&*copy)),
+            (kind, source_of(&*copy), false),
         );
     }
     for copy in recorded {
-        if matches!(
-            copy.state,
-            CopyState::Synced
-                | CopyState::Failed
-                | CopyState::PluginFailed
-                | CopyState::Unreachable
-                | CopyState::Unauthorized
-                | CopyState::ClusterMissing
-        ) && (copy.namespace.is_some() || !namespaced)
-        {
+        if holds_a_copy(copy.state) && (copy.namespace.is_some() || !namespaced) {
             out.entry((
                 resource.group.clone(),
                 resource.plural.clone(),
                 copy.namespace.clone(),
                 copy.name.clone(),
             ))
-            .or_insert_with(|| (resource.clone(), copy.source.clone()));
+            .or_insert_with(|| (resource.clone(), copy.source.clone(), true))
+            .2 = true;
         }
     }
     out.into_iter()
         .filter(|((_, _, ns, _), _)| in_scope(ns))
-        .map(|((_, _, namespace, name), (resource, source))| OwnedCopy {
-            resource,
-            namespace,
-            name,
-            source,
-        })
+        .map(
+            |((_, _, namespace, name), (resource, source, recorded))| OwnedCopy {
+                resource,
+                namespace,
+                name,
+                source,
+                recorded,
+            },
+        )
         .collect()
 }
 
@@ -753,6 +799,7 @@ pub fn source_of(copy: &impl kube::Resource) -> SourceRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::seal::SEAL_ANNOTATION;
     use k8s_openapi::api::core::v1::Secret;
 
     fn app_rule() -> RuleKey {
@@ -942,6 +989,75 @@ mod tests {
 
     fn unmanaged(namespace: &str, name: &str) -> Arc<LiveCopy> {
         Arc::new(LiveCopy::summed_up(secret(namespace, name, "dGhlaXJz")))
+    }
+
+    /// Sealed sources: a copy sealed for its place is the rule's; the same marks without the
+    /// seal, or with a seal moved from another place, are not, unless the rule's inventory lists
+    /// the place (a copy of a mimeo from before seals), which is then written to get its seal.
+    #[test]
+    fn only_a_sealed_copy_is_the_rules() {
+        let rule = app_rule();
+        let key = Arc::new(SealKey::new(vec![3; 32]).unwrap());
+        let sources = [source(&rule, "creds", "djE=").sealed_by(Some(key.clone()))];
+        let clusters = [accepting(cluster(None, vec![place_in("t1")]), "t1", "app")];
+        let here = target(None, "t1", "creds");
+        let sealed = copy_of(&sources[0], here.clone());
+        let with_annotations = |f: &dyn Fn(&mut BTreeMap<String, String>)| {
+            let mut copy = (*sealed).clone();
+            f(copy.metadata.annotations.get_or_insert_default());
+            Arc::new(copy)
+        };
+        let unsealed = with_annotations(&|a| {
+            a.remove(SEAL_ANNOTATION);
+        });
+        let elsewhere = copy_of(&sources[0], target(None, "t1", "other"));
+        let moved_seal = elsewhere.metadata.annotations.as_ref().unwrap()[SEAL_ANNOTATION].clone();
+        let moved = with_annotations(&|a| {
+            a.insert(SEAL_ANNOTATION.to_owned(), moved_seal.clone());
+        });
+        let inventory = [recorded(None, "t1", "creds", CopyState::Synced)];
+        type Case<'a> = (&'a str, &'a Arc<LiveCopy>, &'a [CopyStatus], Option<Decision>);
+        let cases: [Case; 5] = [
+            ("sealed", &sealed, &[], Some(Decision::InSync)),
+            ("unsealed", &unsealed, &[], None),
+            ("a seal of another place", &moved, &[], None),
+            (
+                "unsealed, in the inventory",
+                &unsealed,
+                &inventory,
+                Some(Decision::Write(Write::Apply)),
+            ),
+            (
+                "sealed, in the inventory",
+                &sealed,
+                &inventory,
+                Some(Decision::InSync),
+            ),
+        ];
+        for (case, there, previous, want) in cases {
+            let world = World {
+                cached: BTreeMap::from([(here.clone(), there.clone())]),
+                ..Default::default()
+            };
+            let plan = plan(
+                &wants(&rule, &sources, &clusters, previous),
+                &world,
+                ConflictPolicy::Fail,
+                |_| None,
+            );
+            let copy = at(&plan, &here);
+            match want {
+                Some(decision) => assert_eq!(copy.decision.as_ref(), Some(&decision), "{case}"),
+                None => {
+                    assert_eq!(copy.state, CopyState::Conflict, "{case}");
+                    assert!(
+                        copy.message.as_deref().unwrap().contains("not the seal"),
+                        "{case}: {:?}",
+                        copy.message
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -7,10 +7,12 @@ use super::ownership::{
     SOURCE_HASH_ANNOTATION,
 };
 use super::protected::is_protected_key;
+use super::seal::{Place, SEAL_ANNOTATION, SealKey, group_of};
 use crate::api::{KeyFilter, MetadataPolicy, SourceRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Top-level fields that describe an object rather than hold its content; never copied.
 const NOT_CONTENT: [&str; 4] = ["apiVersion", "kind", "metadata", "status"];
@@ -97,6 +99,10 @@ pub fn desired_copy(
 #[derive(Clone, Debug)]
 pub struct CopyTemplate {
     source: SourceRef,
+    rule: RuleKey,
+    /// The key each copy is sealed with; `None` where it is not known (`mimeo diff`, run with
+    /// the user's rights): copies are then made without a seal, and marks taken as they are.
+    seal: Option<Arc<SealKey>>,
     /// The copy without a name or namespace.
     object: Value,
     hash: String,
@@ -131,10 +137,18 @@ impl CopyTemplate {
         let hash = stamp_hash(&mut object);
         CopyTemplate {
             source: source_ref.clone(),
+            rule: rule.clone(),
+            seal: None,
             object,
             hash,
             source_hash,
         }
+    }
+
+    /// Seals every copy made from here with `key` ([`super::seal`]).
+    pub fn sealed_by(mut self, key: Option<Arc<SealKey>>) -> Self {
+        self.seal = key;
+        self
     }
 
     /// The digest of what the copies hold (content and carried metadata), before any transform.
@@ -150,10 +164,25 @@ impl CopyTemplate {
     /// The copy for one target.
     pub fn copy_for(&self, target: CopyTarget) -> DesiredCopy {
         let mut object = self.object.clone();
+        let seal = self.seal.as_ref().map(|key| {
+            let place = Place {
+                cluster: target.cluster.as_deref(),
+                group: group_of(object["apiVersion"].as_str().unwrap_or_default()),
+                kind: object["kind"].as_str().unwrap_or_default(),
+                namespace: target.namespace.as_deref(),
+                name: &target.name,
+            };
+            key.seal(&self.rule, &place)
+        });
         if let Some(meta) = object["metadata"].as_object_mut() {
             meta.insert("name".into(), Value::String(target.name.clone()));
             if let Some(ns) = &target.namespace {
                 meta.insert("namespace".into(), Value::String(ns.clone()));
+            }
+            if let Some(seal) = seal
+                && let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut)
+            {
+                annotations.insert(SEAL_ANNOTATION.to_owned(), Value::String(seal));
             }
         }
         DesiredCopy {

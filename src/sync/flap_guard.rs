@@ -154,7 +154,9 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
                 let again = last.is_some_and(|l| l.content == content);
                 match gone {
                     // The content it had when mimeo deleted it: the two cancel out.
-                    Some(deleted_at) if again => churn.extend([(deleted_at, Churn::Deleted), (now, Churn::Created)]),
+                    Some(deleted_at) if again => {
+                        churn.extend([(deleted_at, Churn::Deleted), (now, Churn::Created)])
+                    }
                     // Something else deleted it, and mimeo puts back what was there.
                     None if again => churn.push((now, Churn::Created)),
                     // The first copy, or new content: what a rule is for.
@@ -268,7 +270,10 @@ mod tests {
         for (i, content) in contents.iter().enumerate() {
             let i = i as u64;
             assert_eq!(guard.record(&"in place", Change::Written(content), at(i)), None);
-            assert_eq!(guard.record(&"delete and create", Change::Deleted, at(2 * i)), None);
+            assert_eq!(
+                guard.record(&"delete and create", Change::Deleted, at(2 * i)),
+                None
+            );
             assert_eq!(
                 guard.record(&"delete and create", Change::Created(content), at(2 * i + 1)),
                 None,
@@ -280,7 +285,11 @@ mod tests {
         guard.record(&"copy", Change::Created("h"), start);
         for i in 1..100u64 {
             let at = start + WINDOW / 2 * i as u32;
-            assert_eq!(guard.record(&"copy", Change::Created("h"), at), None, "put back {i}");
+            assert_eq!(
+                guard.record(&"copy", Change::Created("h"), at),
+                None,
+                "put back {i}"
+            );
         }
         // Six repairs in a window are allowed, the seventh trips it.
         let mut guard = FlapGuard::default();

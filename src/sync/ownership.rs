@@ -5,6 +5,7 @@
 //! what it was made from. An object without them is not mimeo's and is never touched unless the
 //! rule says `Adopt` or `Overwrite`.
 
+use super::seal::{Place, SEAL_ANNOTATION, SealKey, same};
 use kube::core::ObjectMeta;
 use std::fmt;
 use std::str::FromStr;
@@ -96,21 +97,50 @@ pub enum Owner {
     ThisRule,
     /// A copy made by another rule, named.
     OtherRule(String),
+    /// It carries the marks of a copy made by the rule asking, but not the seal mimeo gives that
+    /// copy there: someone else wrote the marks (or moved them from another place). Not a copy.
+    Forged,
+}
+
+/// What tells the rule's own copy at a place from an object that only carries its marks.
+#[derive(Clone, Copy, Debug)]
+pub enum SealCheck<'a> {
+    /// The seal the rule's copy there carries.
+    Expect(&'a str),
+    /// The marks are taken as they are: the rule's own inventory lists a copy in this place
+    /// (written by mimeo alone; a copy of a mimeo from before seals has none, and the next write
+    /// seals it), or the seal cannot be known (`mimeo diff` does not hold the key).
+    Trusted,
 }
 
 /// The owner of a live object, seen from `rule`.
-pub fn owner_of(meta: &ObjectMeta, rule: &RuleKey) -> Owner {
+pub fn owner_of(meta: &ObjectMeta, rule: &RuleKey, check: SealCheck) -> Owner {
     let managed = meta
         .labels
         .as_ref()
         .and_then(|l| l.get(MANAGED_BY_LABEL))
         .is_some_and(|v| v == MANAGED_BY_VALUE);
-    let recorded = meta.annotations.as_ref().and_then(|a| a.get(RULE_ANNOTATION));
+    let annotations = meta.annotations.as_ref();
+    let recorded = annotations.and_then(|a| a.get(RULE_ANNOTATION));
     match (managed, recorded) {
-        (true, Some(recorded)) if *recorded == rule.to_string() => Owner::ThisRule,
+        (true, Some(recorded)) if *recorded == rule.to_string() => {
+            let seal = annotations.and_then(|a| a.get(SEAL_ANNOTATION));
+            let sealed = match check {
+                SealCheck::Trusted => true,
+                SealCheck::Expect(want) => seal.is_some_and(|seal| same(seal, want)),
+            };
+            if sealed { Owner::ThisRule } else { Owner::Forged }
+        }
         (true, Some(recorded)) => Owner::OtherRule(recorded.clone()),
         _ => Owner::Nobody,
     }
+}
+
+/// The rule a copy records, if it is one and its seal at `place` is that rule's.
+pub fn sealed_rule(meta: &ObjectMeta, key: &SealKey, place: &Place) -> Option<RuleKey> {
+    let rule = recorded_rule(meta)?;
+    let seal = meta.annotations.as_ref()?.get(SEAL_ANNOTATION)?;
+    key.verifies(seal, &rule, place).then_some(rule)
 }
 
 /// The rule recorded on a copy, if it is one.
@@ -170,14 +200,60 @@ mod tests {
             &[(RULE_ANNOTATION, "SyncRule/platform/other")],
         );
         let annotation_only = meta(&[], &[(RULE_ANNOTATION, "SyncRule/platform/creds")]);
-        assert_eq!(owner_of(&ours, &rule), Owner::ThisRule);
+        let unchecked = SealCheck::Trusted;
+        assert_eq!(owner_of(&ours, &rule, unchecked), Owner::ThisRule);
         assert_eq!(
-            owner_of(&other, &rule),
+            owner_of(&other, &rule, unchecked),
             Owner::OtherRule("SyncRule/platform/other".into())
         );
-        assert_eq!(owner_of(&annotation_only, &rule), Owner::Nobody);
-        assert_eq!(owner_of(&ObjectMeta::default(), &rule), Owner::Nobody);
+        assert_eq!(owner_of(&annotation_only, &rule, unchecked), Owner::Nobody);
+        assert_eq!(owner_of(&ObjectMeta::default(), &rule, unchecked), Owner::Nobody);
         assert_eq!(recorded_rule(&ours), Some(rule));
         assert_eq!(recorded_rule(&annotation_only), None);
+    }
+
+    #[test]
+    fn only_the_right_seal_makes_a_copy() {
+        let rule = RuleKey::sync_rule("platform", "creds");
+        let key = SealKey::new(vec![7; 32]).unwrap();
+        let place = Place {
+            cluster: None,
+            group: "",
+            kind: "Secret",
+            namespace: Some("team"),
+            name: "creds",
+        };
+        let seal = key.seal(&rule, &place);
+        let marks = [(MANAGED_BY_LABEL, "mimeo")];
+        let with = |seal: Option<&str>| {
+            let mut annotations = vec![(RULE_ANNOTATION, "SyncRule/platform/creds")];
+            annotations.extend(seal.map(|s| (SEAL_ANNOTATION, s)));
+            meta(&marks, &annotations)
+        };
+        let sealed = with(Some(&seal));
+        let unsealed = with(None);
+        let forged = with(Some("v1.AAAA"));
+        let cases = [
+            (&sealed, SealCheck::Expect(&seal), Owner::ThisRule),
+            (&unsealed, SealCheck::Expect(&seal), Owner::Forged),
+            (&forged, SealCheck::Expect(&seal), Owner::Forged),
+            (&unsealed, SealCheck::Trusted, Owner::ThisRule),
+            (&forged, SealCheck::Trusted, Owner::ThisRule),
+        ];
+        for (i, (meta, check, want)) in cases.into_iter().enumerate() {
+            assert_eq!(owner_of(meta, &rule, check), want, "case {i}");
+        }
+        assert_eq!(sealed_rule(&sealed, &key, &place), Some(rule.clone()));
+        assert_eq!(sealed_rule(&unsealed, &key, &place), None);
+        assert_eq!(sealed_rule(&forged, &key, &place), None);
+        let elsewhere = Place {
+            name: "other",
+            ..place
+        };
+        assert_eq!(
+            sealed_rule(&sealed, &key, &elsewhere),
+            None,
+            "a seal moved to another place"
+        );
     }
 }

@@ -2,7 +2,8 @@
 
 use super::desired::DesiredCopy;
 use super::live::LiveCopy;
-use super::ownership::{ADOPT_BY_ANNOTATION, Owner, RuleKey, owner_of};
+use super::ownership::{ADOPT_BY_ANNOTATION, Owner, RuleKey, SealCheck, owner_of};
+use super::seal::SEAL_ANNOTATION;
 use crate::api::ConflictPolicy;
 use serde_json::Map;
 
@@ -31,18 +32,25 @@ pub enum Write {
 }
 
 /// Decides what to do about one copy. `may_take_over` says whether `Adopt`/`Overwrite` apply in
-/// this place (a `SyncRule` may take over objects only in its own namespace).
+/// this place (a `SyncRule` may take over objects only in its own namespace); `recorded`, whether
+/// the rule's own inventory lists a copy there (then its marks are trusted as they are, and a
+/// write gives it the seal it lacks).
 pub fn decide(
     rule: &RuleKey,
     desired: &DesiredCopy,
     live: Option<&LiveCopy>,
     conflict: ConflictPolicy,
     may_take_over: bool,
+    recorded: bool,
 ) -> Decision {
     let Some(live) = live else {
         return Decision::Write(Write::Create);
     };
-    match owner_of(&live.metadata, rule) {
+    let check = match desired.object["metadata"]["annotations"][SEAL_ANNOTATION].as_str() {
+        Some(seal) if !recorded => SealCheck::Expect(seal),
+        _ => SealCheck::Trusted,
+    };
+    match owner_of(&live.metadata, rule, check) {
         Owner::ThisRule => match in_place_change(desired, live) {
             None => Decision::InSync,
             Some(write) => Decision::Write(write),
@@ -54,7 +62,13 @@ pub fn decide(
             true => Decision::Write(Write::Recreate),
             false => Decision::Write(Write::Replace),
         },
-        Owner::Nobody => match conflict {
+        Owner::Forged if conflict == ConflictPolicy::Fail || !may_take_over => Decision::Conflict(
+            "an object with this name carries the marks of this rule's copy but not the seal mimeo \
+             gives it, so mimeo did not make it here; it is left alone (delete it, or remove its \
+             mimeo.dev/ labels and annotations)"
+                .to_owned(),
+        ),
+        Owner::Nobody | Owner::Forged => match conflict {
             ConflictPolicy::Fail => Decision::Conflict(
                 "an object not managed by mimeo has this name; it is left alone \
                  (set conflict: Adopt or Overwrite to take it over)"
@@ -270,12 +284,20 @@ mod tests {
         ];
         for (case, live, policy, may_take_over, expected) in cases {
             assert_eq!(
-                decide(&rule(), &want, live.map(summed).as_ref(), policy, may_take_over),
+                decide(
+                    &rule(),
+                    &want,
+                    live.map(summed).as_ref(),
+                    policy,
+                    may_take_over,
+                    false
+                ),
                 expected,
                 "{case}"
             );
         }
-        let Decision::Conflict(reason) = decide(&rule(), &want, Some(&summed(&foreign)), Adopt, false) else {
+        let Decision::Conflict(reason) = decide(&rule(), &want, Some(&summed(&foreign)), Adopt, false, false)
+        else {
             panic!("a SyncRule must not adopt outside its namespace");
         };
         assert!(reason.contains("only in its own namespace"), "{reason}");
@@ -307,6 +329,7 @@ mod tests {
                     &want,
                     Some(&summed(&marked(value))),
                     ConflictPolicy::Fail,
+                    false,
                     false
                 ),
                 expected,

@@ -6,7 +6,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use mimeo::controller::{self, ControllerConfig};
+use mimeo::controller::{self, ControllerConfig, SealKeySource};
 use mimeo::metrics::Metrics;
 use mimeo::plugin::CompilerProcess;
 use mimeo::server::Readiness;
@@ -32,6 +32,8 @@ pub struct Harness {
     /// The controller holds only the Helm chart's RBAC, whatever `MIMEO_TEST_CONTROLLER_RBAC` says.
     chart_rbac: bool,
     running: Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>,
+    /// The key the controller seals copies with, the same across its restarts.
+    pub seal_key: mimeo::sync::seal::SealKey,
 }
 
 impl Harness {
@@ -59,11 +61,7 @@ impl Harness {
     }
 
     pub async fn without_controller() -> Self {
-        let filter = std::env::var("MIMEO_TEST_LOG").unwrap_or_else(|_| "mimeo=info".into());
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_test_writer()
-            .try_init();
+        init_logs();
         let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
         let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml");
         plane
@@ -78,6 +76,7 @@ impl Harness {
             running: None,
             config: ControllerConfig::default(),
             chart_rbac: false,
+            seal_key: mimeo::sync::seal::SealKey::generate().unwrap(),
         }
     }
 
@@ -94,6 +93,11 @@ impl Harness {
         };
         let metrics = self.metrics.clone();
         let mut config = self.config.clone();
+        // The key is the harness's (a test run has no mimeo namespace to keep it in); `mimeo run`
+        // reads it from its Secret, which the binary's tests cover.
+        if matches!(config.seal_key, SealKeySource::Secret { .. }) {
+            config.seal_key = SealKeySource::Key(self.seal_key.clone());
+        }
         // As `mimeo run` does: each plugin is compiled by a process of mimeo's own binary.
         config
             .plugin_host
@@ -250,6 +254,49 @@ pub fn chain_counts(metrics: &Metrics) -> (u64, u64) {
             .map_or(0, |n| n.trim().parse().unwrap())
     };
     (count("run"), count("remembered"))
+}
+
+/// Everything the controllers of this test binary logged at debug and above, since it started.
+static LOGGED: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// Logs to the test's output (filtered by `MIMEO_TEST_LOG`, default `mimeo=info`) and, at debug,
+/// into [`LOGGED`], for tests of what the log must never say.
+fn init_logs() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    struct Captured;
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            LOGGED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let filter = std::env::var("MIMEO_TEST_LOG").unwrap_or_else(|_| "mimeo=info".into());
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(EnvFilter::new(filter)),
+        )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(|| Captured)
+                .with_filter(EnvFilter::new("mimeo=debug")),
+        )
+        .try_init();
+}
+
+/// What the controllers of this test binary have logged so far (debug and above).
+pub fn logged() -> String {
+    String::from_utf8_lossy(&LOGGED.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
 
 /// Total write requests an apiserver has served for these resources since it started, from its

@@ -17,8 +17,9 @@ use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
 use crate::sync::desired::CopyTarget;
 use crate::sync::flap_guard::{Change, Held};
 use crate::sync::live::LiveCopy;
-use crate::sync::ownership::{HASH_ANNOTATION, Owner, RuleKey, owner_of};
+use crate::sync::ownership::{HASH_ANNOTATION, Owner, RuleKey, SealCheck, owner_of};
 use crate::sync::plan::{Decision, Write, decide};
+use crate::sync::seal::{Place, SealKey};
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
@@ -134,7 +135,15 @@ async fn write_copy(job: &Job, key: &RuleKey, conflict: ConflictPolicy) -> kube:
         }
         write::Written::Raced(there) => Arc::new(LiveCopy::summed_up(there)),
     };
-    match decide(key, desired, Some(&there), conflict, job.write.may_take_over) {
+    // What appeared since the place was read is no copy of an older mimeo's: its seal must hold.
+    match decide(
+        key,
+        desired,
+        Some(&there),
+        conflict,
+        job.write.may_take_over,
+        false,
+    ) {
         Decision::InSync => Ok(WriteDone::InSync(there)),
         Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
         Decision::Write(again) => match write::write(client, resource, desired, Some(&there), again).await? {
@@ -296,10 +305,10 @@ async fn remove_one(
     }
     let removal = remove_owned(
         handle,
+        &ctx.seal_key,
         key,
         &copy.resource,
-        copy.namespace.as_deref(),
-        &copy.name,
+        (copy.namespace.as_deref(), &copy.name, copy.recorded),
         gathered.spec,
     );
     match remote_call(&handle.name, removal).await {
@@ -337,18 +346,34 @@ async fn remove_one(
 
 /// Removes a copy per the rule's deletion policy if the object there is still this rule's.
 /// Returns the verb done, or `None` when there was nothing of ours to remove.
+/// `place` is the copy's namespace, name and whether the rule's inventory lists it. An object
+/// found only by its marks whose seal is not the rule's copy's there is not the rule's.
 pub(super) async fn remove_owned(
     cluster: &ClusterHandle,
+    seal_key: &SealKey,
     key: &RuleKey,
     resource: &ApiResource,
-    namespace: Option<&str>,
-    name: &str,
+    (namespace, name, recorded): (Option<&str>, &str, bool),
     spec: &RuleSpec,
 ) -> kube::Result<Option<&'static str>> {
     let Some(live) = live_object(cluster, resource, namespace, name).await? else {
         return Ok(None);
     };
-    if owner_of(&live.metadata, key) != Owner::ThisRule {
+    let seal = seal_key.seal(
+        key,
+        &Place {
+            cluster: cluster.name.as_deref(),
+            group: &resource.group,
+            kind: &resource.kind,
+            namespace,
+            name,
+        },
+    );
+    let check = match recorded {
+        true => SealCheck::Trusted,
+        false => SealCheck::Expect(&seal),
+    };
+    if owner_of(&live.metadata, key, check) != Owner::ThisRule {
         return Ok(None);
     }
     write::remove(&cluster.client, resource, &*live, spec.deletion).await?;

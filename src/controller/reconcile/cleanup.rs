@@ -64,6 +64,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
                     namespace: c.namespace(),
                     name: c.name_any(),
                     source: source_of(&*c),
+                    recorded: false,
                 })
                 .collect(),
         };
@@ -71,12 +72,14 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
             resource,
             namespace,
             name,
+            recorded,
             ..
         } in candidates
         {
+            let place = (namespace.as_deref(), name.as_str(), recorded);
             match remote_call(
                 &handle.name,
-                remove_owned(handle, &key, &resource, namespace.as_deref(), &name, spec),
+                remove_owned(handle, &ctx.seal_key, &key, &resource, place, spec),
             )
             .await
             {

@@ -245,7 +245,10 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         .partition(|o| shares(&key, source_cluster.is_some(), o.annotations()));
     let sources = shared
         .iter()
-        .map(|o| Source::new(&key, &spec.metadata, spec.secret_type, o, &resource))
+        .map(|o| {
+            Source::new(&key, &spec.metadata, spec.secret_type, o, &resource)
+                .sealed_by(Some(ctx.seal_key.clone()))
+        })
         .collect();
     let (reachable, places) = reachable(&clusters, namespaced);
     Ok(Gathered {

@@ -1,0 +1,76 @@
+//! The seal key's Secret: read at start-up, or created with a new random key the first time.
+//!
+//! All replicas and every restart must seal alike, so the key lives in the cluster, in a Secret
+//! of mimeo's own namespace that no tenant can read. Losing it makes every copy mimeo cannot
+//! find in its rules' inventories look forged: it is never replaced once it exists, and a Secret
+//! of that name that does not hold a key stops mimeo rather than being overwritten.
+
+use super::error::Error;
+use crate::sync::seal::{KEY_BYTES, SealKey};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kube::{Client, core::ObjectMeta};
+
+/// The Secret's name unless `--seal-key-secret` says otherwise.
+pub const DEFAULT_NAME: &str = "mimeo-seal-key";
+/// The key in the Secret's data.
+pub const DATA_KEY: &str = "key";
+
+/// The key in `namespace/name`, created there when there is no such Secret.
+pub async fn load_or_create(client: &Client, namespace: &str, name: &str) -> Result<SealKey, Error> {
+    let api = Api::<Secret>::namespaced(client.clone(), namespace);
+    let problem = |what: String| Error::SealKey(format!("Secret {namespace}/{name}: {what}"));
+    if let Some(secret) = api
+        .get_opt(name)
+        .await
+        .map_err(|e| problem(format!("reading it: {e}")))?
+    {
+        return key_of(&secret).map_err(problem);
+    }
+    let key = SealKey::generate().map_err(|e| problem(format!("making a key: {e}")))?;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            annotations: Some(
+                [(
+                    "mimeo.dev/purpose".to_owned(),
+                    "the key mimeo seals its copies with: keep it, and keep it secret".to_owned(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some([(DATA_KEY.to_owned(), ByteString(key.bytes().to_vec()))].into()),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => {
+            tracing::info!(secret = %format!("{namespace}/{name}"), "created the seal key");
+            Ok(key)
+        }
+        // Another replica made it first: use that one.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let secret = api
+                .get(name)
+                .await
+                .map_err(|e| problem(format!("reading it: {e}")))?;
+            key_of(&secret).map_err(problem)
+        }
+        Err(e) => Err(problem(format!(
+            "creating it: {e} (mimeo needs get and create on Secrets in its own namespace, or a \
+             Secret made beforehand holding {KEY_BYTES} random bytes under data.{DATA_KEY})"
+        ))),
+    }
+}
+
+fn key_of(secret: &Secret) -> Result<SealKey, String> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(DATA_KEY))
+        .ok_or_else(|| format!("it holds no data.{DATA_KEY}; mimeo leaves a Secret it did not make alone"))?;
+    SealKey::new(bytes.0.clone()).map_err(|e| e.to_string())
+}
