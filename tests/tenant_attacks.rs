@@ -1007,3 +1007,438 @@ async fn a_registry_cannot_send_mimeo_to_a_sidecar_or_speak_through_the_status()
         "{notes:?}"
     );
 }
+
+/// Creates an object as `client` would with `kubectl create`.
+async fn create_as(client: &Client, namespace: &str, object: Value) {
+    let secret: Secret = serde_json::from_value(object).unwrap();
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// The Events about a rule: (reason, note).
+async fn events_of(h: &Harness, namespace: &str, rule: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(h.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(rule))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// 3. Tenant C writes mimeo's marks, even a real copy's seal, on Secrets of its own, naming
+/// tenant A's rule: mimeo neither deletes them as A's leftovers nor takes one at a copy's place
+/// for A's copy, says nothing of them in A's Events, and is not woken by them. The twin: A's real
+/// copies rotate, and go when A's rule no longer wants them.
+#[tokio::test]
+async fn marks_anyone_can_write_do_not_make_a_copy() {
+    let (h, tenant) = start(ControllerConfig::default()).await;
+    h.namespace("tenant-c", &[("team", "c")], &[("mimeo.dev/accept-from", TENANT)])
+        .await;
+    let c = tenant_client(&h, "tenant-c").await;
+    apply_as(
+        &tenant,
+        secret("creds", "Opaque", json!({}), json!({"password": "a1"})),
+    )
+    .await
+    .unwrap();
+    apply_as(
+        &tenant,
+        sync_rule(
+            "share",
+            json!({"source": {"kind": "Secret", "name": "creds"},
+                   "targets": [{"namespace": "tenant-c"}, {"namespace": "tenant-c", "name": "wanted"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_tenant_rule(&tenant, "share", "True", "Synced").await;
+    let c_secrets = Api::<Secret>::namespaced(c.clone(), "tenant-c");
+    let real = c_secrets.get("creds").await.unwrap();
+    let real_annotations = real.metadata.annotations.clone().unwrap();
+    let seal = real_annotations
+        .get("mimeo.dev/seal")
+        .cloned()
+        .unwrap_or_default();
+
+    // C's own Secrets with A's marks: one with no seal, one with the seal moved from A's copy.
+    let forged = |name: &str, seal: Option<&str>| {
+        let mut annotations = json!({"mimeo.dev/rule": format!("SyncRule/{TENANT}/share"),
+                                     "mimeo.dev/source": format!("Secret/{TENANT}/creds")});
+        if let Some(seal) = seal {
+            annotations["mimeo.dev/seal"] = json!(seal);
+        }
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": name, "namespace": "tenant-c",
+                            "labels": {"mimeo.dev/managed-by": "mimeo"}, "annotations": annotations},
+               "stringData": {"password": "c-own"}})
+    };
+    create_as(&c, "tenant-c", forged("c-unsealed", None)).await;
+    create_as(&c, "tenant-c", forged("c-moved-seal", Some(&seal))).await;
+    // And one at a place A's rule is about to want, before A's copy is there.
+    create_as(&c, "tenant-c", forged("later", Some(&seal))).await;
+
+    // A rotation makes A's rule look: its copies rotate, C's Secrets stay as C made them.
+    apply_as(
+        &tenant,
+        secret("creds", "Opaque", json!({}), json!({"password": "a2"})),
+    )
+    .await
+    .unwrap();
+    eventually("A's copies rotated", || async {
+        let copy = c_secrets.get("wanted").await.ok()?;
+        (secret_value(&copy, "password").as_deref() == Some("a2")).then_some(())
+    })
+    .await;
+    apply_as(
+        &tenant,
+        sync_rule(
+            "share",
+            json!({"source": {"kind": "Secret", "name": "creds"},
+                   "targets": [{"namespace": "tenant-c"}, {"namespace": "tenant-c", "name": "later"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    let conflict = wait_tenant_rule(&tenant, "share", "False", "Conflict").await;
+    assert!(
+        conflict.contains("tenant-c/later") && conflict.contains("not the seal"),
+        "{conflict}"
+    );
+    // A's copy that the rule no longer wants is deleted: the real one goes, C's stay.
+    eventually("A's unwanted copy deleted", || async {
+        c_secrets.get_opt("wanted").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    for name in ["c-unsealed", "c-moved-seal", "later"] {
+        let there = c_secrets
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            secret_value(&there, "password").as_deref(),
+            Some("c-own"),
+            "{name}"
+        );
+    }
+    let events = events_of(&h, TENANT, "share").await;
+    for (reason, note) in &events {
+        assert!(
+            !note.contains("c-unsealed") && !note.contains("c-moved-seal"),
+            "{reason}: {note}"
+        );
+    }
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "CopyDeleted" && n.contains("tenant-c/wanted")),
+        "{events:?}"
+    );
+
+    // Touching C's forged Secrets wakes nobody: A's rule makes no request for them.
+    let looks = |h: &Harness| {
+        h.metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("mimeo_reconciles_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = looks(&h);
+    for round in 0..5 {
+        apply_as(&c, {
+            let mut f = forged("c-moved-seal", Some(&seal));
+            f["stringData"]["password"] = json!(format!("c-{round}"));
+            f
+        })
+        .await
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(looks(&h), before, "a forged copy's changes woke a rule");
+    assert!(seal.starts_with("v1."), "a copy carries its seal: {seal:?}");
+}
+
+/// 2. A tenant's immutable source, rotated as it must be (deleted and created again) seven times
+/// in a minute: its copy follows each time and is never held as flapping. The twin, a copy
+/// something else keeps deleting, is held: `tests/flap_guard.rs`.
+#[tokio::test]
+async fn rotating_an_immutable_source_is_not_churn() {
+    let (h, tenant) = start(ControllerConfig::default()).await;
+    let immutable = |value: &str| {
+        let mut s = secret("cert", "Opaque", json!({}), json!({"tls": value}));
+        s["immutable"] = json!(true);
+        s
+    };
+    apply_as(&tenant, immutable("v0")).await.unwrap();
+    apply_as(
+        &tenant,
+        sync_rule(
+            "cert",
+            json!({"source": {"kind": "Secret", "name": "cert"},
+                   "targets": [{"namespace": TENANT, "name": "cert-copy"}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(tenant.clone(), TENANT);
+    let copy_holds = |value: String| {
+        let secrets = secrets.clone();
+        async move {
+            eventually(&format!("the copy holds {value}"), || async {
+                let copy = secrets.get_opt("cert-copy").await.unwrap()?;
+                (secret_value(&copy, "tls").as_deref() == Some(value.as_str())).then_some(())
+            })
+            .await
+        }
+    };
+    copy_holds("v0".into()).await;
+    for round in 1..=7 {
+        secrets.delete("cert", &Default::default()).await.unwrap();
+        eventually("the source gone", || async {
+            secrets.get_opt("cert").await.unwrap().is_none().then_some(())
+        })
+        .await;
+        apply_as(&tenant, immutable(&format!("v{round}"))).await.unwrap();
+        copy_holds(format!("v{round}")).await;
+    }
+    let ready = wait_tenant_rule(&tenant, "cert", "True", "Synced").await;
+    let flapped = h
+        .metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix("mimeo_copy_flaps_total "))
+        .map_or(0.0, |n| n.trim().parse().unwrap());
+    assert_eq!(flapped, 0.0, "{ready}");
+}
+
+/// 4. A ServiceAccount token Secret or a Helm release Secret named as an input is refused as it
+/// is as a source (`InputRefused`): nothing of it reaches a copy. The twin: an ordinary Secret as
+/// the input is rendered into the copy.
+#[tokio::test]
+async fn an_input_cannot_carry_a_token_or_a_helm_release_into_a_copy() {
+    let (h, tenant) = start(plugin_config()).await;
+    h.namespace("victim", &[], &[("mimeo.dev/accept-from", TENANT)])
+        .await;
+    apply_as(
+        &tenant,
+        secret("robot", "Opaque", json!({}), json!({"user": "robot"})),
+    )
+    .await
+    .unwrap();
+    let token_annotations = json!({"kubernetes.io/service-account.name": "default"});
+    apply_as(
+        &tenant,
+        secret(
+            "sa-token",
+            "kubernetes.io/service-account-token",
+            token_annotations,
+            json!({"token": "tenant-token-canary"}),
+        ),
+    )
+    .await
+    .unwrap();
+    apply_as(
+        &tenant,
+        secret(
+            "sh.helm.release.v1.app.v1",
+            "helm.sh/release.v1",
+            json!({}),
+            json!({"release": "helm-release-canary"}),
+        ),
+    )
+    .await
+    .unwrap();
+    apply_as(
+        &tenant,
+        secret("plain", "Opaque", json!({}), json!({"value": "plain-value"})),
+    )
+    .await
+    .unwrap();
+    for (rule, input, key) in [
+        ("token", "sa-token", "token"),
+        ("release", "sh.helm.release.v1.app.v1", "release"),
+        ("plain", "plain", "value"),
+    ] {
+        apply_as(
+            &tenant,
+            sync_rule(
+                rule,
+                json!({"source": {"kind": "Secret", "name": "robot"},
+                       "inputs": [{"name": "taken", "from": {"kind": "Secret", "name": input}}],
+                       "targets": [{"namespace": "victim", "name": rule}],
+                       "transforms": [{"plugin": "file://template.wasm", "config": {
+                           "stringData": {"out": format!("{{{{ inputs.taken.data.{key} | b64decode }}}}")}}}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let copied = eventually("the plain input's copy", || async {
+        h.secrets("victim").get_opt("plain").await.unwrap()
+    })
+    .await;
+    assert_eq!(secret_value(&copied, "out").as_deref(), Some("plain-value"));
+    wait_tenant_rule(&tenant, "plain", "True", "Synced").await;
+    for (rule, type_) in [
+        ("token", "kubernetes.io/service-account-token"),
+        ("release", "helm.sh/release.v1"),
+    ] {
+        let message = wait_tenant_rule(&tenant, rule, "False", "InputRefused").await;
+        assert!(
+            message.contains(&format!("mimeo never reads a Secret of type {type_} into a copy")),
+            "{message}"
+        );
+        assert!(
+            h.secrets("victim").get_opt(rule).await.unwrap().is_none(),
+            "{rule}"
+        );
+    }
+    let all = Api::<Secret>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for s in all
+        .items
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() != Some(TENANT))
+    {
+        for key in s.data.iter().flat_map(|d| d.keys()) {
+            let value = secret_value(s, key).unwrap_or_default();
+            assert!(
+                !value.contains("canary"),
+                "{}/{}: {key}",
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// 5. A secret rendered into every failure a template can have at a copy (a label value that is
+/// not valid, data that is not base64, JSON and YAML that do not parse, a filter given the wrong
+/// value, a declared type's missing key): the failure is in the rule's status and the log, and
+/// the secret is in neither, nor in any Event, in plain text or base64. The twin: the same
+/// template with a valid label writes the copy.
+#[tokio::test]
+async fn no_status_event_or_log_line_shows_a_secret() {
+    use base64::Engine as _;
+    const CANARY: &str = "c4n4ry-Zq7Wx";
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let (h, tenant) = start(plugin_config()).await;
+    apply_as(
+        &tenant,
+        secret(
+            "creds",
+            "Opaque",
+            json!({}),
+            json!({"password": CANARY, "json": format!("{{\"a\": {CANARY}")}),
+        ),
+    )
+    .await
+    .unwrap();
+    let pw = "(object.data.password | b64decode)";
+    let cases = [
+        (
+            "label",
+            json!({"labels": {"x": format!("{{{{ {pw} }}}} x")}}),
+            None,
+        ),
+        (
+            "label-long",
+            json!({"labels": {"x": format!("{{{{ {pw} * 9 }}}}")}}),
+            None,
+        ),
+        ("data", json!({"data": {"k": format!("{{{{ {pw} }}}}!")}}), None),
+        (
+            "fromjson",
+            json!({"stringData": {"k": "{{ object.data.json | b64decode | fromjson }}"}}),
+            None,
+        ),
+        (
+            "fromyaml",
+            json!({"stringData": {"k": format!("{{{{ ({pw} ~ ': [') | fromyaml }}}}")}}),
+            None,
+        ),
+        (
+            "b64decode",
+            json!({"stringData": {"k": format!("{{{{ {pw} | b64decode }}}}")}}),
+            None,
+        ),
+        (
+            "int",
+            json!({"stringData": {"k": format!("{{{{ {pw} | int + [] }}}}")}}),
+            None,
+        ),
+        (
+            "type",
+            json!({"stringData": {"tls.crt": format!("{{{{ {pw} }}}}")}}),
+            Some("kubernetes.io/tls"),
+        ),
+    ];
+    for (name, config, secret_type) in &cases {
+        let mut spec = json!({"source": {"kind": "Secret", "name": "creds"},
+                              "targets": [{"namespace": TENANT, "name": format!("copy-{name}")}],
+                              "transforms": [{"plugin": "file://template.wasm", "config": config}]});
+        if let Some(type_) = secret_type {
+            spec["secretType"] = json!(type_);
+        }
+        apply_as(&tenant, sync_rule(name, spec)).await.unwrap();
+    }
+    apply_as(
+        &tenant,
+        sync_rule(
+            "fine",
+            json!({"source": {"kind": "Secret", "name": "creds"},
+                   "targets": [{"namespace": TENANT, "name": "copy-fine"}],
+                   "transforms": [{"plugin": "file://template.wasm",
+                                   "config": {"labels": {"x": "{{ target.name }}"}}}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_tenant_rule(&tenant, "fine", "True", "Synced").await;
+    let mut messages = Vec::new();
+    for (name, ..) in &cases {
+        wait_tenant_rule(&tenant, name, "False", "PluginFailed").await;
+        let rule = Api::<SyncRule>::namespaced(tenant.clone(), TENANT)
+            .get(name)
+            .await
+            .unwrap();
+        let status = rule.status.unwrap();
+        let text = serde_json::to_string(&status).unwrap();
+        messages.push(format!(
+            "{name}: {}",
+            status.targets[0].message.clone().unwrap_or_default()
+        ));
+        for shown in [CANARY.to_owned(), b64(CANARY)] {
+            assert!(!text.contains(&shown), "{name}'s status shows the secret: {text}");
+        }
+    }
+    eprintln!("{messages:#?}");
+    assert!(
+        messages[0].contains("labels[x]: the rendered value is not a valid label value"),
+        "{}",
+        messages[0]
+    );
+    let events = Api::<Event>::namespaced(h.client.clone(), TENANT)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let logged = common::logged();
+    assert!(logged.contains("copy not in sync"), "the failures are logged");
+    for shown in [CANARY.to_owned(), b64(CANARY)] {
+        for event in &events.items {
+            assert!(
+                !event.note.as_deref().unwrap_or_default().contains(&shown),
+                "{event:?}"
+            );
+        }
+        assert!(!logged.contains(&shown), "the log shows the secret");
+    }
+}
