@@ -91,7 +91,7 @@ pub enum OciError {
     WrongMediaType { reference: String, found: String },
     #[error("digest mismatch: expected {expected}, got {actual}")]
     DigestMismatch { expected: String, actual: String },
-    #[error("the artifact is {size} bytes, more than the {limit} allowed (--max-artifact-mib)")]
+    #[error("the artifact is {size} bytes, more than the {limit} allowed")]
     TooLarge { size: u64, limit: u64 },
     /// The registry sent a layer of another size than its manifest gives it.
     #[error("the registry sent {received} bytes of a layer its manifest gives {declared} bytes")]

@@ -10,9 +10,13 @@
 //!   and it is the challenge of the very answer being retried: no second look at the registry
 //!   that could see another one;
 //! - every name is resolved by [`CheckedResolver`], which refuses loopback, link-local and
-//!   metadata addresses unless the registry is one, and the connection goes to the addresses
-//!   it checked; every redirect passes [`Origin::check_redirect`], at most
-//!   [`MAX_REDIRECTS`](super::address::MAX_REDIRECTS) of them;
+//!   metadata addresses unless the registry is one, and private ones outside the allowed
+//!   networks, and the connection goes to the addresses it checked; every redirect passes
+//!   [`Origin::check_redirect`], at most [`MAX_REDIRECTS`](super::address::MAX_REDIRECTS) of them;
+//! - a rule's basic credentials go to a token service only on the registry's own host or one the
+//!   platform trusts ([`Origin::may_send_credentials`]); reqwest drops them on a redirect to
+//!   another host;
+//! - a blob's body is handed back unread, for the caller to stream to disk and check as it comes;
 //! - a registry's answer other than success is shown by its status code alone, never its body;
 //! - environment proxies (`HTTPS_PROXY`...) are not used: the checks above must see the
 //!   addresses connected to.
