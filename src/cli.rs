@@ -385,6 +385,9 @@ impl RegistryArgs {
             },
             trust: RegistryTrust::load(&cas, &[])?,
             timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
+            // The command line gets the controller's defaults: no private networks opened, the
+            // credentials only for the registry's own host.
+            ..crate::plugin::oci::OciSettings::default()
         })
     }
 }
@@ -578,6 +581,44 @@ pub struct OciRunArgs {
         value_name = "SECONDS"
     )]
     pub registry_timeout_secs: u64,
+    /// A private network (CIDR, as 10.96.0.0/12) a registry may send mimeo to: a token service,
+    /// a redirect or an upload location there. Unset: none, only the registry's own host. Repeat
+    /// it or separate with commas.
+    #[arg(
+        long = "registry-allowed-network",
+        env = "MIMEO_REGISTRY_ALLOWED_NETWORKS",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    pub registry_allowed_networks: Vec<crate::plugin::oci::Network>,
+    /// A token service host (host, or host:port) that may be sent a rule's registry credentials
+    /// besides the registry's own host (Docker Hub's auth.docker.io, say). Repeat it or separate
+    /// with commas.
+    #[arg(
+        long = "registry-trusted-realm",
+        env = "MIMEO_REGISTRY_TRUSTED_REALMS",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
+    pub registry_trusted_realms: Vec<String>,
+    /// Registry downloads (a tag resolved, an artifact fetched) at once, for all rules.
+    #[arg(
+        long,
+        env = "MIMEO_PLUGIN_DOWNLOAD_CONCURRENCY",
+        default_value_t = 4,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub plugin_download_concurrency: u16,
+    /// Of those, at most this many for the SyncRules of one namespace.
+    #[arg(
+        long,
+        env = "MIMEO_PLUGIN_DOWNLOADS_PER_NAMESPACE",
+        default_value_t = 2,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub plugin_downloads_per_namespace: u16,
 }
 
 impl OciRunArgs {
@@ -590,6 +631,12 @@ impl OciRunArgs {
             trust: RegistryTrust::load(&self.plugin_registry_cas, &self.plugin_insecure_registries)?,
             insecure_registries: self.plugin_insecure_registries.clone(),
             timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
+            reach: crate::plugin::oci::RegistryReach {
+                allowed_networks: self.registry_allowed_networks.clone(),
+                trusted_realms: self.registry_trusted_realms.clone(),
+            },
+            download_concurrency: self.plugin_download_concurrency.into(),
+            downloads_per_namespace: self.plugin_downloads_per_namespace.into(),
         })
     }
 }
@@ -683,6 +730,50 @@ mod tests {
         };
         assert!(!run(&[]));
         assert!(run(&["--plugin-registry-config-for-sync-rules"]));
+    }
+
+    #[test]
+    fn where_registries_may_send_mimeo_is_configured_by_flags() {
+        let settings = |extra: &[&str]| {
+            let cli = Cli::try_parse_from(["mimeo", "run"].iter().chain(extra)).unwrap();
+            let Command::Run(args) = cli.command else {
+                panic!("not run")
+            };
+            args.oci.settings().unwrap()
+        };
+        let default = settings(&[]);
+        assert_eq!(default.reach, crate::plugin::oci::RegistryReach::default());
+        assert_eq!(
+            (default.download_concurrency, default.downloads_per_namespace),
+            (4, 2)
+        );
+        let given = settings(&[
+            "--registry-allowed-network=10.96.0.0/12,fd00::/8",
+            "--registry-allowed-network",
+            "192.168.4.0/24",
+            "--registry-trusted-realm=auth.docker.io",
+            "--plugin-download-concurrency=8",
+            "--plugin-downloads-per-namespace=1",
+        ]);
+        let networks: Vec<String> = given
+            .reach
+            .allowed_networks
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(networks, ["10.96.0.0/12", "fd00::/8", "192.168.4.0/24"]);
+        assert_eq!(given.reach.trusted_realms, ["auth.docker.io"]);
+        assert_eq!(
+            (given.download_concurrency, given.downloads_per_namespace),
+            (8, 1)
+        );
+        for wrong in [
+            "--registry-allowed-network=10.0.0.0/40",
+            "--registry-allowed-network=cluster.local",
+            "--plugin-download-concurrency=0",
+        ] {
+            assert!(Cli::try_parse_from(["mimeo", "run", wrong]).is_err(), "{wrong}");
+        }
     }
 
     #[test]

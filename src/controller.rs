@@ -6,6 +6,7 @@ mod chain_outputs;
 pub mod diff;
 mod echoes;
 mod error;
+mod failed_downloads;
 mod fleet;
 mod named_namespaces;
 mod plugin_config_maps;

@@ -499,6 +499,14 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
                 "--set-json",
                 r#"plugins.oci.insecureRegistries=["registry.example.com:5000"]"#,
                 "--set-json",
+                r#"plugins.oci.allowedNetworks=["10.96.0.0/12","fd00:10::/64"]"#,
+                "--set-json",
+                r#"plugins.oci.trustedRealms=["auth.docker.io"]"#,
+                "--set",
+                "plugins.oci.downloadConcurrency=6",
+                "--set",
+                "plugins.oci.downloadsPerNamespace=1",
+                "--set-json",
                 r#"plugins.oci.registryCAs=[{"configMap":"corp-ca"},{"configMap":"harbor-ca","key":"harbor.pem","registry":"harbor.example.com:8443"}]"#,
             ],
         ),
@@ -821,6 +829,15 @@ fn check_variant(name: &str, docs: &[Value]) {
                 has_arg("--plugin-insecure-registry=registry.example.com:5000"),
                 "{args:?}"
             );
+            for arg in [
+                "--registry-allowed-network=10.96.0.0/12",
+                "--registry-allowed-network=fd00:10::/64",
+                "--registry-trusted-realm=auth.docker.io",
+                "--plugin-download-concurrency=6",
+                "--plugin-downloads-per-namespace=1",
+            ] {
+                assert!(has_arg(arg), "{arg}: {args:?}");
+            }
             assert!(
                 has_arg("--plugin-registry-ca=/etc/mimeo/registry-ca/0/ca.crt"),
                 "{args:?}"

@@ -476,6 +476,8 @@ pub async fn diff(
         .unwrap_or_default();
     let chain = match plugins
         .chain(
+            key,
+            None,
             &spec.transforms,
             key.namespace.as_deref(),
             &spec.plugin_pull_secrets,

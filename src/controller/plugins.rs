@@ -6,11 +6,13 @@
 //! the pin is kept until the rule changes or its `refreshInterval` passes, so a restart with a
 //! warm artifact cache asks no registry anything.
 
+use super::failed_downloads::FailedDownloads;
 use crate::api::{PluginPin, PullSecretRef, Transform};
 use crate::locks::lock;
 use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_from_docker_config};
 use crate::plugin::source::{PluginSource, parse};
 use crate::plugin::{ChainError, ChainOutcome, Loading, Plugin, PluginHost, TransformContext};
+use crate::sync::ownership::RuleKey;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
@@ -106,6 +108,10 @@ fn withheld_hint(registry: &str) -> String {
          {registry} in pluginPullSecrets"
     )
 }
+
+/// What a failure the artifact carries adds: that it is not downloaded again, and what to do.
+const LASTING_HINT: &str = "; the artifact is not downloaded again for this generation of the rule: \
+                            fix the artifact in the registry (or the reference), then change the rule";
 
 /// Whether the installation allows this reference.
 fn allowed(reference: &OciReference, policy: &OciPolicy) -> Result<(), (&'static str, String)> {
@@ -237,6 +243,8 @@ pub struct Plugins {
     /// Compiles at once: each is a process with up to the compile memory limit, and a slow one
     /// must not hold the permits of calls.
     compiles: Arc<Semaphore>,
+    /// Artifacts a rule's generation failed to download for good: not downloaded again for it.
+    failed_downloads: FailedDownloads,
 }
 
 impl Plugins {
@@ -261,13 +269,19 @@ impl Plugins {
             accepted_configs: Mutex::new(AcceptedConfigs::default()),
             calls: Arc::new(Semaphore::new(permits)),
             compiles: Arc::new(Semaphore::new(compiles)),
+            failed_downloads: FailedDownloads::default(),
         }
     }
 
     /// Loads every plugin of a rule's `transforms` and checks its config. `pins` are the digests
-    /// the rule's status recorded; `spec_changed` says the rule changed since they were.
+    /// the rule's status recorded; `spec_changed` says the rule changed since they were. `rule`
+    /// and its `generation` key what failed to download for good, which is not downloaded again
+    /// for them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn chain(
         &self,
+        rule: &RuleKey,
+        generation: Option<i64>,
         transforms: &[Transform],
         rule_namespace: Option<&str>,
         pull_secrets: &[PullSecretRef],
@@ -291,6 +305,7 @@ impl Plugins {
                 PluginSource::Oci(reference) => {
                     let (plugin, pin, due, stale) = self
                         .load_oci(
+                            (rule, generation),
                             transform,
                             reference,
                             rule_namespace,
@@ -344,8 +359,10 @@ impl Plugins {
 
     /// An `oci://` plugin: allowed by the installation, pinned to a digest (the recorded one if
     /// it still stands), fetched (from the cache when there) and compiled once per digest.
+    #[allow(clippy::too_many_arguments)]
     async fn load_oci(
         &self,
+        (rule, generation): (&RuleKey, Option<i64>),
         transform: &Transform,
         reference: &OciReference,
         rule_namespace: Option<&str>,
@@ -378,6 +395,9 @@ impl Plugins {
             if withheld && matches!(e, OciError::Unauthorized { .. }) {
                 message.push_str(&withheld_hint(&reference.registry));
             }
+            if e.is_lasting() {
+                message.push_str(LASTING_HINT);
+            }
             problem(e.reason(), message)
         };
         let refresh = transform.refresh_interval.as_deref().and_then(parse_interval);
@@ -396,7 +416,11 @@ impl Plugins {
                 let recorded = pins.iter().find(|p| p.plugin == name);
                 match recorded.and_then(|p| pin_stands(p, spec_changed, refresh, now).map(|d| (p, d))) {
                     Some((pin, due)) => (pin.clone(), due),
-                    None => match self.oci.resolve(reference, credentials().await?).await {
+                    None => match self
+                        .oci
+                        .resolve_for(reference, credentials().await?, rule_namespace)
+                        .await
+                    {
                         Ok(digest) => {
                             let pin = PluginPin {
                                 plugin: name.clone(),
@@ -436,17 +460,24 @@ impl Plugins {
             }),
             ..problem
         };
+        let pinned = reference.pinned(&pin.digest);
+        let artifact = format!("{}/{}@{}", pinned.registry, pinned.repository, pin.digest);
         let fetched = match self.oci.cached(&pin.digest).await {
             Ok(Some(fetched)) => fetched,
             // A cache that cannot be read costs a download (fetch says why), not the plugin.
-            Ok(None) | Err(_) => self
-                .oci
-                .fetch(
-                    &reference.pinned(&pin.digest),
-                    credentials().await.map_err(&refused)?,
-                )
-                .await
-                .map_err(|e| refused(registry_problem(e)))?,
+            Ok(None) | Err(_) => {
+                if let Some(failed) = self.failed_downloads.get(rule, generation, &artifact) {
+                    return Err(refused(registry_problem(failed)));
+                }
+                let credentials = credentials().await.map_err(&refused)?;
+                match self.oci.fetch_for(&pinned, credentials, rule_namespace).await {
+                    Ok(fetched) => fetched,
+                    Err(e) => {
+                        self.failed_downloads.failed(rule, generation, &artifact, &e);
+                        return Err(refused(registry_problem(e)));
+                    }
+                }
+            }
         };
         let plugin = self
             .compile(&name, fetched.bytes.to_vec())

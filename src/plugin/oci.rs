@@ -9,9 +9,11 @@
 //! ([`distribution`]), because a rule's author chooses the registry and the registry chooses
 //! where its token service and its redirects send mimeo: only places [`address`] allows, and never
 //! a registry's error body in a message. What is added here: strict references, size caps before
-//! and while downloading, digest checks of our own, a bounded content-addressed disk cache (so
+//! and while downloading, digest checks of our own as a layer streams to disk ([`streamed`]), so
+//! that memory stays flat whatever an artifact's size, a bounded content-addressed disk cache (so
 //! pinned references need no registry after a restart), one download per digest however many
-//! rules ask at once, and errors with a reason for a status condition and never a secret in them.
+//! rules ask at once, a global limit on downloads at once with a share of it per namespace
+//! ([`slots`]), and errors with a reason for a status condition and never a secret in them.
 
 mod address;
 mod cache;
@@ -19,8 +21,14 @@ mod challenge;
 mod credentials;
 mod distribution;
 mod manifest;
+mod network;
 mod reference;
+mod slots;
+mod streamed;
 mod trust;
+
+pub use address::RegistryReach;
+pub use network::{Network, NetworkError};
 
 pub use credentials::{Credentials, credentials_from_docker_config};
 pub use manifest::{
@@ -32,8 +40,10 @@ pub use trust::{CaArgument, RegistryTrust, TrustError};
 use crate::sync::hash::digest_bytes;
 use cache::Cache;
 use distribution::RegistryClient;
+use futures::StreamExt as _;
 use oci_client::manifest::{OciImageManifest, OciManifest};
 use oci_wasm::{ToConfig, WasmConfig};
+use slots::DownloadSlots;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,6 +93,9 @@ pub enum OciError {
     DigestMismatch { expected: String, actual: String },
     #[error("the artifact is {size} bytes, more than the {limit} allowed")]
     TooLarge { size: u64, limit: u64 },
+    /// The registry sent a layer of another size than its manifest gives it.
+    #[error("the registry sent {received} bytes of a layer its manifest gives {declared} bytes")]
+    LayerSizeMismatch { declared: u64, received: String },
     #[error("artifact cache: {0}")]
     Cache(String),
     #[error("registry: {0}")]
@@ -94,8 +107,9 @@ pub enum OciError {
     /// The registry's challenge named a token service mimeo does not ask: see [`address`].
     #[error(
         "registry {registry} named the token service {realm}, which mimeo does not ask: {why}. A token \
-         service must be HTTPS unless the registry is reached over plain HTTP, and off loopback, \
-         link-local and cloud metadata addresses unless the registry is there too: fix the \
+         service must be HTTPS unless the registry is reached over plain HTTP, off loopback, \
+         link-local and cloud metadata addresses unless the registry is there too, and off private \
+         addresses outside the networks the platform allowed (--registry-allowed-network): fix the \
          registry's token configuration, or use another registry"
     )]
     TokenRealmRefused {
@@ -107,7 +121,8 @@ pub enum OciError {
     #[error(
         "registry {registry} sent mimeo to {location}, which mimeo does not follow: {why}. Redirects \
          must stay HTTPS unless the registry is reached over plain HTTP, off loopback, link-local \
-         and cloud metadata addresses unless the registry is there too, and be few"
+         and cloud metadata addresses unless the registry is there too, off private addresses \
+         outside the networks the platform allowed (--registry-allowed-network), and be few"
     )]
     RedirectRefused {
         registry: String,
@@ -127,6 +142,7 @@ impl OciError {
             OciError::WrongMediaType { .. } => "WrongMediaType",
             OciError::DigestMismatch { .. } => "DigestMismatch",
             OciError::TooLarge { .. } => "ArtifactTooLarge",
+            OciError::LayerSizeMismatch { .. } => "ArtifactSizeMismatch",
             OciError::Cache(_) => "ArtifactCacheFailed",
             OciError::Registry(_) => "RegistryError",
             OciError::InvalidCredentials(_) => "InvalidCredentials",
@@ -142,6 +158,17 @@ impl OciError {
         matches!(
             self,
             OciError::Unreachable { .. } | OciError::Registry(_) | OciError::Cache(_)
+        )
+    }
+
+    /// Whether the artifact itself is wrong, whatever the network or the time: the bytes a
+    /// pinned digest names do not hash to it, or are not the size they are said to be, or too
+    /// large. Downloading it again would fetch the same bytes, so a rule does not, until it
+    /// changes.
+    pub fn is_lasting(&self) -> bool {
+        matches!(
+            self,
+            OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } | OciError::TooLarge { .. }
         )
     }
 }
@@ -161,8 +188,15 @@ pub struct OciSettings {
     /// CAs trusted for HTTPS registries beside the system's roots.
     pub trust: RegistryTrust,
     /// The longest one registry exchange may take, connecting included: resolving a tag, reading
-    /// a manifest, reading a layer, or a whole push.
+    /// a manifest, reading a layer, or a whole push. Waiting for a download slot is not counted.
     pub timeout: Duration,
+    /// Where registries may send mimeo beyond the defaults, and which token services get
+    /// credentials.
+    pub reach: RegistryReach,
+    /// Registry downloads (a tag resolved, a manifest and its layer fetched) at once, in all.
+    pub download_concurrency: usize,
+    /// Of those, at most this many for the rules of one namespace.
+    pub downloads_per_namespace: usize,
 }
 
 impl OciSettings {
@@ -187,6 +221,9 @@ impl Default for OciSettings {
             insecure_registries: vec![],
             trust: RegistryTrust::default(),
             timeout: Duration::from_secs(60),
+            reach: RegistryReach::default(),
+            download_concurrency: 4,
+            downloads_per_namespace: 2,
         }
     }
 }
@@ -214,6 +251,8 @@ pub struct Oci {
     requests: AtomicU64,
     /// Downloads in flight, so concurrent fetches of one artifact share one.
     downloads: Mutex<HashMap<String, SharedDownload>>,
+    /// How many registry downloads run at once, and for one namespace.
+    slots: Arc<DownloadSlots>,
 }
 
 /// Picks the process's rustls crypto provider if none is picked yet. Two are linked (ring, which
@@ -255,10 +294,11 @@ impl Oci {
         install_crypto_provider();
         Ok(Oci {
             cache: Cache::new(settings.cache_dir.clone(), settings.cache_max_bytes)?,
-            settings,
+            settings: settings.clone(),
             clients: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
             downloads: Mutex::new(HashMap::new()),
+            slots: DownloadSlots::new(settings.download_concurrency, settings.downloads_per_namespace),
         })
     }
 
@@ -328,9 +368,21 @@ impl Oci {
         reference: &OciReference,
         credentials: &Credentials,
     ) -> Result<String, OciError> {
+        self.resolve_for(reference, credentials, None).await
+    }
+
+    /// [`resolve`](Self::resolve) for a rule of namespace `share` (`None`: a cluster rule or
+    /// the command line), under a download slot of that namespace's share.
+    pub async fn resolve_for(
+        &self,
+        reference: &OciReference,
+        credentials: &Credentials,
+        share: Option<&str>,
+    ) -> Result<String, OciError> {
         if let Some(digest) = &reference.digest {
             return Ok(digest.clone());
         }
+        let _slot = self.slots.acquire(share).await;
         let client = self.client_for(reference, credentials)?;
         let limit = self.settings.max_artifact_bytes;
         let digest = self
@@ -357,7 +409,18 @@ impl Oci {
         reference: &OciReference,
         credentials: &Credentials,
     ) -> Result<Fetched, OciError> {
-        let digest = self.resolve(reference, credentials).await?;
+        self.fetch_for(reference, credentials, None).await
+    }
+
+    /// [`fetch`](Self::fetch) for a rule of namespace `share` (`None`: a cluster rule or the
+    /// command line): a download waits for a slot of that namespace's share, then a global one.
+    pub async fn fetch_for(
+        &self,
+        reference: &OciReference,
+        credentials: &Credentials,
+        share: Option<&str>,
+    ) -> Result<Fetched, OciError> {
+        let digest = self.resolve_for(reference, credentials, share).await?;
         let pinned = reference.pinned(&digest);
         match self.cached(&digest).await {
             Ok(Some(fetched)) => return Ok(fetched),
@@ -385,7 +448,10 @@ impl Oci {
             .get_or_init(|| async {
                 match self.cached(&digest).await {
                     Ok(Some(fetched)) => Ok(fetched),
-                    _ => self.download(&pinned, credentials).await,
+                    _ => {
+                        let _slot = self.slots.acquire(share).await;
+                        self.download(&pinned, credentials).await
+                    }
                 }
             })
             .await
@@ -416,13 +482,15 @@ impl Oci {
         }))
     }
 
-    /// Downloads a pinned artifact, checks it and stores it.
+    /// Downloads a pinned artifact, checks it and stores it. The manifest is read whole (capped:
+    /// [`distribution::MAX_MANIFEST_BYTES`]); the layer streams into the cache's `tmp/`, its size
+    /// and digest checked as it comes ([`streamed::LayerCheck`]), and is renamed into place only
+    /// once it matched, so no layer is ever held in memory to be checked.
     async fn download(&self, pinned: &OciReference, credentials: &Credentials) -> Result<Fetched, OciError> {
         let expected = pinned.digest.clone().unwrap_or_default();
         let shown = pinned.to_string();
         let limit = self.settings.max_artifact_bytes;
         let client = self.client_for(pinned, credentials)?;
-        // Read whole before anything looks at it; the cap keeps a huge one out of memory.
         let body = self
             .call(pinned, credentials, client.manifest(pinned, limit))
             .await?;
@@ -430,44 +498,38 @@ impl Oci {
         if actual != expected {
             return Err(OciError::DigestMismatch { expected, actual });
         }
-        let (layer, annotations) = manifest::check_manifest(&body, &shown, limit)?;
+        let (layer, _) = manifest::check_manifest(&body, &shown, limit)?;
 
         // From the registry (and where it redirects, within `address`): a descriptor's `urls`
         // could send the request anywhere, and are not read.
-        let bytes = self
-            .call(pinned, credentials, client.blob(pinned, &layer.digest, limit))
-            .await?;
-        if bytes.len() as u64 != layer.size {
-            return Err(OciError::Registry(format!(
-                "{shown}: the layer is {} bytes, the manifest says {}",
-                bytes.len(),
-                layer.size
-            )));
-        }
-        let actual = digest_bytes(&bytes);
-        if actual != layer.digest {
-            return Err(OciError::DigestMismatch {
-                expected: layer.digest,
-                actual,
-            });
-        }
-
-        let bytes = Arc::new(bytes);
-        let (cache, stored, digest) = (self.cache.clone(), bytes.clone(), expected.clone());
-        let put = tokio::task::spawn_blocking(move || cache.put(&digest, &body, &stored))
+        let stream = async {
+            let response = client.blob(pinned, &layer.digest).await?;
+            let mut check = streamed::LayerCheck::new(&layer.digest, layer.size, limit);
+            check.announced(response.content_length())?;
+            let mut partial = self.cache.partial()?;
+            let mut chunks = response.bytes_stream();
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk.map_err(|e| client.request_error(e))?;
+                check.feed(&chunk)?;
+                partial.write(&chunk).await?;
+            }
+            check.finish()?;
+            partial.finish().await?;
+            Ok(partial)
+        };
+        let partial = self.call(pinned, credentials, stream).await?;
+        let (cache, digest, layer_digest) = (self.cache.clone(), expected.clone(), layer.digest.clone());
+        tokio::task::spawn_blocking(move || cache.put_downloaded(&digest, &body, partial, &layer_digest))
             .await
-            .map_err(|e| OciError::Cache(e.to_string()))
-            .and_then(|r| r);
-        // The artifact is good; a full or read-only disk only costs a download next time.
-        if let Err(e) = put {
-            tracing::warn!(reference = %shown, error = %e, "could not cache a plugin artifact");
-        }
+            .map_err(|e| OciError::Cache(e.to_string()))??;
+        // Read back as any cached artifact is, checked again on the way.
+        let fetched = self
+            .cached(&expected)
+            .await?
+            .ok_or_else(|| OciError::Cache(format!("{shown}: stored, and gone before it could be read")))?;
         Ok(Fetched {
-            bytes,
-            manifest_digest: expected,
-            layer_digest: layer.digest,
             from_cache: false,
-            annotations,
+            ..fetched
         })
     }
 
@@ -617,6 +679,10 @@ mod tests {
                 actual: String::new(),
             },
             OciError::TooLarge { size: 0, limit: 0 },
+            OciError::LayerSizeMismatch {
+                declared: 0,
+                received: String::new(),
+            },
             OciError::Cache(String::new()),
             OciError::Registry(String::new()),
             OciError::InvalidCredentials(String::new()),

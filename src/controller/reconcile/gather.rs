@@ -338,6 +338,8 @@ async fn resolve_chain<R: RuleResource>(
     }
     ctx.plugins
         .chain(
+            key,
+            rule.meta().generation,
             &spec.transforms,
             key.namespace.as_deref(),
             &spec.plugin_pull_secrets,

@@ -12,7 +12,8 @@
 //! (`private_dir`), but a file planted in it still could not make a pinned digest run other code.
 //!
 //! Every write is a temp file renamed into place, so a reader (in this or another process) sees
-//! a whole file or none. A blob's mtime is its last use; when the blobs add up to more than the
+//! a whole file or none. A download streams into such a file ([`Partial`]), checked as it comes,
+//! and is renamed into place only once its digest matched; one that failed is removed. A blob's mtime is its last use; when the blobs add up to more than the
 //! limit the least recently used go first, but never the one just stored or read. Blocking: call
 //! it off the async runtime.
 
@@ -139,7 +140,9 @@ impl Cache {
     }
 
     /// Stores a verified manifest under its digest and its layer under the layer's, then evicts
-    /// down to the limit, keeping this blob.
+    /// down to the limit, keeping this blob. Downloads stream instead
+    /// ([`put_downloaded`](Self::put_downloaded)); the tests fill the cache with this.
+    #[cfg(test)]
     pub fn put(&self, manifest_digest: &str, manifest: &[u8], bytes: &[u8]) -> Result<(), OciError> {
         let layer = digest_bytes(bytes);
         if !is_digest(manifest_digest) || digest_bytes(manifest) != manifest_digest {
@@ -157,14 +160,56 @@ impl Cache {
         self.evict(&layer)
     }
 
-    fn write_atomically(&self, path: &Path, bytes: &[u8]) -> Result<(), OciError> {
+    /// A file of `tmp/` no one else uses.
+    fn temp_path(&self, name: &str) -> PathBuf {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
-        let partial = self.dir.join("tmp").join(format!(
+        self.dir.join("tmp").join(format!(
             "{name}.{}.{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        ))
+    }
+
+    /// A new file in `tmp/` for a download to stream into; removed when dropped unless stored
+    /// with [`put_downloaded`](Self::put_downloaded).
+    pub fn partial(&self) -> Result<Partial, OciError> {
+        let path = self.temp_path("download");
+        let file = std::fs::File::create_new(&path).map_err(|e| cache_error("creating", &path, e))?;
+        Ok(Partial {
+            file: Some(tokio::fs::File::from_std(file)),
+            path,
+        })
+    }
+
+    /// Stores a verified manifest and the layer a download streamed into `partial` (checked
+    /// against `layer` as it came: [`super::streamed`]), then evicts down to the limit, keeping
+    /// this blob.
+    pub fn put_downloaded(
+        &self,
+        manifest_digest: &str,
+        manifest: &[u8],
+        mut partial: Partial,
+        layer: &str,
+    ) -> Result<(), OciError> {
+        if !is_digest(manifest_digest) || digest_bytes(manifest) != manifest_digest || !is_digest(layer) {
+            return Err(OciError::Cache(format!(
+                "refusing to store a manifest under {manifest_digest}: it does not hash to it"
+            )));
+        }
+        partial.file = None;
+        let blob_path = self.blob_path(layer);
+        if blob_path.exists() {
+            touch(&blob_path);
+        } else {
+            std::fs::rename(&partial.path, &blob_path).map_err(|e| cache_error("writing", &blob_path, e))?;
+        }
+        self.write_atomically(&self.entry_path(manifest_digest), manifest)?;
+        self.evict(layer)
+    }
+
+    fn write_atomically(&self, path: &Path, bytes: &[u8]) -> Result<(), OciError> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
+        let partial = self.temp_path(name);
         let written = std::fs::write(&partial, bytes)
             .and_then(|()| std::fs::File::open(&partial)?.sync_all())
             .and_then(|()| std::fs::rename(&partial, path));
@@ -212,6 +257,41 @@ impl Cache {
             }
         }
         Ok(())
+    }
+}
+
+/// A download being written: the file, and where it is. Removed when dropped, unless it was
+/// renamed into place.
+pub(super) struct Partial {
+    file: Option<tokio::fs::File>,
+    path: PathBuf,
+}
+
+impl Partial {
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), OciError> {
+        use tokio::io::AsyncWriteExt as _;
+        let file = self.file.as_mut().expect("written before it is stored");
+        file.write_all(chunk)
+            .await
+            .map_err(|e| cache_error("writing", &self.path, e))
+    }
+
+    /// Everything written is on disk.
+    pub async fn finish(&mut self) -> Result<(), OciError> {
+        use tokio::io::AsyncWriteExt as _;
+        let file = self.file.as_mut().expect("finished before it is stored");
+        let synced = match file.flush().await {
+            Ok(()) => file.sync_all().await,
+            Err(e) => Err(e),
+        };
+        synced.map_err(|e| cache_error("writing", &self.path, e))
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        // Gone already when it was renamed into place.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -334,6 +414,40 @@ mod tests {
         );
         assert!(!cache.entry_path(&pinned).exists(), "and removed");
         assert!(cache.put(&pinned, &manifest(planted, 2), planted).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_download_is_stored_once_whole_and_a_failed_one_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_owned(), 1 << 20).unwrap();
+        let layer = b"streamed component";
+        let manifest = manifest(layer, 1);
+        let name = digest(&manifest);
+        let mut partial = cache.partial().unwrap();
+        for chunk in layer.chunks(5) {
+            partial.write(chunk).await.unwrap();
+        }
+        partial.finish().await.unwrap();
+        cache
+            .put_downloaded(&name, &manifest, partial, &digest(layer))
+            .unwrap();
+        assert_eq!(cache.get(&name).unwrap().unwrap().bytes, layer);
+        // A download that failed half way is dropped: nothing of it stays.
+        let mut failed = cache.partial().unwrap();
+        failed.write(b"half a layer").await.unwrap();
+        drop(failed);
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+        // A manifest that is not the digest's is not stored, and neither is its layer.
+        let mut partial = cache.partial().unwrap();
+        partial.write(b"x").await.unwrap();
+        let other = b"{}".to_vec();
+        assert!(
+            cache
+                .put_downloaded(&name, &other, partial, &digest(b"x"))
+                .is_err()
+        );
+        assert!(!cache.blob_path(&digest(b"x")).exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
     }
 
     #[test]

@@ -10,9 +10,13 @@
 //!   and it is the challenge of the very answer being retried: no second look at the registry
 //!   that could see another one;
 //! - every name is resolved by [`CheckedResolver`], which refuses loopback, link-local and
-//!   metadata addresses unless the registry is one, and the connection goes to the addresses
-//!   it checked; every redirect passes [`Origin::check_redirect`], at most
-//!   [`MAX_REDIRECTS`](super::address::MAX_REDIRECTS) of them;
+//!   metadata addresses unless the registry is one, and private ones outside the allowed
+//!   networks, and the connection goes to the addresses it checked; every redirect passes
+//!   [`Origin::check_redirect`], at most [`MAX_REDIRECTS`](super::address::MAX_REDIRECTS) of them;
+//! - a rule's basic credentials go to a token service only on the registry's own host or one the
+//!   platform trusts ([`Origin::may_send_credentials`]); reqwest drops them on a redirect to
+//!   another host;
+//! - a blob's body is handed back unread, for the caller to stream to disk and check as it comes;
 //! - a registry's answer other than success is shown by its status code alone, never its body;
 //! - environment proxies (`HTTPS_PROXY`...) are not used: the checks above must see the
 //!   addresses connected to.
@@ -90,7 +94,7 @@ impl RegistryClient {
         let building = |e: &dyn std::error::Error| {
             OciError::Registry(format!("building the registry client: {}", with_causes(e)))
         };
-        let origin = Arc::new(Origin::new(reference.host(), plain_http));
+        let origin = Arc::new(Origin::new(reference.host(), plain_http, &settings.reach));
         let redirects = origin.clone();
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("mimeo/", env!("CARGO_PKG_VERSION")))
@@ -234,8 +238,13 @@ impl RegistryClient {
             }
             query.append_pair("scope", scope);
         }
-        let mut request = self.http.get(url);
-        if let Credentials::Basic { username, password } = &self.credentials {
+        // The credentials are for the registry: a token service on another host gets them only
+        // if the platform trusts it with them, and is asked without them otherwise.
+        let withheld = self.credentials != Credentials::Anonymous && !self.origin.may_send_credentials(&url);
+        let mut request = self.http.get(url.clone());
+        if let Credentials::Basic { username, password } = &self.credentials
+            && !withheld
+        {
             request = request.basic_auth(username, Some(password));
         }
         let realm_error = |error: reqwest::Error| match find_refusal(&error) {
@@ -245,7 +254,16 @@ impl RegistryClient {
         let response = request.send().await.map_err(realm_error)?;
         let status = response.status();
         if !status.is_success() {
-            let message = format!("the token service at {shown} answered {status}");
+            let mut message = format!("the token service at {shown} answered {status}");
+            if withheld {
+                message.push_str(&format!(
+                    "; the pull secret's credentials were not sent to it: they go only to the \
+                     registry's own host ({}) or to a token service the platform trusts with them \
+                     (--registry-trusted-realm {})",
+                    self.origin.host(),
+                    url.host_str().unwrap_or_default()
+                ));
+            }
             return Err(match status.as_u16() {
                 401 | 403 => self.unauthorized(message),
                 _ => OciError::Registry(format!("registry {}: {message}", self.registry)),
@@ -278,7 +296,7 @@ impl RegistryClient {
     /// A request that failed: refused by the redirect policy or the resolver (the registry's own
     /// name resolves anywhere, so a refusal is always of a place it sent mimeo to), or a
     /// connection that failed.
-    fn request_error(&self, error: reqwest::Error) -> OciError {
+    pub(super) fn request_error(&self, error: reqwest::Error) -> OciError {
         match find_refusal(&error) {
             Some(refusal) => OciError::RedirectRefused {
                 registry: self.registry.clone(),
@@ -379,21 +397,17 @@ impl RegistryClient {
         self.read(response, limit).await
     }
 
-    /// The bytes of a blob of `reference`'s repository, refused past `limit`. The registry may
-    /// redirect (to object storage), within [`Origin::check_redirect`].
-    pub async fn blob(
-        &self,
-        reference: &OciReference,
-        digest: &str,
-        limit: u64,
-    ) -> Result<Vec<u8>, OciError> {
+    /// The answer to a GET of a blob of `reference`'s repository, its body not read yet: the
+    /// caller streams it ([`super::streamed`]), so that no blob is held in memory whatever its
+    /// size. The registry may redirect (to object storage), within [`Origin::check_redirect`].
+    pub async fn blob(&self, reference: &OciReference, digest: &str) -> Result<Response, OciError> {
         let url = self.url(&format!("v2/{}/blobs/{digest}", reference.repository));
         let scope = scope(&reference.repository, false);
         let response = self.send(&scope, || self.http.get(url.clone())).await?;
         if !response.status().is_success() {
             return Err(self.refused(response, &Method::GET, &url, reference).await);
         }
-        self.read(response, limit).await
+        Ok(response)
     }
 
     async fn read(&self, response: Response, limit: u64) -> Result<Vec<u8>, OciError> {
@@ -578,7 +592,7 @@ mod tests {
     #[tokio::test]
     async fn names_resolving_to_loopback_are_refused_by_the_resolver() {
         super::super::install_crypto_provider();
-        let origin = Arc::new(Origin::new("registry.example", true));
+        let origin = Arc::new(Origin::new("registry.example", true, &Default::default()));
         let client = reqwest::Client::builder()
             .no_proxy()
             .dns_resolver(CheckedResolver { origin })

@@ -6,7 +6,11 @@
 //! every TCP connection accepted, so "no request" is checked as "not even a connection".
 //!
 //! HTTP/1.1, one request per connection (`Connection: close` on every answer), over plain TCP or
-//! TLS under a CA made for the server alone ([`Scripted::start_tls`]).
+//! TLS under a CA made for the server alone ([`Scripted::start_tls`]). A body may be generated
+//! as it is sent ([`Answer::generated`]), any size, never held whole: for a registry serving
+//! huge layers without the test holding them; or stall part way ([`Answer::stalled_after`]),
+//! holding the client until it gives up. [`Scripted::most_in_flight`] says how many answers
+//! were being sent at once, at most.
 
 use crate::pki::ServingPki;
 use crate::{Error, io};
@@ -53,6 +57,11 @@ pub struct Answer {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// A body of this many bytes made as it is sent, in place of `body`.
+    pub generated: Option<u64>,
+    /// Stop sending after this many bytes of the body, and keep the connection open until the
+    /// client closes it.
+    pub stall_after: Option<u64>,
 }
 
 impl Answer {
@@ -61,7 +70,22 @@ impl Answer {
             status,
             headers: vec![],
             body: vec![],
+            generated: None,
+            stall_after: None,
         }
+    }
+
+    /// A body of `length` bytes (a repeating pattern), made as it is sent: its `Content-Length`
+    /// is `length`, and the server holds no more than one 64 KiB chunk of it at a time.
+    pub fn generated(mut self, length: u64) -> Answer {
+        self.generated = Some(length);
+        self
+    }
+
+    /// Sends `bytes` of the body, then nothing more, the connection kept open.
+    pub fn stalled_after(mut self, bytes: u64) -> Answer {
+        self.stall_after = Some(bytes);
+        self
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Answer {
@@ -81,6 +105,7 @@ type Script = dyn Fn(&Asked) -> Answer + Send + Sync;
 pub struct Scripted {
     address: SocketAddr,
     connections: Arc<AtomicUsize>,
+    in_flight: Arc<InFlight>,
     requests: Arc<Mutex<Vec<Asked>>>,
     ca: Option<(tempfile::TempDir, PathBuf)>,
     task: tokio::task::JoinHandle<()>,
@@ -134,19 +159,21 @@ impl Scripted {
         };
         let connections = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let (counted, recorded) = (connections.clone(), requests.clone());
+        let in_flight = Arc::new(InFlight::default());
+        let (counted, recorded, flying) = (connections.clone(), requests.clone(), in_flight.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
                 let (script, recorded, acceptor) = (script.clone(), recorded.clone(), acceptor.clone());
+                let flying = flying.clone();
                 tokio::spawn(async move {
                     match acceptor {
                         Some(acceptor) => {
                             if let Ok(stream) = acceptor.accept(stream).await {
-                                serve(stream, &*script, &recorded).await;
+                                serve(stream, &*script, &recorded, &flying).await;
                             }
                         }
-                        None => serve(stream, &*script, &recorded).await,
+                        None => serve(stream, &*script, &recorded, &flying).await,
                     }
                 });
             }
@@ -154,6 +181,7 @@ impl Scripted {
         Ok(Scripted {
             address,
             connections,
+            in_flight,
             requests,
             ca,
             task,
@@ -172,6 +200,11 @@ impl Scripted {
     /// The CA of a TLS server's certificate, as a PEM file; `None` for plain HTTP.
     pub fn ca_path(&self) -> Option<&Path> {
         self.ca.as_ref().map(|(_, path)| path.as_path())
+    }
+
+    /// The most answers that were being sent at the same time so far.
+    pub fn most_in_flight(&self) -> usize {
+        self.in_flight.most.load(Ordering::SeqCst)
     }
 
     /// TCP connections accepted so far, TLS handshakes or requests or not.
@@ -200,15 +233,41 @@ fn acceptor(pki: &ServingPki) -> Result<tokio_rustls::TlsAcceptor, Error> {
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
+/// Answers being sent now, and the most at once so far.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// One answer being sent, counted in [`InFlight`] while it lives.
+struct Sending<'a>(&'a InFlight);
+
+impl<'a> Sending<'a> {
+    fn start(in_flight: &'a InFlight) -> Sending<'a> {
+        let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        in_flight.most.fetch_max(now, Ordering::SeqCst);
+        Sending(in_flight)
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Reads one request, records it, writes the script's answer and closes.
 async fn serve(
     mut stream: impl AsyncRead + AsyncWrite + Unpin,
     script: &Script,
     recorded: &Mutex<Vec<Asked>>,
+    in_flight: &InFlight,
 ) {
     let Some(asked) = read_request(&mut stream).await else {
         return;
     };
+    let _sending = Sending::start(in_flight);
     let answer = script(&asked);
     recorded
         .lock()
@@ -231,16 +290,42 @@ async fn serve(
     for (name, value) in &answer.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    head.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        answer.body.len()
-    ));
-    let mut response = head.into_bytes();
-    if asked.method != "HEAD" {
-        response.extend_from_slice(&answer.body);
+    let length = answer.generated.unwrap_or(answer.body.len() as u64);
+    head.push_str(&format!("Content-Length: {length}\r\nConnection: close\r\n\r\n"));
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return;
     }
-    let _ = stream.write_all(&response).await;
+    if asked.method != "HEAD" {
+        let sent = length.min(answer.stall_after.unwrap_or(u64::MAX));
+        let written = match answer.generated {
+            Some(_) => write_generated(&mut stream, sent).await,
+            None => stream.write_all(&answer.body[..sent as usize]).await,
+        };
+        if written.is_err() {
+            return;
+        }
+        if answer.stall_after.is_some_and(|after| after < length) {
+            let _ = stream.flush().await;
+            // Until the client gives up: a read returns when it closes the connection.
+            let mut byte = [0u8; 1];
+            let _ = stream.read(&mut byte).await;
+            return;
+        }
+    }
     let _ = stream.shutdown().await;
+}
+
+/// `length` bytes of a repeating pattern, one 64 KiB chunk at a time.
+async fn write_generated(stream: &mut (impl AsyncWrite + Unpin), length: u64) -> std::io::Result<()> {
+    const CHUNK: usize = 64 << 10;
+    let chunk: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    let mut left = length;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        stream.write_all(&chunk[..n]).await?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 async fn read_request(stream: &mut (impl AsyncRead + Unpin)) -> Option<Asked> {
