@@ -625,7 +625,13 @@ fn trap_cause(error: &wasmtime::Error, said: Option<&str>) -> String {
         Some(wasmtime::Trap::UnreachableCodeReached) => {
             "it reached `unreachable` (a panic, an abort or an exception it did not catch)".to_owned()
         }
-        Some(wasmtime::Trap::MemoryOutOfBounds) => "it accessed memory out of bounds".to_owned(),
+        // A guest compiled from Rust or C keeps its stack in its linear memory, at the bottom:
+        // deep recursion runs it below address 0, an access out of bounds, long before the
+        // host's stack limit is reached. That is what most such traps are.
+        Some(wasmtime::Trap::MemoryOutOfBounds) => "it accessed memory out of bounds, most often a stack \
+             overflow (deep or endless recursion, or large locals, exhausting the stack a Rust or C \
+             guest keeps in its linear memory)"
+            .to_owned(),
         Some(wasmtime::Trap::IntegerDivisionByZero) => "it divided an integer by zero".to_owned(),
         Some(wasmtime::Trap::IntegerOverflow) => "an integer overflowed".to_owned(),
         Some(other) => other.to_string(),

@@ -390,6 +390,13 @@ fn traps_say_what_happened_in_words() {
         message("recurse"),
         "the plugin trapped: stack overflow: the plugin's call stack is exhausted (deep or endless recursion)"
     );
+    // A Rust guest's stack lives in its linear memory and runs out there first.
+    assert_eq!(
+        message("recurse-big-frames"),
+        "the plugin trapped: it accessed memory out of bounds, most often a stack overflow (deep or \
+         endless recursion, or large locals, exhausting the stack a Rust or C guest keeps in its \
+         linear memory)"
+    );
 }
 
 /// A host compiling as the controller does, in processes of mimeo's binary started through a
