@@ -633,7 +633,8 @@ pub struct PluginArgs {
     /// --plugin-compile-timeout-secs a compile could use that many times more.
     #[arg(long, env = "MIMEO_PLUGIN_COMPILE_CPU_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     pub plugin_compile_cpu_secs: u64,
-    /// Plugins compiled at once, over all rules; each compile is a process of its own.
+    /// Plugins compiled at once, over all rules; each compile is a process of its own. Turns go
+    /// round the namespaces of the rules waiting.
     #[arg(long, env = "MIMEO_PLUGIN_COMPILE_CONCURRENCY", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub plugin_compile_concurrency: u32,
 }
