@@ -176,7 +176,7 @@ pub enum PluginCommand {
 }
 
 /// The settings of the controller's plugin host that decide what a compiled artifact is, and
-/// the compile's memory limit.
+/// the compile's memory and CPU time limits.
 #[derive(Args, Debug, Clone)]
 pub struct CompileIntoCacheArgs {
     #[arg(long)]
@@ -191,6 +191,8 @@ pub struct CompileIntoCacheArgs {
     pub concurrency: u32,
     #[arg(long)]
     pub max_compile_mib: u64,
+    #[arg(long)]
+    pub max_compile_cpu_secs: u64,
 }
 
 impl CompileIntoCacheArgs {
@@ -680,7 +682,13 @@ pub struct PluginArgs {
     /// Most memory compiling one plugin may use, in MiB (the compiling process's data limit).
     #[arg(long, env = "MIMEO_PLUGIN_COMPILE_MEMORY_MIB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(64..))]
     pub plugin_compile_memory_mib: u64,
-    /// Plugins compiled at once, over all rules; each compile is a process of its own.
+    /// Most CPU time compiling one plugin may use, in seconds, over all its threads (the
+    /// compiling process's CPU limit): Cranelift compiles on every core, so within
+    /// --plugin-compile-timeout-secs a compile could use that many times more.
+    #[arg(long, env = "MIMEO_PLUGIN_COMPILE_CPU_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    pub plugin_compile_cpu_secs: u64,
+    /// Plugins compiled at once, over all rules; each compile is a process of its own. Turns go
+    /// round the namespaces of the rules waiting.
     #[arg(long, env = "MIMEO_PLUGIN_COMPILE_CONCURRENCY", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub plugin_compile_concurrency: u32,
 }
@@ -700,6 +708,7 @@ impl PluginArgs {
                 program,
                 timeout: std::time::Duration::from_secs(self.plugin_compile_timeout_secs),
                 max_memory_bytes: self.plugin_compile_memory_mib << 20,
+                max_cpu_time: std::time::Duration::from_secs(self.plugin_compile_cpu_secs),
             }),
         }
     }

@@ -3,10 +3,12 @@
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
 mod chain_outputs;
+mod compile_queue;
 pub mod diff;
 mod echoes;
 mod error;
 mod failed_downloads;
+mod fair_queue;
 mod fleet;
 mod named_namespaces;
 mod plugin_config_maps;

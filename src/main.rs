@@ -118,6 +118,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 &args.host_settings(),
                 &args.digest,
                 args.max_compile_mib << 20,
+                args.max_compile_cpu_secs,
             )?;
             Ok(ExitCode::SUCCESS)
         }

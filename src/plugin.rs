@@ -122,6 +122,10 @@ pub enum PluginError {
         "compiling the plugin needed more than {} MiB of memory (--plugin-compile-memory-mib); mimeo does not try this component again until it restarts", .0 >> 20
     )]
     CompileOutOfMemory(u64),
+    #[error(
+        "compiling the plugin used more than {} s of CPU time (--plugin-compile-cpu-secs); mimeo does not try this component again until it restarts", .0.as_secs()
+    )]
+    CompileCpuTime(Duration),
     #[error("the plugin needs imports this host does not provide: {0}")]
     Link(String),
     #[error("the plugin ran past its deadline of {0:?}")]
@@ -163,7 +167,8 @@ impl PluginError {
             | PluginError::OutOfMemory(_)
             | PluginError::OutputTooLarge(..)
             | PluginError::CompileTimeout(_)
-            | PluginError::CompileOutOfMemory(_) => self.to_string(),
+            | PluginError::CompileOutOfMemory(_)
+            | PluginError::CompileCpuTime(_) => self.to_string(),
             PluginError::Trap { .. } => "the plugin trapped".into(),
             PluginError::InvalidOutput(_) => "the plugin returned invalid JSON".into(),
             PluginError::Violation(_) => "the plugin broke a rule of what it may change".into(),
@@ -182,6 +187,7 @@ impl PluginError {
             PluginError::Compile(_) => "compile",
             PluginError::CompileTimeout(_) => "compile_timeout",
             PluginError::CompileOutOfMemory(_) => "compile_out_of_memory",
+            PluginError::CompileCpuTime(_) => "compile_cpu_time",
             PluginError::Link(_) => "link",
             PluginError::Timeout(_) => "timeout",
             PluginError::OutOfMemory(_) => "out_of_memory",
@@ -363,7 +369,7 @@ pub struct PluginHost {
     engine: engine::Engine,
     settings: HostSettings,
     loaded: Mutex<HashMap<String, Arc<Plugin>>>,
-    /// Components whose compile ran out of time or memory, by digest: compiling them again would
+    /// Components whose compile ran out of time, CPU time or memory, by digest: compiling them again would
     /// only cost as much again, on every reconcile of every rule that names them.
     refused: Mutex<HashMap<String, CompileRefusal>>,
 }
@@ -372,6 +378,7 @@ pub struct PluginHost {
 enum CompileRefusal {
     Timeout(Duration),
     Memory(u64),
+    CpuTime(Duration),
 }
 
 impl CompileRefusal {
@@ -379,6 +386,7 @@ impl CompileRefusal {
         match error {
             PluginError::CompileTimeout(limit) => Some(CompileRefusal::Timeout(*limit)),
             PluginError::CompileOutOfMemory(limit) => Some(CompileRefusal::Memory(*limit)),
+            PluginError::CompileCpuTime(limit) => Some(CompileRefusal::CpuTime(*limit)),
             _ => None,
         }
     }
@@ -387,6 +395,7 @@ impl CompileRefusal {
         match self {
             CompileRefusal::Timeout(limit) => PluginError::CompileTimeout(limit),
             CompileRefusal::Memory(limit) => PluginError::CompileOutOfMemory(limit),
+            CompileRefusal::CpuTime(limit) => PluginError::CompileCpuTime(limit),
         }
     }
 }
@@ -625,7 +634,13 @@ fn trap_cause(error: &wasmtime::Error, said: Option<&str>) -> String {
         Some(wasmtime::Trap::UnreachableCodeReached) => {
             "it reached `unreachable` (a panic, an abort or an exception it did not catch)".to_owned()
         }
-        Some(wasmtime::Trap::MemoryOutOfBounds) => "it accessed memory out of bounds".to_owned(),
+        // A guest compiled from Rust or C keeps its stack in its linear memory, at the bottom:
+        // deep recursion runs it below address 0, an access out of bounds, long before the
+        // host's stack limit is reached. That is what most such traps are.
+        Some(wasmtime::Trap::MemoryOutOfBounds) => "it accessed memory out of bounds, most often a stack \
+             overflow (deep or endless recursion, or large locals, exhausting the stack a Rust or C \
+             guest keeps in its linear memory)"
+            .to_owned(),
         Some(wasmtime::Trap::IntegerDivisionByZero) => "it divided an integer by zero".to_owned(),
         Some(wasmtime::Trap::IntegerOverflow) => "an integer overflowed".to_owned(),
         Some(other) => other.to_string(),

@@ -390,11 +390,22 @@ fn traps_say_what_happened_in_words() {
         message("recurse"),
         "the plugin trapped: stack overflow: the plugin's call stack is exhausted (deep or endless recursion)"
     );
+    // A Rust guest's stack lives in its linear memory and runs out there first.
+    assert_eq!(
+        message("recurse-big-frames"),
+        "the plugin trapped: it accessed memory out of bounds, most often a stack overflow (deep or \
+         endless recursion, or large locals, exhausting the stack a Rust or C guest keeps in its \
+         linear memory)"
+    );
 }
 
 /// A host compiling as the controller does, in processes of mimeo's binary started through a
 /// script that counts them.
-fn compiling_host(timeout: Duration, max_memory_bytes: u64) -> (PluginHost, std::path::PathBuf) {
+fn compiling_host(
+    timeout: Duration,
+    max_memory_bytes: u64,
+    max_cpu_time: Duration,
+) -> (PluginHost, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap().keep();
     let (script, log) = (dir.join("compile"), dir.join("runs"));
@@ -414,6 +425,7 @@ fn compiling_host(timeout: Duration, max_memory_bytes: u64) -> (PluginHost, std:
             program: script,
             timeout,
             max_memory_bytes,
+            max_cpu_time,
         }),
         ..Default::default()
     })
@@ -427,7 +439,7 @@ fn compiler_runs(log: &std::path::Path) -> usize {
 
 #[test]
 fn a_compiler_process_compiles_plugins_into_the_cache() {
-    let (host, runs) = compiling_host(Duration::from_secs(120), 1 << 30);
+    let (host, runs) = compiling_host(Duration::from_secs(120), 1 << 30, Duration::from_secs(120));
     let filter = load(&host, "filter-keys");
     let out = host
         .transform(
@@ -463,7 +475,7 @@ fn a_compiler_process_compiles_plugins_into_the_cache() {
 /// hugely at the memory limit, each with words that name the limit; neither is compiled again.
 #[test]
 fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_again() {
-    let (host, runs) = compiling_host(Duration::from_secs(2), 1 << 30);
+    let (host, runs) = compiling_host(Duration::from_secs(2), 1 << 30, Duration::from_secs(120));
     let slow = common::slow_to_compile_component(30, 200, 5_000);
     let started = Instant::now();
     let err = host.load("slow", &slow).unwrap_err();
@@ -478,7 +490,7 @@ fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_ag
     assert_eq!(again.to_string(), err.to_string());
     assert_eq!(compiler_runs(&runs), 1, "refused without compiling again");
 
-    let (host, runs) = compiling_host(Duration::from_secs(120), 384 << 20);
+    let (host, runs) = compiling_host(Duration::from_secs(120), 384 << 20, Duration::from_secs(120));
     let huge = common::slow_to_compile_component(1, 2000, 50_000);
     let started = Instant::now();
     let err = host.load("huge", &huge).unwrap_err();
@@ -496,4 +508,31 @@ fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_ag
     // The host goes on: a real plugin compiles and runs.
     let filter = load(&host, "filter-keys");
     assert!(host.transform(&filter, &ctx(), "{}", &copy().to_string()).is_ok());
+}
+
+/// A compile that spends more CPU time than its limit is stopped there, however much of its wall
+/// clock time is left (Cranelift compiles the 30 functions on every core), in words that name
+/// the limit; it is not compiled again. A small component compiles under the same limit.
+#[test]
+fn a_compile_past_its_cpu_time_is_stopped_and_not_tried_again() {
+    let (host, runs) = compiling_host(Duration::from_secs(120), 1 << 30, Duration::from_secs(1));
+    let slow = common::slow_to_compile_component(30, 200, 5_000);
+    let started = Instant::now();
+    let err = host.load("slow", &slow).unwrap_err();
+    let took = started.elapsed();
+    eprintln!("the compile was stopped after {took:?} (CPU limit 1 s, time limit 120 s)");
+    assert_eq!(
+        err.to_string(),
+        "compiling the plugin used more than 1 s of CPU time (--plugin-compile-cpu-secs); \
+         mimeo does not try this component again until it restarts"
+    );
+    assert_eq!(host.load("slow", &slow).unwrap_err().to_string(), err.to_string());
+    assert_eq!(compiler_runs(&runs), 1, "refused without compiling again");
+    let small = host
+        .load("small", &common::slow_to_compile_component(1, 4, 10))
+        .unwrap_err();
+    assert!(
+        matches!(small, PluginError::NotAPlugin(_)),
+        "compiled, and found to be no plugin: {small}"
+    );
 }

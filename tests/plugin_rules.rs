@@ -559,6 +559,7 @@ async fn a_component_slow_to_compile_is_refused_and_other_rules_go_on() {
         program: env!("CARGO_BIN_EXE_mimeo").into(),
         timeout: Duration::from_secs(3),
         max_memory_bytes: 1 << 30,
+        max_cpu_time: Duration::from_secs(120),
     });
     let h = harness_with(config).await;
     let mut control =

@@ -7,6 +7,7 @@
 //! warm artifact cache asks no registry anything.
 
 use super::failed_downloads::FailedDownloads;
+use super::compile_queue::CompileQueue;
 use crate::api::{PluginPin, PullSecretRef, Transform};
 use crate::locks::lock;
 use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_from_docker_config};
@@ -240,9 +241,10 @@ pub struct Plugins {
     /// (digest, config) pairs the plugin accepted.
     accepted_configs: Mutex<AcceptedConfigs>,
     calls: Arc<Semaphore>,
-    /// Compiles at once: each is a process with up to the compile memory limit, and a slow one
-    /// must not hold the permits of calls.
-    compiles: Arc<Semaphore>,
+    /// Turns to compile, taken in turn by the namespaces of the rules waiting: each compile is a
+    /// process with up to the compile memory limit, and a slow one must not hold the permits of
+    /// calls, nor one tenant's many hold everyone else's.
+    compiles: Arc<CompileQueue>,
     /// Artifacts a rule's generation failed to download for good: not downloaded again for it.
     failed_downloads: FailedDownloads,
 }
@@ -268,7 +270,7 @@ impl Plugins {
             config_maps: Mutex::new(HashMap::new()),
             accepted_configs: Mutex::new(AcceptedConfigs::default()),
             calls: Arc::new(Semaphore::new(permits)),
-            compiles: Arc::new(Semaphore::new(compiles)),
+            compiles: CompileQueue::new(compiles),
             failed_downloads: FailedDownloads::default(),
         }
     }
@@ -324,7 +326,10 @@ impl Plugins {
                     }
                     plugin
                 }
-                _ => self.load(&transform.plugin, &source).await.map_err(&problem)?,
+                _ => self
+                    .load(&transform.plugin, &source, rule_namespace)
+                    .await
+                    .map_err(&problem)?,
             };
             let config = match &transform.config {
                 Some(value) => value.to_string(),
@@ -480,7 +485,7 @@ impl Plugins {
             }
         };
         let plugin = self
-            .compile(&name, fetched.bytes.to_vec())
+            .compile(&name, fetched.bytes.to_vec(), rule_namespace)
             .await
             .map_err(|e| refused(problem("PluginUnavailable", e)))?;
         let mut artifacts = lock(&self.artifacts);
@@ -551,7 +556,13 @@ impl Plugins {
         )
     }
 
-    async fn load(&self, reference: &str, source: &PluginSource) -> Result<Arc<Plugin>, String> {
+    /// A `file://` or `configmap://` plugin, compiled in a turn of `rule_namespace`.
+    async fn load(
+        &self,
+        reference: &str,
+        source: &PluginSource,
+        rule_namespace: Option<&str>,
+    ) -> Result<Arc<Plugin>, String> {
         match source {
             PluginSource::File(relative) => {
                 let dir = self.plugin_dir.as_ref().ok_or_else(|| {
@@ -571,7 +582,7 @@ impl Plugins {
                 let bytes = tokio::fs::read(&path)
                     .await
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                let plugin = self.compile(reference, bytes).await?;
+                let plugin = self.compile(reference, bytes, rule_namespace).await?;
                 lock(&self.files).insert(path, (stamp.0, stamp.1, plugin.clone()));
                 Ok(plugin)
             }
@@ -603,7 +614,7 @@ impl Plugins {
                     .binary_data
                     .and_then(|mut d| d.remove(key))
                     .ok_or_else(|| format!("ConfigMap {namespace}/{name} has no binaryData key {key}"))?;
-                let plugin = self.compile(reference, bytes.0).await?;
+                let plugin = self.compile(reference, bytes.0, rule_namespace).await?;
                 let mut loaded = lock(&self.config_maps);
                 if loaded.len() >= MAX_CONFIG_MAP_PLUGINS {
                     loaded.clear();
@@ -614,18 +625,30 @@ impl Plugins {
         }
     }
 
-    async fn compile(&self, reference: &str, bytes: Vec<u8>) -> Result<Arc<Plugin>, String> {
+    /// Compiles (or finds compiled) a component for a rule of `rule_namespace`, in that
+    /// namespace's turn.
+    async fn compile(
+        &self,
+        reference: &str,
+        bytes: Vec<u8>,
+        rule_namespace: Option<&str>,
+    ) -> Result<Arc<Plugin>, String> {
         let digest = crate::sync::hash::digest_bytes(&bytes);
         if let Some(plugin) = self.host.loaded(reference, &digest) {
             return Ok(plugin);
         }
         let (host, name) = (self.host.clone(), reference.to_owned());
         let loading = {
-            let _permit = self.compiles.clone().acquire_owned().await;
-            tokio::task::spawn_blocking(move || host.compile(&name, &bytes, digest))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?
+            let turn = self.compiles.turn(rule_namespace).await;
+            // The turn goes with the compile: a reconcile given up does not stop the child, so
+            // the next turn waits for it.
+            tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                host.compile(&name, &bytes, digest)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?
         };
         let undescribed = match loading {
             Loading::Loaded(plugin) => return Ok(plugin),

@@ -1,13 +1,14 @@
-//! Compiling a component in a process of its own, under a time and a memory limit.
+//! Compiling a component in a process of its own, under limits of time, CPU time and memory.
 //!
 //! Cranelift cannot be stopped part way, and what it needs grows with the shape of the code, not
 //! its size: a 0.5 MB component of one function with thousands of locals live across a loop
 //! takes 39 s and 1.1 GB to compile. In the controller's process that would hold a core and push
 //! the pod past its memory limit, for every rule of every tenant. So the controller runs its own
 //! binary (`mimeo plugin compile-into-cache`, hidden) on the component: the child limits its own
-//! data segment (`RLIMIT_DATA`), compiles, and writes the signed artifact into the cache, where
-//! the controller loads it as it loads any cached artifact; past the time limit the child is
-//! killed.
+//! data segment (`RLIMIT_DATA`) and CPU time (`RLIMIT_CPU`), compiles, and writes the signed
+//! artifact into the cache, where the controller loads it as it loads any cached artifact; past
+//! the time limit the child is killed. The CPU limit is apart from the time limit because
+//! Cranelift compiles functions in parallel: within its time a child could keep every core busy.
 
 use super::{HostSettings, PluginError};
 use std::io::{Read, Write};
@@ -31,6 +32,9 @@ pub struct CompilerProcess {
     pub timeout: Duration,
     /// Most memory the compiling process may allocate.
     pub max_memory_bytes: u64,
+    /// Most CPU time the compiling process may use, over all its threads (whole seconds, at
+    /// least one: what `RLIMIT_CPU` counts in).
+    pub max_cpu_time: Duration,
 }
 
 impl CompilerProcess {
@@ -48,6 +52,7 @@ impl CompilerProcess {
                 format!("--memory-mib={}", settings.max_memory_bytes >> 20),
                 format!("--concurrency={}", settings.concurrency),
                 format!("--max-compile-mib={}", self.max_memory_bytes >> 20),
+                format!("--max-compile-cpu-secs={}", cpu_secs(self.max_cpu_time)),
             ])
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::piped())
@@ -86,6 +91,14 @@ impl CompilerProcess {
         if status.success() {
             return Ok(());
         }
+        // The kernel signals a process past its soft CPU limit (and kills it at the hard one).
+        use std::os::unix::process::ExitStatusExt;
+        let xcpu = rustix::process::Signal::XCPU.as_raw();
+        if status.signal() == Some(xcpu) {
+            return Err(PluginError::CompileCpuTime(Duration::from_secs(cpu_secs(
+                self.max_cpu_time,
+            ))));
+        }
         if said.contains("memory allocation of") || said.contains("out of memory") {
             return Err(PluginError::CompileOutOfMemory(self.max_memory_bytes));
         }
@@ -98,6 +111,11 @@ impl CompilerProcess {
     }
 }
 
+/// A CPU time limit in the whole seconds `RLIMIT_CPU` counts, rounded up, at least one.
+fn cpu_secs(limit: Duration) -> u64 {
+    limit.as_secs() + u64::from(limit.subsec_nanos() > 0).max(u64::from(limit.as_secs() == 0))
+}
+
 fn tail(text: &str) -> String {
     let mut start = text.len().saturating_sub(STDERR_TAIL);
     while !text.is_char_boundary(start) {
@@ -106,12 +124,14 @@ fn tail(text: &str) -> String {
     text[start..].to_owned()
 }
 
-/// The child's side: limits this process's data segment to `max_memory_bytes`, compiles the
-/// component read from stdin and stores its signed artifact in the cache of `settings`.
+/// The child's side: limits this process's data segment to `max_memory_bytes` and its CPU time
+/// to `max_cpu_secs`, compiles the component read from stdin and stores its signed artifact in
+/// the cache of `settings`.
 pub fn compile_into_cache(
     settings: &HostSettings,
     digest: &str,
     max_memory_bytes: u64,
+    max_cpu_secs: u64,
 ) -> Result<(), PluginError> {
     use rustix::process::{Resource, Rlimit, setrlimit};
     let limit = Rlimit {
@@ -120,6 +140,15 @@ pub fn compile_into_cache(
     };
     setrlimit(Resource::Data, limit)
         .map_err(|e| PluginError::Host(format!("limiting the compiler's memory: {e}")))?;
+    // SIGXCPU at the soft limit ends the process (the parent reads it as the limit reached);
+    // SIGKILL a second later, should anything in it catch SIGXCPU.
+    let max_cpu_secs = max_cpu_secs.max(1);
+    let limit = Rlimit {
+        current: Some(max_cpu_secs),
+        maximum: Some(max_cpu_secs + 1),
+    };
+    setrlimit(Resource::Cpu, limit)
+        .map_err(|e| PluginError::Host(format!("limiting the compiler's CPU time: {e}")))?;
     let mut bytes = Vec::new();
     std::io::stdin()
         .read_to_end(&mut bytes)
@@ -139,6 +168,19 @@ pub fn compile_into_cache(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_limits_are_whole_seconds_rounded_up() {
+        for (limit, secs) in [
+            (Duration::ZERO, 1),
+            (Duration::from_millis(300), 1),
+            (Duration::from_secs(1), 1),
+            (Duration::from_millis(1500), 2),
+            (Duration::from_secs(120), 120),
+        ] {
+            assert_eq!(cpu_secs(limit), secs, "{limit:?}");
+        }
+    }
 
     #[test]
     fn the_tail_of_stderr_is_kept_on_a_character_boundary() {

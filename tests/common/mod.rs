@@ -106,6 +106,7 @@ impl Harness {
                 program: env!("CARGO_BIN_EXE_mimeo").into(),
                 timeout: Duration::from_secs(120),
                 max_memory_bytes: 1 << 30,
+                max_cpu_time: Duration::from_secs(120),
             });
         let task = tokio::spawn(async move {
             controller::run(client, config, metrics, Readiness::default(), shutdown)

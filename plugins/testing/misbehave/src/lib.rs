@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::hint::black_box;
 
 /// Everything `do` may say.
-const ACTIONS: [&str; 17] = [
+const ACTIONS: [&str; 18] = [
     "ok",
     "loop",
     "alloc",
@@ -26,6 +26,7 @@ const ACTIONS: [&str; 17] = [
     "sleep",
     "poll-clock",
     "recurse",
+    "recurse-big-frames",
 ];
 
 /// What `validate-config` can be made to do too (with `"during": "validate-config"`).
@@ -183,6 +184,19 @@ fn common(config: &Config) -> Option<Result<(), String>> {
             #[allow(unconditional_recursion)]
             fn deeper(n: u64) -> u64 {
                 black_box(deeper(black_box(n + 1))) + 1
+            }
+            Some(Ok(black_box(deeper(0))).map(|_| ()))
+        }
+        "recurse-big-frames" => {
+            // Each frame holds 64 KiB in linear memory, where a Rust guest keeps its stack (1 MiB,
+            // at the bottom of memory): that stack runs out, below address 0, long before the
+            // host's stack limit is reached, and the access traps as out of bounds.
+            #[allow(unconditional_recursion)]
+            fn deeper(n: u64) -> u64 {
+                let mut frame = [0u8; 64 << 10];
+                frame[(n as usize) % frame.len()] = n as u8;
+                black_box(&mut frame);
+                black_box(deeper(black_box(n + 1))) + u64::from(frame[0])
             }
             Some(Ok(black_box(deeper(0))).map(|_| ()))
         }
