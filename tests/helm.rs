@@ -272,11 +272,16 @@ fn check_watch_namespaces(docs: &[Value], namespaces: &[&str], expected: impl Fn
     assert!(
         other_roles
             .iter()
-            .all(|d| d["metadata"]["name"] == "mimeo-leader-election"
+            .all(|d| ["mimeo-leader-election", "mimeo-seal-key"]
+                .contains(&d["metadata"]["name"].as_str().unwrap())
                 && d["metadata"]["namespace"] == NAMESPACE),
-        "only the Lease's Role outside watchNamespaces: {other_roles:?}"
+        "only the Lease's and the seal key's Roles outside watchNamespaces: {other_roles:?}"
     );
-    assert_eq!(other_roles.len(), 2, "the Lease's Role and RoleBinding");
+    assert_eq!(
+        other_roles.len(),
+        4,
+        "the Lease's and the seal key's Role and RoleBinding"
+    );
     let watch_args: Vec<String> = args(docs)
         .into_iter()
         .filter(|a| a.starts_with("--watch-namespace"))
@@ -800,9 +805,10 @@ fn check_variant(name: &str, docs: &[Value]) {
         }
         "withoutLeaderElection" => {
             assert!(!args.iter().any(|a| a.starts_with("--leader-elect")), "{args:?}");
+            let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Role").collect();
             assert!(
-                !docs.iter().any(|d| d["kind"] == "Role"),
-                "no Lease Role without leader election"
+                roles.len() == 1 && roles[0]["metadata"]["name"] == "mimeo-seal-key",
+                "no Lease Role without leader election, only the seal key's: {roles:?}"
             );
         }
         "plugins" => {
