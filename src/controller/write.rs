@@ -7,6 +7,7 @@ use crate::sync::ownership::{
     FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
     SOURCE_HASH_ANNOTATION,
 };
+use crate::sync::seal::SEAL_ANNOTATION;
 use crate::sync::plan::Write;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ApiResource;
@@ -127,6 +128,7 @@ pub async fn remove(
                 SOURCE_ANNOTATION,
                 SOURCE_HASH_ANNOTATION,
                 HASH_ANNOTATION,
+                SEAL_ANNOTATION,
             ] {
                 annotations.insert(key.into(), Value::Null);
             }
