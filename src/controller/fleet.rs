@@ -158,7 +158,6 @@ impl Fleet {
                 triggers.clone(),
                 Seals {
                     key: seal_key.clone(),
-                    cluster: None,
                 },
             ),
         };
@@ -519,7 +518,6 @@ impl Fleet {
                 self.triggers.clone(),
                 Seals {
                     key: self.seal_key.clone(),
-                    cluster: Some(name.clone()),
                 },
             ),
         };

@@ -373,11 +373,10 @@ pub struct Watches {
     seals: Seals,
 }
 
-/// The seal key, and the name this cluster has in the seals of the copies here.
+/// The seal key copies are checked with.
 #[derive(Clone)]
 pub struct Seals {
     pub key: Arc<SealKey>,
-    pub cluster: Option<String>,
 }
 
 impl Seals {
@@ -385,7 +384,6 @@ impl Seals {
     /// that rule's there.
     fn rule_of(&self, resource: &ApiResource, meta: &ObjectMeta) -> Option<RuleKey> {
         let place = Place {
-            cluster: self.cluster.as_deref(),
             group: &resource.group,
             kind: &resource.kind,
             namespace: meta.namespace.as_deref(),

@@ -7,8 +7,8 @@ use crate::sync::ownership::{
     FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
     SOURCE_HASH_ANNOTATION,
 };
-use crate::sync::seal::SEAL_ANNOTATION;
 use crate::sync::plan::Write;
+use crate::sync::seal::SEAL_ANNOTATION;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ApiResource;
 use kube::{Client, ResourceExt};

@@ -166,7 +166,6 @@ impl CopyTemplate {
         let mut object = self.object.clone();
         let seal = self.seal.as_ref().map(|key| {
             let place = Place {
-                cluster: target.cluster.as_deref(),
                 group: group_of(object["apiVersion"].as_str().unwrap_or_default()),
                 kind: object["kind"].as_str().unwrap_or_default(),
                 namespace: target.namespace.as_deref(),

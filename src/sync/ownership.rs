@@ -217,7 +217,6 @@ mod tests {
         let rule = RuleKey::sync_rule("platform", "creds");
         let key = SealKey::new(vec![7; 32]).unwrap();
         let place = Place {
-            cluster: None,
             group: "",
             kind: "Secret",
             namespace: Some("team"),

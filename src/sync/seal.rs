@@ -5,7 +5,8 @@
 //! have mimeo delete it as that rule's leftover, report it in that rule's Events, or wake that
 //! rule again and again. So every copy also carries [`SEAL_ANNOTATION`]: an HMAC-SHA256, under a
 //! key only mimeo holds (a Secret in its own namespace), over the rule and the copy's place
-//! (cluster, group, kind, namespace, name). Without the key nobody can make one, and one taken
+//! (group, kind, namespace, name; not the cluster, so a `RemoteCluster` renamed keeps its
+//! copies). Without the key nobody can make one, and one taken
 //! from another copy names another place. Only a sealed copy is a copy: mimeo deletes, replaces,
 //! reports and wakes rules only for objects whose seal is right.
 //!
@@ -41,8 +42,6 @@ pub struct ShortKey(pub usize);
 /// Where a copy is, as its seal names it.
 #[derive(Clone, Copy, Debug)]
 pub struct Place<'a> {
-    /// The `RemoteCluster` it lives in; `None` for the cluster mimeo runs in.
-    pub cluster: Option<&'a str>,
     /// The API group of its kind (`""` for the core group).
     pub group: &'a str,
     pub kind: &'a str,
@@ -74,8 +73,7 @@ impl SealKey {
         // Newline-separated: no Kubernetes name, kind or group holds one, so no two places
         // read alike.
         let text = format!(
-            "mimeo.dev/seal/{VERSION}\n{rule}\n{}\n{}\n{}\n{}\n{}",
-            place.cluster.unwrap_or_default(),
+            "mimeo.dev/seal/{VERSION}\n{rule}\n{}\n{}\n{}\n{}",
             place.group,
             place.kind,
             place.namespace.unwrap_or_default(),
@@ -126,7 +124,6 @@ mod tests {
 
     fn place<'a>(namespace: &'a str, name: &'a str) -> Place<'a> {
         Place {
-            cluster: None,
             group: "",
             kind: "Secret",
             namespace: Some(namespace),
@@ -146,10 +143,6 @@ mod tests {
         let elsewhere = [
             place("tenant-c", "other"),
             place("tenant-d", "creds"),
-            Place {
-                cluster: Some("b"),
-                ..here
-            },
             Place {
                 kind: "ConfigMap",
                 ..here

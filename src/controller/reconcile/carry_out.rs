@@ -362,7 +362,6 @@ pub(super) async fn remove_owned(
     let seal = seal_key.seal(
         key,
         &Place {
-            cluster: cluster.name.as_deref(),
             group: &resource.group,
             kind: &resource.kind,
             namespace,
