@@ -434,8 +434,10 @@ async fn an_outage_of_one_cluster_delays_only_its_copies() {
         CopyState::Synced,
     )
     .await;
-    // B's apiserver counts from its restart: one write of the copy, and nothing after. What it
-    // refused while it was starting (its caches filling) were tries, not writes; they are shown.
+    // B's apiserver counts from its restart: one write of the copy, and nothing after. Requests
+    // it refused change nothing and are shown, not counted: on a loaded machine it counted two
+    // secret creates refused as AlreadyExists beside the one apply mimeo logged (on a quiet one,
+    // none), which is what made this test fail now and then.
     let tries = common::apiserver_write_lines(&b.client, &["secrets"]).await;
     eprintln!("write requests to B's secrets since its restart: {tries:#?}");
     stays(
@@ -449,11 +451,14 @@ async fn an_outage_of_one_cluster_delays_only_its_copies() {
         .into_iter()
         .filter(|l| !l.contains("code=\"2"))
         .collect();
-    assert!(
-        refused
+    let changes_nothing = |l: &String| {
+        ["code=\"5", "code=\"403\"", "code=\"409\"", "code=\"429\""]
             .iter()
-            .all(|l| l.contains("code=\"5") || l.contains("code=\"403\"") || l.contains("code=\"429\"")),
-        "only refusals of a starting apiserver: {refused:#?}"
+            .any(|code| l.contains(code))
+    };
+    assert!(
+        refused.iter().all(changes_nothing),
+        "only requests that change nothing: {refused:#?}"
     );
 }
 
