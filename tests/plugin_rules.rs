@@ -561,6 +561,10 @@ async fn a_component_slow_to_compile_is_refused_and_other_rules_go_on() {
         max_memory_bytes: 1 << 30,
         max_cpu_time: Duration::from_secs(120),
     });
+    // A cache of its own: the shared one may hold this very component, compiled by a run with a
+    // longer limit, and it would then be loaded instead of compiled.
+    let cache = tempfile::tempdir().unwrap();
+    config.plugin_host.cache_dir = cache.path().join("compiled");
     let h = harness_with(config).await;
     let mut control =
         rule(json!([{"plugin": "file://filter-keys.wasm", "config": {"include": ["username"]}}]));
