@@ -836,7 +836,11 @@ impl Watches {
             .collect();
         for (resource, store) in copies {
             for copy in store.state() {
-                if self.seals.rule_of(&resource, &copy.metadata).as_ref() == Some(rule) {
+                // The marks first, which cost nothing: the seal of every copy of every rule of
+                // the kind would otherwise be computed at each reconcile of each rule.
+                if recorded_rule(&copy.metadata).as_ref() == Some(rule)
+                    && self.seals.rule_of(&resource, &copy.metadata).as_ref() == Some(rule)
+                {
                     out.push((resource.clone(), copy));
                 }
             }
