@@ -74,3 +74,30 @@ fn key_of(secret: &Secret) -> Result<SealKey, String> {
         .ok_or_else(|| format!("it holds no data.{DATA_KEY}; mimeo leaves a Secret it did not make alone"))?;
     SealKey::new(bytes.0.clone()).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn holding(data: Option<BTreeMap<String, ByteString>>) -> Secret {
+        Secret {
+            data,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_secret_mimeo_did_not_make_is_never_taken_for_a_key() {
+        let key = |bytes: Vec<u8>| Some([(DATA_KEY.to_owned(), ByteString(bytes))].into());
+        assert_eq!(key_of(&holding(key(vec![9; 32]))).unwrap().bytes(), &[9; 32]);
+        assert_eq!(
+            key_of(&holding(key(vec![9; 8]))).unwrap_err(),
+            "a seal key needs at least 32 bytes; this one has 8"
+        );
+        let other = Some([("password".to_owned(), ByteString(vec![1; 40]))].into());
+        for secret in [holding(None), holding(other)] {
+            assert!(key_of(&secret).unwrap_err().starts_with("it holds no data.key"));
+        }
+    }
+}
