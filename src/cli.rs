@@ -73,18 +73,32 @@ pub struct DiffArgs {
 pub struct MigrateArgs {
     /// The tool to migrate from: replicator (mittwald's kubernetes-replicator), reflector
     /// (emberstack's kubernetes-reflector), kubed (config-syncer) or kyverno (generate rules that
-    /// clone with synchronize: true). Repeat, or separate with commas. Default: all four.
+    /// clone with synchronize: true). Repeat, or separate with commas. Default: each that shows a
+    /// sign of having run here (its marks on a copy; for Kyverno, its policies served); a tool
+    /// named here is translated even without one.
     #[arg(long = "from", value_name = "TOOL", value_delimiter = ',', value_parser = ["replicator", "reflector", "kubed", "kyverno"])]
     pub from: Vec<String>,
+    /// Also ask kube-system, kube-public and kube-node-lease for consent, and adopt copies there.
+    #[arg(long)]
+    pub allow_system_namespaces: bool,
+    /// Apply a plan this command printed earlier, exactly as the file reads: add its
+    /// accept-from entries and adopt-by marks with patches (nothing else of those objects is
+    /// touched, and nothing is created), then create its rules. Nothing is read for a new plan.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "allow_system_namespaces"])]
+    pub apply: Option<PathBuf>,
 }
 
 impl MigrateArgs {
-    /// The tools asked for, in a fixed order.
-    pub fn tools(&self) -> Vec<crate::migrate::Tool> {
-        crate::migrate::Tool::ALL
-            .into_iter()
-            .filter(|t| self.from.is_empty() || self.from.iter().any(|f| f == t.name()))
-            .collect()
+    /// What to translate.
+    pub fn options(&self) -> crate::migrate::Options {
+        crate::migrate::Options {
+            named: self
+                .from
+                .iter()
+                .filter_map(|f| crate::migrate::Tool::named(f))
+                .collect(),
+            allow_system_namespaces: self.allow_system_namespaces,
+        }
     }
 }
 

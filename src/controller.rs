@@ -6,7 +6,7 @@ mod chain_outputs;
 mod compile_queue;
 pub mod diff;
 mod echoes;
-mod error;
+pub(crate) mod error;
 mod failed_downloads;
 mod fair_queue;
 mod fleet;

@@ -30,6 +30,68 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false\0";
 
+/// `mimeo migrate`: exit 0 when the plan was printed (or, with `--apply`, applied whole), 1 when
+/// the cluster could not be read, the file not parsed, or a part of it not applied.
+async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster: {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })?;
+    if let Some(file) = &args.apply {
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let document: serde_json::Value =
+            serde_yaml_ng::from_str(&text).with_context(|| format!("{} is not YAML", file.display()))?;
+        let plan = mimeo::migrate::Plan::from_document(&document)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} holds no Migration (the output of mimeo migrate)",
+                    file.display()
+                )
+            })?
+            .with_context(|| format!("{} does not read as a Migration", file.display()))?;
+        let applied = mimeo::migrate::apply::apply(&client, &plan).await;
+        for line in &applied.lines {
+            println!("{line}");
+        }
+        if applied.failed > 0 {
+            eprintln!("{} changes not applied: see the lines with !", applied.failed);
+            return Ok(ExitCode::from(1));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let inventory = mimeo::migrate::read::inventory(&client).await?;
+    let migration = mimeo::migrate::migrate(&inventory, &args.options());
+    print!("{}", migration.to_yaml());
+    for note in &migration.notes {
+        eprintln!("note: {note}");
+    }
+    for (namespace, entries) in &migration.consents {
+        for (entry, grant) in entries {
+            eprintln!(
+                "consent: namespace {namespace} would accept {entry} ({}): the copy there is {}; asked for by {}{}",
+                mimeo::sync::ownership::ACCEPT_FROM_ANNOTATION,
+                grant.evidence,
+                grant.asked_by,
+                if grant.written_in.is_empty() {
+                    String::new()
+                } else {
+                    format!(", written in namespace {}", grant.written_in)
+                }
+            );
+        }
+    }
+    eprintln!(
+        "{} rules; {} copies, {} of them existing (to adopt); consent asked of {} namespaces",
+        migration.rules.len(),
+        migration.copies.len(),
+        migration.adoptions.len(),
+        migration.consents.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
 /// when it would be refused or the diff failed (as `kubectl diff`).
 async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
@@ -122,33 +184,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Migrate(args) => {
-            let client = kube::Client::try_default().await.map_err(|e| {
-                anyhow::anyhow!(
-                    "connecting to the cluster: {}",
-                    mimeo::clusters::explain_client_error(&e)
-                )
-            })?;
-            let inventory = mimeo::migrate::read::inventory(&client).await?;
-            let migration = mimeo::migrate::migrate(&inventory, &args.tools());
-            print!(
-                "{}",
-                migration
-                    .to_yaml(&inventory)
-                    .context("rendering the migration as YAML")?
-            );
-            for note in &migration.notes {
-                eprintln!("note: {note}");
-            }
-            eprintln!(
-                "{} rules; {} copies, {} of them existing (to adopt); consent asked of {} namespaces",
-                migration.rules.len(),
-                migration.copies.len(),
-                migration.adoptions.len(),
-                migration.consents.len()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Migrate(args) => migrate(args).await,
         Command::Diff(args) => Ok(diff(args).await),
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;

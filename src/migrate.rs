@@ -8,16 +8,17 @@
 //! holds the rules, the consent each target namespace needs, the copies that tool made (or would
 //! make) that the rules are to adopt, and a note for everything that could not be translated.
 
+pub mod apply;
 pub mod kubed;
 pub mod kyverno;
 pub mod read;
 pub mod reflector;
 pub mod replicator;
 pub mod selector;
+pub mod yaml;
 
-use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// The label every namespace carries with its own name.
 const NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -47,6 +48,8 @@ pub struct Inventory {
     pub objects: Vec<Object>,
     /// Kyverno `ClusterPolicy` and `Policy` objects, as JSON.
     pub policies: Vec<Value>,
+    /// Whether Kyverno's `ClusterPolicy` kind is served: Kyverno is installed.
+    pub kyverno_served: bool,
 }
 
 impl Namespace {
@@ -93,6 +96,23 @@ impl Tool {
     pub const ALL: [Tool; 4] = [Tool::Replicator, Tool::Reflector, Tool::Kubed, Tool::Kyverno];
 
     /// Its name on the command line and in rule names.
+    /// What shows that it ran here, for the note when it did not.
+    fn sign(self) -> &'static str {
+        match self {
+            Tool::Replicator => "no Secret or ConfigMap carries replicator.v1.mittwald.de/replicated-at",
+            Tool::Reflector => {
+                "no Secret or ConfigMap carries reflector.v1.k8s.emberstack.com/reflected-version"
+            }
+            Tool::Kubed => "no Secret or ConfigMap carries kubed.appscode.com/origin",
+            Tool::Kyverno => "clusterpolicies.kyverno.io is not served",
+        }
+    }
+
+    /// Its name on the command line and in rule names.
+    pub fn named(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|t| t.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Tool::Replicator => "replicator",
@@ -111,13 +131,40 @@ pub struct Place {
     pub name: String,
 }
 
+/// Namespaces that belong to the cluster itself: no consent is given there and no copy adopted
+/// without `--allow-system-namespaces`, whatever another tool did.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// How to migrate.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The tools the user named (`--from`): only those, each even with no sign of having run.
+    pub named: Vec<Tool>,
+    /// Consent and adoption in [`SYSTEM_NAMESPACES`] too.
+    pub allow_system_namespaces: bool,
+}
+
+/// Why a namespace is asked to accept a rule: the old tool's copy there, and the annotation that
+/// asked for it, with the namespace of whoever wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    /// The copy the old tool made, and its mark.
+    pub evidence: String,
+    /// The annotation that asked for the copy, and the object it is on.
+    pub asked_by: String,
+    /// The namespace that annotation was written in.
+    pub written_in: String,
+}
+
 /// The rules for one tool's copies, and what applying them needs.
 #[derive(Clone, Debug, Default)]
 pub struct Migration {
     /// `SyncRule` and `ClusterSyncRule` objects.
     pub rules: Vec<Value>,
-    /// For each target namespace, the namespaces whose `SyncRule`s it must accept.
-    pub consents: BTreeMap<String, BTreeSet<String>>,
+    /// For each target namespace, the `mimeo.dev/accept-from` entries it needs (each scoped to
+    /// one rule, `<namespace>/<rule>`), with why: only where the old tool demonstrably made a
+    /// copy there.
+    pub consents: BTreeMap<String, BTreeMap<String, Grant>>,
     /// Every copy the rules make in this cluster now, with the rule (`SyncRule/ns/name`) that
     /// makes it. Those that exist already are adopted.
     pub copies: BTreeMap<Place, String>,
@@ -125,43 +172,81 @@ pub struct Migration {
     pub adoptions: BTreeMap<Place, String>,
     /// What could not be translated, and why; one line each.
     pub notes: Vec<String>,
+    /// Consent and adoption in system namespaces too.
+    allow_system_namespaces: bool,
+}
+
+/// What a tool tells [`Migration::add_rule`] about a rule's copies: whether an existing object
+/// is demonstrably that tool's copy of the rule's source (the mark that shows it, if so), and
+/// which annotation, written in which namespace, asked for the copies.
+pub struct Provenance<'a> {
+    pub evidence: &'a dyn Fn(&Object) -> Option<String>,
+    pub asked_by: String,
+    pub written_in: String,
 }
 
 impl Migration {
-    /// Adds a rule, records the copies it makes now (`places`) and adopts those that exist.
-    fn add_rule(&mut self, inventory: &Inventory, rule: Value, places: Vec<Place>) {
-        let reference = format!(
-            "{}/{}{}",
-            rule["kind"].as_str().unwrap_or_default(),
-            rule["metadata"]["namespace"]
-                .as_str()
-                .map(|ns| format!("{ns}/"))
-                .unwrap_or_default(),
-            rule["metadata"]["name"].as_str().unwrap_or_default()
-        );
+    /// Adds a rule and records the copies it makes now (`places`). An existing object there is
+    /// adopted, and its namespace asked to accept the rule, only when `provenance` shows that the
+    /// old tool made it from this source: a same-named object of someone else's is left alone
+    /// (the rule reports `Conflict` there), and a namespace the old tool never served is not
+    /// opened. System namespaces only with `--allow-system-namespaces`.
+    fn add_rule(&mut self, inventory: &Inventory, rule: Value, places: Vec<Place>, provenance: &Provenance) {
+        self.add_copies(inventory, &rule, places, provenance);
+        self.rules.push(rule);
+    }
+
+    /// [`Migration::add_rule`] without adding the rule: for a rule whose copies were asked for
+    /// by different annotations.
+    fn add_copies(
+        &mut self,
+        inventory: &Inventory,
+        rule: &Value,
+        places: Vec<Place>,
+        provenance: &Provenance,
+    ) {
+        let kind = rule["kind"].as_str().unwrap_or_default().to_owned();
+        let rule_namespace = rule["metadata"]["namespace"].as_str().map(str::to_owned);
+        let rule_name = rule["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let reference = match &rule_namespace {
+            Some(ns) => format!("{kind}/{ns}/{rule_name}"),
+            None => format!("{kind}/{rule_name}"),
+        };
         // A copy in a namespace that does not exist is made once it does, by both tools.
         for place in places
             .into_iter()
             .filter(|p| inventory.namespace(&p.namespace).is_some())
         {
-            if inventory
-                .object(&place.kind, &place.namespace, &place.name)
-                .is_some()
-            {
-                self.adoptions.insert(place.clone(), reference.clone());
+            self.copies.insert(place.clone(), reference.clone());
+            let Some(existing) = inventory.object(&place.kind, &place.namespace, &place.name) else {
+                continue;
+            };
+            let what = format!("{} {}/{}", place.kind, place.namespace, place.name);
+            let Some(evidence) = (provenance.evidence)(existing) else {
+                self.notes.push(format!(
+                    "{what}: exists but carries no mark of the old tool pointing at this rule's source; not adopted and no consent asked: {reference} reports Conflict there until its owner decides"
+                ));
+                continue;
+            };
+            if SYSTEM_NAMESPACES.contains(&place.namespace.as_str()) && !self.allow_system_namespaces {
+                self.notes.push(format!(
+                    "{what}: in a system namespace; not adopted and no consent asked (--allow-system-namespaces to include it)"
+                ));
+                continue;
             }
-            self.copies.insert(place, reference.clone());
-        }
-        self.rules.push(rule);
-    }
-
-    /// `SyncRule`s in `from` may write into `target`.
-    fn consent(&mut self, target: &str, from: &str) {
-        if target != from {
-            self.consents
-                .entry(target.to_owned())
-                .or_default()
-                .insert(from.to_owned());
+            self.adoptions.insert(place.clone(), reference.clone());
+            if let Some(from) = &rule_namespace
+                && *from != place.namespace
+            {
+                self.consents.entry(place.namespace.clone()).or_default().insert(
+                    format!("{from}/{rule_name}"),
+                    Grant {
+                        evidence: format!("{what} ({evidence})"),
+                        asked_by: provenance.asked_by.clone(),
+                        written_in: provenance.written_in.clone(),
+                    },
+                );
+            }
         }
     }
 
@@ -170,64 +255,146 @@ impl Migration {
             .push(format!("{}: {what}: {}", tool.name(), why.as_ref()));
     }
 
-    /// Everything to apply, as multi-document YAML: the consent of each target namespace (its
-    /// `mimeo.dev/accept-from`, with the entries already there kept), the adoption mark on each
-    /// existing copy (metadata only: no Secret value is ever printed), then the rules.
-    pub fn to_yaml(&self, inventory: &Inventory) -> Result<String, serde_yaml_ng::Error> {
-        let mut out = String::new();
-        let mut document = |comment: &str, value: &Value| -> Result<(), serde_yaml_ng::Error> {
-            out.push_str("---\n");
-            if !comment.is_empty() {
-                out.push_str(&format!("# {comment}\n"));
-            }
-            out.push_str(&serde_yaml_ng::to_string(value)?);
-            Ok(())
-        };
-        for (namespace, from) in &self.consents {
-            let mut accepted: Vec<String> = inventory
-                .namespace(namespace)
-                .and_then(|n| n.annotations.get(ACCEPT_FROM_ANNOTATION))
-                .map(|v| {
-                    v.split(',')
-                        .map(|e| e.trim().to_owned())
-                        .filter(|e| !e.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default();
-            if accepted.iter().any(|e| e == "*") {
-                continue;
-            }
-            for f in from {
-                if !accepted.contains(f) {
-                    accepted.push(f.clone());
-                }
-            }
-            document(
-                "consent: this namespace accepts copies from these namespaces' SyncRules",
-                &json!({"apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": namespace,
-                                     "annotations": {ACCEPT_FROM_ANNOTATION: accepted.join(",")}}}),
-            )?;
-        }
-        for (place, rule) in &self.adoptions {
-            document(
-                "an existing copy: the rule named here adopts it (only it) instead of reporting a conflict",
-                &json!({"apiVersion": "v1", "kind": place.kind,
-                        "metadata": {"name": place.name, "namespace": place.namespace,
-                                     "annotations": {ADOPT_BY_ANNOTATION: rule}}}),
-            )?;
-        }
-        for rule in &self.rules {
-            document("", rule)?;
-        }
-        Ok(out)
+    /// Everything to apply, as one YAML document of kind `Migration`, which no apiserver serves:
+    /// `mimeo migrate --apply` applies it with patches that add only what it names (never a
+    /// server-side apply, which would take over and drop what other managers set), and `kubectl
+    /// apply` refuses it whole. It holds the `mimeo.dev/accept-from` entries to add to each
+    /// target namespace, the `mimeo.dev/adopt-by` mark for each existing copy (no Secret value
+    /// is ever printed), and the rules. Every string is quoted, so that it reads back as one.
+    pub fn to_yaml(&self) -> String {
+        let consent: Vec<Value> = self
+            .consents
+            .iter()
+            .map(|(namespace, entries)| {
+                json!({"namespace": namespace, "acceptFrom": entries.keys().collect::<Vec<_>>()})
+            })
+            .collect();
+        let adopt: Vec<Value> = self
+            .adoptions
+            .iter()
+            .map(|(place, rule)| {
+                json!({"apiVersion": self.api_version_of(rule), "kind": place.kind,
+                       "namespace": place.namespace, "name": place.name, "rule": rule})
+            })
+            .collect();
+        let plan = json!({"apiVersion": PLAN_API_VERSION, "kind": PLAN_KIND,
+                          "consent": consent, "adopt": adopt, "rules": self.rules});
+        format!(
+            "# Apply with `mimeo migrate --apply FILE`: it adds the annotations named here with patches and\n\
+             # creates the rules; `kubectl apply` refuses this kind (no apiserver serves it). Review it first\n\
+             # with `mimeo diff -f FILE`.\n{}",
+            yaml::to_string(&plan)
+        )
+    }
+
+    /// The `apiVersion` of the copies a rule (`Kind/ns/name`) makes: its source's.
+    fn api_version_of(&self, reference: &str) -> String {
+        self.rules
+            .iter()
+            .find(|r| reference_of(r) == reference)
+            .and_then(|r| r["spec"]["source"]["apiVersion"].as_str())
+            .unwrap_or("v1")
+            .to_owned()
     }
 }
 
-/// Translates what `tools` copy.
-pub fn migrate(inventory: &Inventory, tools: &[Tool]) -> Migration {
-    let mut migration = Migration::default();
-    for tool in tools {
+/// `SyncRule/ns/name` or `ClusterSyncRule/name`, as `mimeo.dev/adopt-by` names a rule.
+fn reference_of(rule: &Value) -> String {
+    let kind = rule["kind"].as_str().unwrap_or_default();
+    let name = rule["metadata"]["name"].as_str().unwrap_or_default();
+    match rule["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{kind}/{ns}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+/// The kind of `mimeo migrate`'s output, and its API version.
+pub const PLAN_KIND: &str = "Migration";
+pub const PLAN_API_VERSION: &str = "mimeo.dev/v1alpha1";
+
+/// One namespace's consent in a plan: the entries to add to its `mimeo.dev/accept-from`.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedConsent {
+    pub namespace: String,
+    pub accept_from: Vec<String>,
+}
+
+/// One existing copy in a plan: the rule to mark it for (`mimeo.dev/adopt-by`).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedAdoption {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub rule: String,
+}
+
+/// `mimeo migrate`'s output, read back.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct Plan {
+    #[serde(default)]
+    pub consent: Vec<PlannedConsent>,
+    #[serde(default)]
+    pub adopt: Vec<PlannedAdoption>,
+    #[serde(default)]
+    pub rules: Vec<Value>,
+}
+
+impl Plan {
+    /// A plan from a document of kind `Migration`; `None` for any other document.
+    pub fn from_document(document: &Value) -> Option<Result<Plan, serde_json::Error>> {
+        (document["kind"] == PLAN_KIND && document["apiVersion"] == PLAN_API_VERSION)
+            .then(|| serde_json::from_value(document.clone()))
+    }
+}
+
+/// `existing` (a `mimeo.dev/accept-from` value) with `entries` added, or `None` when it already
+/// accepts them all (or accepts `*`). The entries already there stay, in their order.
+pub fn accept_from_with(existing: Option<&str>, entries: &[String]) -> Option<String> {
+    let mut accepted: Vec<String> = existing
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if accepted.iter().any(|e| e == "*") {
+        return None;
+    }
+    let before = accepted.len();
+    for entry in entries {
+        if !accepted.contains(entry) {
+            accepted.push(entry.clone());
+        }
+    }
+    (accepted.len() > before).then(|| accepted.join(","))
+}
+
+/// Translates what the tools copy: those `options` names, else those with a sign of having run
+/// here (their marks on a copy; Kyverno's policies served); a note for each one skipped.
+pub fn migrate(inventory: &Inventory, options: &Options) -> Migration {
+    let mut migration = Migration {
+        allow_system_namespaces: options.allow_system_namespaces,
+        ..Migration::default()
+    };
+    for tool in Tool::ALL {
+        let named = options.named.contains(&tool);
+        if !named && !options.named.is_empty() {
+            continue;
+        }
+        if !named && !installed(inventory, tool) {
+            migration.notes.push(format!(
+                "{}: no sign of it in this cluster ({}); skipped: name it with --from {} to translate its annotations anyway",
+                tool.name(),
+                tool.sign(),
+                tool.name()
+            ));
+            continue;
+        }
         match tool {
             Tool::Replicator => replicator::translate(inventory, &mut migration),
             Tool::Reflector => reflector::translate(inventory, &mut migration),
@@ -236,6 +403,21 @@ pub fn migrate(inventory: &Inventory, tools: &[Tool]) -> Migration {
         }
     }
     migration
+}
+
+/// Whether `tool` has run in this cluster: an object carries the marks it leaves on its copies,
+/// or (Kyverno) its policy kind is served.
+fn installed(inventory: &Inventory, tool: Tool) -> bool {
+    let marked = |o: &Object| match tool {
+        Tool::Replicator => o.annotations.contains_key(replicator::REPLICATED_AT),
+        Tool::Reflector => o.annotations.contains_key(reflector::REFLECTED_VERSION),
+        Tool::Kubed => kubed::origin(o).is_some(),
+        Tool::Kyverno => false,
+    };
+    match tool {
+        Tool::Kyverno => inventory.kyverno_served,
+        _ => inventory.objects.iter().any(marked),
+    }
 }
 
 /// A rule name from its parts: lowercase, `-` for anything else, at most 63 characters (with a
@@ -321,6 +503,121 @@ fn places(kind: &str, name: &str, namespaces: impl IntoIterator<Item = String>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use replicator::tests::{ns, object};
+
+    fn tenant_and_victim() -> Inventory {
+        Inventory {
+            namespaces: vec![ns("tenant", &[]), ns("victim", &[]), ns("kube-system", &[])],
+            objects: vec![
+                // A tenant's own Secret, annotated to push into the victim and kube-system.
+                object(
+                    "Secret",
+                    "tenant",
+                    "db",
+                    &[("replicator.v1.mittwald.de/replicate-to", "victim,kube-system")],
+                ),
+                // The victim's own Secret of that name, and one in kube-system: no copier's marks.
+                object("Secret", "victim", "db", &[]),
+                object("Secret", "kube-system", "db", &[(replicator::REPLICATED_AT, "x")]),
+            ],
+            ..Inventory::default()
+        }
+    }
+
+    #[test]
+    fn no_consent_and_no_adoption_without_the_old_tools_marks() {
+        let m = migrate(
+            &tenant_and_victim(),
+            &Options {
+                named: vec![Tool::Replicator],
+                allow_system_namespaces: false,
+            },
+        );
+        assert_eq!(
+            m.rules.len(),
+            1,
+            "the rule is still translated: it reports what stands in its way"
+        );
+        assert!(m.consents.is_empty(), "{:?}", m.consents);
+        assert!(m.adoptions.is_empty(), "{:?}", m.adoptions);
+        let notes = m.notes.join("\n");
+        assert!(
+            notes.contains("Secret victim/db: exists but carries no mark"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("Secret kube-system/db: in a system namespace"),
+            "{notes}"
+        );
+        let m = migrate(
+            &tenant_and_victim(),
+            &Options {
+                named: vec![Tool::Replicator],
+                allow_system_namespaces: true,
+            },
+        );
+        assert_eq!(m.consents.keys().collect::<Vec<_>>(), ["kube-system"]);
+    }
+
+    #[test]
+    fn a_tool_with_no_sign_of_having_run_is_skipped_unless_named() {
+        let m = migrate(&tenant_and_victim(), &Options::default());
+        assert_eq!(m.rules.len(), 1, "the replicator's mark in kube-system is a sign");
+        let mut unmarked = tenant_and_victim();
+        unmarked.objects.pop();
+        let m = migrate(&unmarked, &Options::default());
+        assert!(m.rules.is_empty());
+        assert!(
+            m.notes.iter().any(|n| n.starts_with("replicator: no sign of it")),
+            "{:?}",
+            m.notes
+        );
+        assert!(
+            m.notes.iter().any(|n| n.starts_with("kyverno: no sign of it")),
+            "{:?}",
+            m.notes
+        );
+    }
+
+    #[test]
+    fn the_plan_reads_back_as_written() {
+        let mut inventory = tenant_and_victim();
+        inventory.objects[1]
+            .annotations
+            .insert(replicator::REPLICATED_AT.into(), "x".into());
+        inventory.objects[0].annotations.insert(
+            "replicator.v1.mittwald.de/replicate-to-matching".into(),
+            "team=yes,on".into(),
+        );
+        let m = migrate(&inventory, &Options::default());
+        let text = m.to_yaml();
+        assert!(text.contains("team: \"yes\""), "{text}");
+        let document: Value = serde_yaml_ng::from_str(&text).unwrap();
+        let plan = Plan::from_document(&document).unwrap().unwrap();
+        assert_eq!(
+            plan.consent,
+            [PlannedConsent {
+                namespace: "victim".into(),
+                accept_from: vec!["tenant/replicator-secret-db".into()]
+            }]
+        );
+        assert_eq!(plan.adopt.len(), 1);
+        assert_eq!(plan.adopt[0].rule, "SyncRule/tenant/replicator-secret-db");
+        assert_eq!(plan.rules, m.rules);
+    }
+
+    #[test]
+    fn consent_is_added_to_what_is_there() {
+        let entries = ["a/r".to_owned()];
+        assert_eq!(accept_from_with(None, &entries).as_deref(), Some("a/r"));
+        assert_eq!(
+            accept_from_with(Some("b, c"), &entries).as_deref(),
+            Some("b,c,a/r")
+        );
+        assert_eq!(accept_from_with(Some("b,a/r"), &entries), None);
+        assert_eq!(accept_from_with(Some("*"), &entries), None);
+    }
 
     #[test]
     fn rule_names_fit() {

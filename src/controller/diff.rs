@@ -26,7 +26,7 @@ use crate::sync::copies::{
 use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
-use crate::sync::ownership::{RuleKey, RuleKind};
+use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION, RuleKey, RuleKind};
 use crate::sync::plan::{Decision, Write};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{NamespaceInfo, placements, selector};
@@ -93,6 +93,8 @@ pub struct Overlay {
     namespaces: BTreeMap<String, (Marks, Marks)>,
     /// (kind, namespace, name) -> annotations.
     objects: BTreeMap<(String, Option<String>, String), Marks>,
+    /// Namespace name -> entries a `mimeo migrate` plan adds to its `mimeo.dev/accept-from`.
+    accept_from: BTreeMap<String, Vec<String>>,
 }
 
 fn string_map(value: &Value) -> BTreeMap<String, String> {
@@ -116,6 +118,30 @@ impl Documents {
             let object: Value = serde::Deserialize::deserialize(document)
                 .map_err(|e| DiffError::Rule(format!("the file is not YAML or JSON: {e}")))?;
             if object.is_null() {
+                continue;
+            }
+            if let Some(plan) = crate::migrate::Plan::from_document(&object) {
+                let plan = plan.map_err(|e| {
+                    DiffError::Rule(format!(
+                        "the Migration does not read as mimeo migrate's output: {e}"
+                    ))
+                })?;
+                for consent in plan.consent {
+                    overlay
+                        .accept_from
+                        .entry(consent.namespace)
+                        .or_default()
+                        .extend(consent.accept_from);
+                }
+                for adoption in plan.adopt {
+                    overlay.objects.insert(
+                        (adoption.kind, Some(adoption.namespace), adoption.name),
+                        [(ADOPT_BY_ANNOTATION.to_owned(), adoption.rule)].into(),
+                    );
+                }
+                for rule in plan.rules {
+                    rules.push(RuleDocument::from_value(rule, default_namespace)?);
+                }
                 continue;
             }
             let kind = object["kind"].as_str().unwrap_or_default();
@@ -156,6 +182,12 @@ impl Overlay {
             if let Some((labels, annotations)) = self.namespaces.get(&ns.name) {
                 ns.labels.extend(labels.clone());
                 ns.annotations.extend(annotations.clone());
+            }
+            if let Some(entries) = self.accept_from.get(&ns.name) {
+                let existing = ns.annotations.get(ACCEPT_FROM_ANNOTATION).map(String::as_str);
+                if let Some(value) = crate::migrate::accept_from_with(existing, entries) {
+                    ns.annotations.insert(ACCEPT_FROM_ANNOTATION.to_owned(), value);
+                }
             }
         }
         for (name, (labels, annotations)) in &self.namespaces {

@@ -3,11 +3,31 @@
 //! `kubed.appscode.com/sync-contexts` names kubeconfig contexts of other clusters to copy it to.
 
 use super::selector::Selector;
-use super::{Inventory, Migration, Tool, entries, places, selected, selector_target, sync_rule};
+use super::{
+    Inventory, Migration, Object, Provenance, Tool, entries, places, selected, selector_target, sync_rule,
+};
 use serde_json::json;
 
 const SYNC: &str = "kubed.appscode.com/sync";
 const SYNC_CONTEXTS: &str = "kubed.appscode.com/sync-contexts";
+const ORIGIN: &str = "kubed.appscode.com/origin";
+const ORIGIN_NAMESPACE: &str = "kubed.appscode.com/origin.namespace";
+const ORIGIN_NAME: &str = "kubed.appscode.com/origin.name";
+
+/// The source a copy's marks name, `(namespace, name)`: config-syncer writes its origin on every
+/// copy, as a JSON object reference in an annotation and as labels.
+pub fn origin(copy: &Object) -> Option<(String, String)> {
+    if let Some(text) = copy.annotations.get(ORIGIN)
+        && let Ok(reference) = serde_json::from_str::<serde_json::Value>(text)
+        && let (Some(ns), Some(name)) = (reference["namespace"].as_str(), reference["name"].as_str())
+    {
+        return Some((ns.to_owned(), name.to_owned()));
+    }
+    Some((
+        copy.labels.get(ORIGIN_NAMESPACE)?.clone(),
+        copy.labels.get(ORIGIN_NAME)?.clone(),
+    ))
+}
 
 pub fn translate(inventory: &Inventory, migration: &mut Migration) {
     for source in &inventory.objects {
@@ -56,11 +76,22 @@ pub fn translate(inventory: &Inventory, migration: &mut Migration) {
         if targets.is_empty() {
             continue;
         }
-        for ns in &namespaces {
-            migration.consent(ns, &source.namespace);
-        }
         let rule = sync_rule(Tool::Kubed, source, targets, None);
-        migration.add_rule(inventory, rule, places(&source.kind, &source.name, namespaces));
+        let from = (source.namespace.clone(), source.name.clone());
+        let evidence = |copy: &Object| {
+            (origin(copy).as_ref() == Some(&from)).then(|| format!("{ORIGIN}: {}/{}", from.0, from.1))
+        };
+        let provenance = Provenance {
+            evidence: &evidence,
+            asked_by: format!("{SYNC} on {what}"),
+            written_in: source.namespace.clone(),
+        };
+        migration.add_rule(
+            inventory,
+            rule,
+            places(&source.kind, &source.name, namespaces),
+            &provenance,
+        );
     }
 }
 
@@ -73,6 +104,7 @@ mod tests {
     #[test]
     fn every_namespace_a_selector_and_contexts() {
         let inventory = Inventory {
+            kyverno_served: true,
             namespaces: vec![ns("platform", &[]), ns("a", &[("app", "kubed")]), ns("b", &[])],
             objects: vec![
                 object("ConfigMap", "platform", "omni", &[(SYNC, "")]),
@@ -86,7 +118,13 @@ mod tests {
             ],
             policies: vec![],
         };
-        let m = migrate(&inventory, &[Tool::Kubed]);
+        let m = migrate(
+            &inventory,
+            &crate::migrate::Options {
+                named: vec![Tool::Kubed],
+                allow_system_namespaces: true,
+            },
+        );
         assert_eq!(m.rules.len(), 2);
         assert_eq!(
             m.rules[1]["spec"]["targets"],

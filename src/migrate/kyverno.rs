@@ -172,6 +172,9 @@ fn from_label_selector(s: &LabelSelector) -> Result<Selector, String> {
     Selector::parse(&parts.join(","))
 }
 
+const POLICY_LABEL: &str = "generate.kyverno.io/policy-name";
+const RULE_LABEL: &str = "generate.kyverno.io/rule-name";
+
 fn rules_for(
     inventory: &Inventory,
     migration: &mut Migration,
@@ -207,6 +210,17 @@ fn rules_for(
                "metadata": {"name": rule_name(&["kyverno", policy, rule_label, suffix]),
                             "labels": {"mimeo.dev/migrated-from": "kyverno"}},
                "spec": {"source": source, "targets": targets}})
+    };
+    // Kyverno labels what it generates with the policy and rule that generated it.
+    let evidence = |copy: &super::Object| {
+        (copy.labels.get(POLICY_LABEL).map(String::as_str) == Some(policy)
+            && copy.labels.get(RULE_LABEL).map(String::as_str) == Some(rule_label))
+        .then(|| format!("{POLICY_LABEL}: {policy}, {RULE_LABEL}: {rule_label}"))
+    };
+    let provenance = super::Provenance {
+        evidence: &evidence,
+        asked_by: format!("generate in ClusterPolicy {policy}, rule {rule_label}"),
+        written_in: String::new(),
     };
     if let Some(clone) = generate["clone"].as_object() {
         let (Some(namespace), Some(name)) = (
@@ -258,7 +272,7 @@ fn rules_for(
             "",
             targets,
         );
-        migration.add_rule(inventory, rule, places);
+        migration.add_rule(inventory, rule, places, &provenance);
     }
     if let Some(list) = generate["cloneList"].as_object() {
         let Some(namespace) = list.get("namespace").and_then(Value::as_str) else {
@@ -317,7 +331,7 @@ fn rules_for(
                 kind,
                 target(namespace),
             );
-            migration.add_rule(inventory, rule, places);
+            migration.add_rule(inventory, rule, places, &provenance);
         }
     }
 }
@@ -337,7 +351,16 @@ mod tests {
     fn clone_and_clone_list_into_namespaces() {
         let mut labelled = object("Secret", "platform", "a", &[]);
         labelled.labels.insert("allowedToBeCloned".into(), "true".into());
+        // What Kyverno generated, labelled as it labels what it generates.
+        let mut generated = object("Secret", "team-a", "regcred", &[]);
+        generated
+            .labels
+            .insert(POLICY_LABEL.into(), "sync-secrets".into());
+        generated
+            .labels
+            .insert(RULE_LABEL.into(), "sync-image-pull-secret".into());
         let inventory = Inventory {
+            kyverno_served: true,
             namespaces: vec![
                 ns("platform", &[]),
                 ns("team-a", &[("env", "prod")]),
@@ -346,7 +369,9 @@ mod tests {
             objects: vec![
                 labelled,
                 object("Secret", "platform", "b", &[]),
-                object("Secret", "team-a", "regcred", &[]),
+                generated,
+                // Someone else's, of the name a cloneList would give: no Kyverno labels.
+                object("Secret", "team-a", "a", &[]),
             ],
             policies: vec![policy(json!([
                 {"name": "sync-image-pull-secret",
@@ -370,7 +395,13 @@ mod tests {
                               "synchronize": true, "clone": {"namespace": "platform", "name": "x"}}}
             ]))],
         };
-        let m = migrate(&inventory, &[Tool::Kyverno]);
+        let m = migrate(
+            &inventory,
+            &crate::migrate::Options {
+                named: vec![Tool::Kyverno],
+                allow_system_namespaces: true,
+            },
+        );
         assert_eq!(m.rules.len(), 2, "{:?}", m.notes);
         assert_eq!(m.rules[0]["kind"], "ClusterSyncRule");
         assert_eq!(
@@ -397,8 +428,18 @@ mod tests {
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .collect();
         assert_eq!(copies, ["team-a/a", "team-a/regcred"]);
-        assert_eq!(m.adoptions.len(), 1);
+        assert_eq!(
+            m.adoptions
+                .keys()
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .collect::<Vec<_>>(),
+            ["team-a/regcred"]
+        );
         let notes = m.notes.join("\n");
+        assert!(
+            notes.contains("Secret team-a/a: exists but carries no mark"),
+            "{notes}"
+        );
         assert!(notes.contains("rule once: clones without synchronize"), "{notes}");
         assert!(notes.contains("rule on-pods: it generates into"), "{notes}");
     }

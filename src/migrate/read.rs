@@ -58,6 +58,7 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         });
     }
     let mut policies = Vec::new();
+    let mut kyverno_served = true;
     let cluster_policies = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kyverno.io", "v1", "ClusterPolicy"),
         "clusterpolicies",
@@ -76,7 +77,7 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
             }
         }
         // Kyverno is not installed: nothing of it to migrate.
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => kyverno_served = false,
         Err(source) => {
             return Err(ReadError {
                 what: "clusterpolicies.kyverno.io",
@@ -88,5 +89,6 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         namespaces,
         objects,
         policies,
+        kyverno_served,
     })
 }

@@ -10,7 +10,7 @@
 //! the source's own namespace never gets a mirror.
 
 use super::selector::Selector;
-use super::{Inventory, Migration, Object, Place, Tool, entries, places, sync_rule};
+use super::{Inventory, Migration, Object, Place, Provenance, Tool, entries, places, sync_rule};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -21,6 +21,16 @@ const AUTO_ENABLED: &str = "reflector.v1.k8s.emberstack.com/reflection-auto-enab
 const AUTO_NAMESPACES: &str = "reflector.v1.k8s.emberstack.com/reflection-auto-namespaces";
 const AUTO_SELECTOR: &str = "reflector.v1.k8s.emberstack.com/reflection-auto-namespaces-selector";
 const REFLECTS: &str = "reflector.v1.k8s.emberstack.com/reflects";
+/// The mark the reflector leaves on every mirror it writes.
+pub const REFLECTED_VERSION: &str = "reflector.v1.k8s.emberstack.com/reflected-version";
+
+/// A mirror's evidence: `reflects` names this source (auto mirrors carry it too).
+fn reflects<'a>(wanted: &'a str) -> impl Fn(&Object) -> Option<String> + 'a {
+    move |mirror: &Object| {
+        (mirror.annotations.get(REFLECTS).map(|r| r.trim()) == Some(wanted))
+            .then(|| format!("{REFLECTS}: {wanted}"))
+    }
+}
 
 /// .NET's `bool.TryParse`, true side.
 fn is_true(value: Option<&String>) -> bool {
@@ -169,12 +179,20 @@ fn auto(inventory: &Inventory, migration: &mut Migration, source: &Object, allow
             "auto-reflection by selector becomes a namespaceSelector: a namespace that matches it later needs mimeo.dev/accept-from too, as those listed here get it",
         );
     }
-    for ns in &namespaces {
-        migration.consent(ns, &source.namespace);
-    }
     let mut rule = sync_rule(Tool::Reflector, source, targets, None);
     rule["metadata"]["name"] = json!(super::rule_name(&["reflector", &source.kind, &source.name]));
-    migration.add_rule(inventory, rule, places(&source.kind, &source.name, namespaces));
+    let wanted = format!("{}/{}", source.namespace, source.name);
+    let provenance = Provenance {
+        evidence: &reflects(&wanted),
+        asked_by: format!("{AUTO_ENABLED} on {} {wanted}", source.kind),
+        written_in: source.namespace.clone(),
+    };
+    migration.add_rule(
+        inventory,
+        rule,
+        places(&source.kind, &source.name, namespaces),
+        &provenance,
+    );
 }
 
 /// Mirrors made by hand (`reflects`), where the source allows their namespace.
@@ -186,6 +204,16 @@ fn mirrors(inventory: &Inventory, migration: &mut Migration, source: &Object, al
         if mirror.kind != source.kind
             || mirror.annotations.get(REFLECTS).map(|r| r.trim()) != Some(wanted.as_str())
         {
+            continue;
+        }
+        let place = Place {
+            kind: mirror.kind.clone(),
+            namespace: mirror.namespace.clone(),
+            name: mirror.name.clone(),
+        };
+        // An automatic mirror names its source in `reflects` too: the rule for auto-reflection
+        // has it already, and one copy has one rule.
+        if migration.copies.contains_key(&place) {
             continue;
         }
         let in_allowed = inventory
@@ -204,12 +232,7 @@ fn mirrors(inventory: &Inventory, migration: &mut Migration, source: &Object, al
         } else {
             json!({"namespace": mirror.namespace, "name": mirror.name})
         });
-        copies.push(Place {
-            kind: mirror.kind.clone(),
-            namespace: mirror.namespace.clone(),
-            name: mirror.name.clone(),
-        });
-        migration.consent(&mirror.namespace, &source.namespace);
+        copies.push(place);
     }
     if targets.is_empty() {
         return;
@@ -220,7 +243,17 @@ fn mirrors(inventory: &Inventory, migration: &mut Migration, source: &Object, al
         &source.kind,
         &source.name
     ]));
-    migration.add_rule(inventory, rule, copies);
+    // Each mirror asked for its source itself, in its own namespace.
+    let evidence = reflects(&wanted);
+    for place in copies {
+        let provenance = Provenance {
+            evidence: &evidence,
+            asked_by: format!("{REFLECTS} on {} {}/{}", place.kind, place.namespace, place.name),
+            written_in: place.namespace.clone(),
+        };
+        migration.add_copies(inventory, &rule, vec![place], &provenance);
+    }
+    migration.rules.push(rule);
 }
 
 #[cfg(test)]
@@ -232,6 +265,7 @@ mod tests {
     #[test]
     fn auto_reflection_and_mirrors() {
         let inventory = Inventory {
+            kyverno_served: true,
             namespaces: vec![
                 ns("cert-manager", &[]),
                 ns("app-1", &[("env", "prod")]),
@@ -278,11 +312,29 @@ mod tests {
                         (AUTO_ENABLED, "true"),
                     ],
                 ),
-                object("Secret", "app-1", "wildcard-tls", &[]),
+                // An automatic mirror: it names its source in `reflects` too.
+                object(
+                    "Secret",
+                    "app-1",
+                    "wildcard-tls",
+                    &[
+                        ("reflector.v1.k8s.emberstack.com/auto-reflects", "True"),
+                        (REFLECTS, "cert-manager/wildcard-tls"),
+                        (REFLECTED_VERSION, "42"),
+                    ],
+                ),
+                // Someone else's ConfigMap of the name an auto-reflection would give.
+                object("ConfigMap", "web", "by-label", &[]),
             ],
             policies: vec![],
         };
-        let m = migrate(&inventory, &[Tool::Reflector]);
+        let m = migrate(
+            &inventory,
+            &crate::migrate::Options {
+                named: vec![Tool::Reflector],
+                allow_system_namespaces: true,
+            },
+        );
         let by_name = |name: &str| {
             m.rules
                 .iter()
@@ -315,7 +367,28 @@ mod tests {
                 .count(),
             4
         );
-        assert_eq!(m.adoptions.len(), 2, "{:?}", m.adoptions);
+        // One rule per copy: the automatic mirror is the auto-reflection rule's alone.
+        assert_eq!(
+            m.adoptions
+                .iter()
+                .map(|(p, r)| format!("{}/{} {r}", p.namespace, p.name))
+                .collect::<Vec<_>>(),
+            [
+                "app-1/wildcard-tls SyncRule/cert-manager/reflector-secret-wildcard-tls",
+                "manual/tls SyncRule/cert-manager/reflector-mirrors-secret-wildcard-tls"
+            ],
+        );
+        assert_eq!(
+            m.consents
+                .iter()
+                .map(|(ns, e)| format!("{ns} {:?}", e.keys().collect::<Vec<_>>()))
+                .collect::<Vec<_>>(),
+            [
+                "app-1 [\"cert-manager/reflector-secret-wildcard-tls\"]",
+                "manual [\"cert-manager/reflector-mirrors-secret-wildcard-tls\"]"
+            ],
+        );
+        assert_eq!(m.consents["manual"].values().next().unwrap().written_in, "manual");
         assert!(
             m.notes
                 .iter()

@@ -7,7 +7,9 @@
 //! copy; a copy carries the source's labels unless `strip-labels` is `true`.
 
 use super::selector::Selector;
-use super::{Inventory, Migration, Object, Tool, entries, places, selected, selector_target, sync_rule};
+use super::{
+    Inventory, Migration, Object, Provenance, Tool, entries, places, selected, selector_target, sync_rule,
+};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -19,6 +21,22 @@ const ALLOWED: &str = "replicator.v1.mittwald.de/replication-allowed";
 const ALLOWED_NAMESPACES: &str = "replicator.v1.mittwald.de/replication-allowed-namespaces";
 const STRIP_LABELS: &str = "replicator.v1.mittwald.de/strip-labels";
 const KEEP_OWNER_REFERENCES: &str = "replicator.v1.mittwald.de/keep-owner-references";
+/// The marks the replicator leaves on every copy it writes.
+pub const REPLICATED_AT: &str = "replicator.v1.mittwald.de/replicated-at";
+const REPLICATED_FROM_VERSION: &str = "replicator.v1.mittwald.de/replicated-from-version";
+
+/// A pushed copy's evidence: the replicator's marks, and no `replicate-from` naming another
+/// source. (The replicator records no source on a pushed copy; its marks can only have been
+/// written by the replicator or by someone who may write that namespace.)
+fn pushed_copy(copy: &Object) -> Option<String> {
+    if copy.annotations.contains_key(REPLICATE_FROM) {
+        return None;
+    }
+    [REPLICATED_AT, REPLICATED_FROM_VERSION]
+        .into_iter()
+        .find(|mark| copy.annotations.contains_key(*mark))
+        .map(str::to_owned)
+}
 
 /// A pattern as the replicator compiles it.
 fn strict(pattern: &str) -> Result<Regex, regex::Error> {
@@ -144,11 +162,18 @@ fn push(inventory: &Inventory, migration: &mut Migration, source: &Object) {
         migration.note(Tool::Replicator, &what, "no namespace to replicate to; no rule");
         return;
     }
-    for ns in &namespaces {
-        migration.consent(ns, &source.namespace);
-    }
     let rule = sync_rule(Tool::Replicator, source, targets, metadata(source));
-    migration.add_rule(inventory, rule, places(&source.kind, &source.name, namespaces));
+    let provenance = Provenance {
+        evidence: &pushed_copy,
+        asked_by: format!("replicate-to on {what}"),
+        written_in: source.namespace.clone(),
+    };
+    migration.add_rule(
+        inventory,
+        rule,
+        places(&source.kind, &source.name, namespaces),
+        &provenance,
+    );
 }
 
 /// `replicate-from` on copies: one rule per source, naming each copy's namespace and name.
@@ -213,18 +238,31 @@ fn pull(inventory: &Inventory, migration: &mut Migration) {
             .collect();
         let mut rule = sync_rule(Tool::Replicator, source, targets, None);
         rule["metadata"]["name"] = json!(super::rule_name(&["replicator-pull", &kind, &name]));
-        for c in &copies {
-            migration.consent(&c.namespace, &source.namespace);
-        }
-        let copy_places = copies
-            .iter()
-            .map(|c| super::Place {
+        // The copy asked for its source itself, in its own namespace.
+        let wanted = format!("{namespace}/{name}");
+        let pulled = |copy: &Object| {
+            let from = copy.annotations.get(REPLICATE_FROM)?;
+            let from = if from.contains('/') {
+                from.clone()
+            } else {
+                format!("{}/{from}", copy.namespace)
+            };
+            (from == wanted).then(|| format!("{REPLICATE_FROM}: {wanted}"))
+        };
+        for copy in &copies {
+            let provenance = Provenance {
+                evidence: &pulled,
+                asked_by: format!("replicate-from on {} {}/{}", copy.kind, copy.namespace, copy.name),
+                written_in: copy.namespace.clone(),
+            };
+            let place = super::Place {
                 kind: kind.clone(),
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-            })
-            .collect();
-        migration.add_rule(inventory, rule, copy_places);
+                namespace: copy.namespace.clone(),
+                name: copy.name.clone(),
+            };
+            migration.add_copies(inventory, &rule, vec![place], &provenance);
+        }
+        migration.rules.push(rule);
     }
 }
 
@@ -274,6 +312,7 @@ pub(crate) mod tests {
     #[test]
     fn push_by_names_patterns_and_selectors() {
         let inventory = Inventory {
+            kyverno_served: true,
             namespaces: vec![
                 ns("default", &[]),
                 ns("my-ns-1", &[]),
@@ -295,12 +334,25 @@ pub(crate) mod tests {
                     "settings",
                     &[(REPLICATE_TO_MATCHING, "team=a")],
                 ),
-                // An existing copy, which the rule is to adopt.
-                object("Secret", "my-ns-1", "test-secret", &[]),
+                // An existing copy the replicator made, which the rule is to adopt.
+                object(
+                    "Secret",
+                    "my-ns-1",
+                    "test-secret",
+                    &[(REPLICATED_AT, "2026-12-01T10:00:00Z")],
+                ),
+                // Someone else's Secret of that name, with no mark of the replicator.
+                object("Secret", "namespace-1", "test-secret", &[]),
             ],
             policies: vec![],
         };
-        let m = migrate(&inventory, &[Tool::Replicator]);
+        let m = migrate(
+            &inventory,
+            &crate::migrate::Options {
+                named: vec![Tool::Replicator],
+                allow_system_namespaces: true,
+            },
+        );
         assert_eq!(m.rules.len(), 2);
         let secret = &m.rules[0];
         assert_eq!(secret["kind"], "SyncRule");
@@ -334,8 +386,22 @@ pub(crate) mod tests {
                 "SyncRule/default/replicator-secret-test-secret".to_owned()
             )]
         );
-        assert!(m.consents["namespace-x"].contains("default"));
-        assert!(!m.consents.contains_key("default"), "the source's own namespace");
+        // Consent only where the replicator demonstrably made the copy, for this rule alone.
+        assert_eq!(m.consents.keys().collect::<Vec<_>>(), ["my-ns-1"]);
+        assert_eq!(
+            m.consents["my-ns-1"].keys().collect::<Vec<_>>(),
+            ["default/replicator-secret-test-secret"]
+        );
+        let grant = &m.consents["my-ns-1"]["default/replicator-secret-test-secret"];
+        assert_eq!(grant.written_in, "default");
+        assert!(grant.evidence.contains(REPLICATED_AT), "{grant:?}");
+        assert!(
+            m.notes
+                .iter()
+                .any(|n| n.starts_with("Secret namespace-1/test-secret: exists but carries no mark")),
+            "{:?}",
+            m.notes
+        );
         assert!(
             m.notes
                 .iter()
@@ -358,6 +424,7 @@ pub(crate) mod tests {
     fn pull_only_where_the_source_allows_it() {
         let allowed = [(ALLOWED, "true"), (ALLOWED_NAMESPACES, "team-.*")];
         let inventory = Inventory {
+            kyverno_served: true,
             namespaces: vec![ns("default", &[]), ns("team-a", &[]), ns("other", &[])],
             objects: vec![
                 object("Secret", "default", "some-secret", &allowed),
@@ -394,7 +461,13 @@ pub(crate) mod tests {
             ],
             policies: vec![],
         };
-        let m = migrate(&inventory, &[Tool::Replicator]);
+        let m = migrate(
+            &inventory,
+            &crate::migrate::Options {
+                named: vec![Tool::Replicator],
+                allow_system_namespaces: true,
+            },
+        );
         assert_eq!(m.rules.len(), 1);
         assert_eq!(
             m.rules[0]["metadata"]["name"],

@@ -23,12 +23,15 @@ pub fn accepts(
     if same_cluster && from == target {
         return true;
     }
+    // An entry `<namespace>/<rule>` accepts that one rule (as `mimeo migrate` writes for the
+    // namespaces another tool served), a bare namespace every SyncRule there.
+    let this_rule = format!("{from}/{}", rule.name);
     annotations
         .and_then(|a| a.get(ACCEPT_FROM_ANNOTATION))
         .is_some_and(|list| {
             list.split(',')
                 .map(str::trim)
-                .any(|entry| entry == "*" || entry == from)
+                .any(|entry| entry == "*" || entry == from || entry == this_rule)
         })
 }
 
@@ -107,6 +110,24 @@ mod tests {
             ("no annotation", "tenant", None, false),
             ("empty annotation", "tenant", Some(annotations("")), false),
             ("own namespace", "platform", None, true),
+            (
+                "this rule by name",
+                "tenant",
+                Some(annotations("x,platform/creds")),
+                true,
+            ),
+            (
+                "another rule by name",
+                "tenant",
+                Some(annotations("platform/other")),
+                false,
+            ),
+            (
+                "a rule of another namespace",
+                "tenant",
+                Some(annotations("other/creds")),
+                false,
+            ),
         ];
         for (case, target, annotations, expected) in cases {
             assert_eq!(

@@ -1,0 +1,172 @@
+//! `mimeo migrate --apply FILE`: applies a plan exactly as it reads, with patches that add only
+//! what it names. A server-side apply of a metadata-only object would take over every field an
+//! earlier client-side `kubectl apply` recorded and drop those the file leaves out (a
+//! Namespace's labels, a copy's data), and would create a copy that is gone as an empty object;
+//! a JSON merge patch of one annotation changes that annotation alone, under its own field
+//! manager, and fails on an object that is not there.
+
+use super::{Plan, PlannedAdoption, accept_from_with};
+use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "mimeo-migrate";
+
+/// What applying did, one line each; `failed` is the count of lines that say something was
+/// not applied.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub lines: Vec<String>,
+    pub failed: usize,
+}
+
+impl Applied {
+    fn done(&mut self, line: String) {
+        self.lines.push(line);
+    }
+
+    fn failed(&mut self, line: String) {
+        self.lines.push(format!("! {line}"));
+        self.failed += 1;
+    }
+}
+
+/// Consent first, then the adoption marks, then the rules: a rule sees its consent and marks
+/// from its first reconcile.
+pub async fn apply(client: &Client, plan: &Plan) -> Applied {
+    let mut applied = Applied::default();
+    for consent in &plan.consent {
+        match add_consent(client, &consent.namespace, &consent.accept_from).await {
+            Ok(Some(value)) => applied.done(format!(
+                "Namespace {}: {ACCEPT_FROM_ANNOTATION}={value}",
+                consent.namespace
+            )),
+            Ok(None) => applied.done(format!("Namespace {}: accepts them already", consent.namespace)),
+            Err(e) => applied.failed(format!("Namespace {}: {e}", consent.namespace)),
+        }
+    }
+    for adoption in &plan.adopt {
+        let what = format!("{} {}/{}", adoption.kind, adoption.namespace, adoption.name);
+        match mark(client, adoption).await {
+            Ok(()) => applied.done(format!("{what}: {ADOPT_BY_ANNOTATION}={}", adoption.rule)),
+            Err(kube::Error::Api(s)) if s.code == 404 => applied.done(format!(
+                "{what}: gone since the plan was made; not created (the rule makes it)"
+            )),
+            Err(e) => applied.failed(format!(
+                "{what}: {}",
+                crate::controller::error::without_values(&e.to_string())
+            )),
+        }
+    }
+    for rule in &plan.rules {
+        let what = format!(
+            "{} {}{}",
+            rule["kind"].as_str().unwrap_or_default(),
+            rule["metadata"]["namespace"]
+                .as_str()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default(),
+            rule["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        match create_rule(client, rule).await {
+            Ok(true) => applied.done(format!("{what}: created")),
+            Ok(false) => applied.done(format!("{what}: exists with this spec already")),
+            Err(e) => applied.failed(format!("{what}: {e}")),
+        }
+    }
+    applied
+}
+
+/// Adds `entries` to a namespace's `mimeo.dev/accept-from`, keeping what is there: a merge
+/// patch that names the resourceVersion it read, so that a write in between is retried on
+/// what it wrote rather than overwritten. `None` when nothing needed adding.
+async fn add_consent(client: &Client, namespace: &str, entries: &[String]) -> Result<Option<String>, String> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    for _ in 0..5 {
+        let found = api.get(namespace).await.map_err(|e| e.to_string())?;
+        let existing = found
+            .annotations()
+            .get(ACCEPT_FROM_ANNOTATION)
+            .map(String::as_str);
+        let Some(value) = accept_from_with(existing, entries) else {
+            return Ok(None);
+        };
+        let patch = json!({"metadata": {"resourceVersion": found.resource_version(),
+                                        "annotations": {ACCEPT_FROM_ANNOTATION: value}}});
+        match api
+            .patch(
+                namespace,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(Some(value)),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err("changed by someone else on every try; run again".into())
+}
+
+/// Adds the adoption mark to an existing copy (a merge patch fails on one that is gone, where a
+/// server-side apply would create it empty).
+async fn mark(client: &Client, adoption: &PlannedAdoption) -> kube::Result<()> {
+    let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
+        api_version: adoption.api_version.clone(),
+        kind: adoption.kind.clone(),
+    })
+    .map_err(|e| kube::Error::Discovery(kube::error::DiscoveryError::MissingResource(e.to_string())))?;
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &adoption.namespace, &resource);
+    let patch = json!({"metadata": {"annotations": {ADOPT_BY_ANNOTATION: adoption.rule}}});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch(&adoption.name, &params, &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Creates a rule; `false` when it exists with the same spec. A rule of that name with another
+/// spec is someone else's: it is left alone, and said.
+async fn create_rule(client: &Client, rule: &Value) -> Result<bool, String> {
+    let kind = rule["kind"].as_str().unwrap_or_default();
+    let gvk = GroupVersionKind::gvk("mimeo.dev", "v1alpha1", kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| format!("{kind} is not served: install mimeo's CRDs first ({e})"))?;
+    let name = rule["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = match rule["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let object: DynamicObject = serde_json::from_value(rule.clone()).map_err(|e| e.to_string())?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let found = api.get(name).await.map_err(|e| e.to_string())?;
+            if found.data.get("spec") == rule.get("spec") {
+                Ok(false)
+            } else {
+                Err(
+                    "exists with another spec; left as it is (delete it or rename the rule in the file)"
+                        .into(),
+                )
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
