@@ -15,8 +15,13 @@ use std::time::Duration;
 
 /// Runs `mimeo migrate` with the plane's kubeconfig: (stdout, stderr).
 fn migrate(h: &Harness, from: &str) -> (String, String) {
+    migrate_with(h, &["--from", from])
+}
+
+fn migrate_with(h: &Harness, args: &[&str]) -> (String, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .args(["migrate", "--from", from])
+        .arg("migrate")
+        .args(args)
         .env("KUBECONFIG", h.plane.kubeconfig_path())
         .output()
         .unwrap();
@@ -25,28 +30,23 @@ fn migrate(h: &Harness, from: &str) -> (String, String) {
     (String::from_utf8(output.stdout).unwrap(), stderr)
 }
 
-/// Applies every document, each with server-side apply (as `kubectl apply --server-side`).
-async fn apply_all(h: &Harness, yaml: &str) {
-    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
-        let object: Value = serde::Deserialize::deserialize(document).unwrap();
-        if object.is_null() {
-            continue;
-        }
-        let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
-            api_version: object["apiVersion"].as_str().unwrap().into(),
-            kind: object["kind"].as_str().unwrap().into(),
-        })
+/// The cut-over's third step: `mimeo migrate --apply` of the plan (its stdout).
+async fn apply_all(h: &Harness, yaml: &str) -> String {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["migrate", "--apply"])
+        .arg(file.path())
+        .env("KUBECONFIG", h.plane.kubeconfig_path())
+        .output()
         .unwrap();
-        let (resource, _) = kube::discovery::pinned_kind(&h.client, &gvk).await.unwrap();
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(h.client.clone(), ns, &resource),
-            None => Api::all_with(h.client.clone(), &resource),
-        };
-        api.patch(name, &PatchParams::apply("kubectl"), &Patch::Apply(&object))
-            .await
-            .unwrap_or_else(|e| panic!("applying {name}: {e}\n{object}"));
-    }
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 /// Metadata with these annotations (none: no `annotations` field, which server-side apply would
@@ -177,8 +177,18 @@ async fn replicator_fixture(h: &Harness, replica: &str) {
 async fn from_kubernetes_replicator() {
     let mut h = Harness::without_controller().await;
     replicator_fixture(&h, "p1").await;
-    // The copy the replicator pushed; the pull replicas are in the fixture.
-    secret(&h, "my-ns-1", "test-secret", "s1", &[]).await;
+    // The copies the replicator pushed, with the marks it writes; the pull replicas are in the
+    // fixture.
+    let marks = [
+        ("replicator.v1.mittwald.de/replicated-at", "2026-12-01T10:00:00Z"),
+        ("replicator.v1.mittwald.de/replicated-from-version", "1234"),
+    ];
+    for ns in ["my-ns-1", "namespace-1", "namespace-22"] {
+        secret(&h, ns, "test-secret", "s1", &marks).await;
+    }
+    for ns in ["namespace-22", "other"] {
+        config_map(&h, ns, "settings", "c1", &marks).await;
+    }
     let adopted_before = uid_and_value(&h, "my-ns-1", "test-secret").await;
 
     let (yaml, notes) = migrate(&h, "replicator");
@@ -197,9 +207,9 @@ async fn from_kubernetes_replicator() {
     assert_eq!(code, 1, "{said}");
     for expected in [
         "~ change Secret my-ns-1/test-secret",
-        "+ create Secret namespace-1/test-secret",
-        "+ create Secret namespace-22/test-secret",
-        "+ create ConfigMap other/settings",
+        "~ change Secret namespace-1/test-secret",
+        "~ change Secret namespace-22/test-secret",
+        "~ change ConfigMap other/settings",
         "~ change Secret other/secret-replica",
     ] {
         assert!(said.contains(expected), "missing {expected:?} in:\n{said}");
@@ -270,20 +280,30 @@ async fn from_kubernetes_reflector() {
         ],
     )
     .await;
-    secret(
-        &h,
-        "app-1",
-        "wildcard-tls",
-        "t1",
-        &[(&a("auto-reflects"), "True")],
-    )
-    .await;
+    // Automatic mirrors carry `reflects` as well as `auto-reflects`, as the reflector writes them.
+    for ns in ["app-1", "app-2"] {
+        secret(
+            &h,
+            ns,
+            "wildcard-tls",
+            "t1",
+            &[
+                (&a("auto-reflects"), "True"),
+                (&a("reflects"), "cert-manager/wildcard-tls"),
+                (&a("reflected-version"), "42"),
+            ],
+        )
+        .await;
+    }
     secret(
         &h,
         "manual",
         "tls",
         "t1",
-        &[(&a("reflects"), "cert-manager/wildcard-tls")],
+        &[
+            (&a("reflects"), "cert-manager/wildcard-tls"),
+            (&a("reflected-version"), "42"),
+        ],
     )
     .await;
     secret(
@@ -312,6 +332,23 @@ async fn from_kubernetes_reflector() {
         ],
     )
     .await;
+    // One rule per copy: an automatic mirror, which names its source in `reflects` too, is the
+    // auto-reflection rule's alone, and every rule is Synced (none stays in Conflict).
+    let rules = Api::<mimeo::api::SyncRule>::namespaced(h.client.clone(), "cert-manager")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let names: BTreeSet<String> = rules.iter().map(|r| r.metadata.name.clone().unwrap()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "reflector-mirrors-secret-wildcard-tls".to_owned(),
+            "reflector-secret-wildcard-tls".to_owned()
+        ])
+    );
+    for name in &names {
+        h.wait_ready("cert-manager", name, "True", "Synced").await;
+    }
     assert_eq!(
         uid_and_value(&h, "manual", "tls").await,
         adopted_before,
@@ -335,9 +372,44 @@ async fn from_config_syncer() {
         &[("kubed.appscode.com/sync", "app=kubed")],
     )
     .await;
-    config_map(&h, "b", "omni", "o", &[("kubed.appscode.com/origin", "platform")]).await;
+    // The copies config-syncer made, with the origin it writes on each.
+    let origin = |name: &str| {
+        json!({"namespace": "platform", "name": name, "uid": "u", "resourceVersion": "1"}).to_string()
+    };
+    for ns in [
+        "a",
+        "b",
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+    ] {
+        config_map(
+            &h,
+            ns,
+            "omni",
+            "o",
+            &[("kubed.appscode.com/origin", &origin("omni"))],
+        )
+        .await;
+    }
+    secret(
+        &h,
+        "a",
+        "picked",
+        "k",
+        &[("kubed.appscode.com/origin", &origin("picked"))],
+    )
+    .await;
 
-    let (yaml, _) = migrate(&h, "kubed");
+    // Without --allow-system-namespaces, kube-system is neither asked nor adopted.
+    let (yaml, notes) = migrate(&h, "kubed");
+    assert!(
+        notes.contains("ConfigMap kube-system/omni: in a system namespace"),
+        "{notes}"
+    );
+    assert!(!yaml.contains("\"kube-system\""), "{yaml}");
+    let (yaml, _) = migrate_with(&h, &["--from", "kubed", "--allow-system-namespaces"]);
     apply_all(&h, &yaml).await;
     h.start_controller().await;
     // Every other namespace, the system ones too, as config-syncer does.
@@ -385,7 +457,14 @@ async fn from_kyverno_clone_policies() {
                    "metadata": {"name": "ca", "namespace": "platform", "labels": {"allowedToBeCloned": "true"}},
                    "stringData": {"value": "c"}}))
         .await;
-    secret(&h, "team-a", "regcred", "r", &[]).await;
+    // What Kyverno generated, labelled as it labels what it generates.
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "regcred", "namespace": "team-a", "labels": {
+                       "app.kubernetes.io/managed-by": "kyverno",
+                       "generate.kyverno.io/policy-name": "sync-secrets",
+                       "generate.kyverno.io/rule-name": "sync-image-pull-secret"}},
+                   "stringData": {"value": "r"}}))
+        .await;
     let adopted_before = uid_and_value(&h, "team-a", "regcred").await;
     h.apply(json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "sync-secrets"},
         "spec": {"rules": [
