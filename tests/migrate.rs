@@ -1,14 +1,13 @@
 //! `mimeo migrate` against a real apiserver: for each tool, objects annotated as that tool's
-//! documentation describes them, and the copies it made; the command's output applied as
-//! `kubectl apply --server-side` would; then mimeo keeps exactly the copies that tool makes (the
+//! documentation describes them, and the copies it made, with the marks it writes on them; the
+//! command's output applied with `mimeo migrate --apply`; then mimeo keeps exactly the copies that tool makes (the
 //! expected set written out here from the tool's semantics), adopting the existing ones in place.
 
 mod common;
 
 use common::{Harness, apiserver_writes, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
