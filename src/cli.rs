@@ -31,12 +31,8 @@ pub enum Command {
     /// Work with the clusters that `RemoteCluster`s name.
     #[command(subcommand)]
     Remote(RemoteCommand),
-    /// Read what another copy tool copies in the current kubeconfig's cluster (with your own
-    /// permissions) and print the equivalent mimeo objects as YAML on stdout: the rules, the
-    /// mimeo.dev/accept-from consent of each target namespace, and a mimeo.dev/adopt-by mark on
-    /// each copy that tool made, so that the new rules adopt exactly those (metadata only: no
-    /// Secret value is printed). What cannot be translated, and why, goes to stderr. Apply the
-    /// output with `kubectl apply --server-side -f`, then stop the other tool (docs/migrating.md).
+    /// Print, as a plan on stdout, the mimeo rules for what another copy tool copies in the
+    /// current kubeconfig's cluster, and apply such a plan with --apply (docs/migrating.md).
     Migrate(MigrateArgs),
     /// Print what applying a SyncRule or ClusterSyncRule would do, read with your own kubeconfig
     /// and permissions and decided by the controller's own code: each copy to create, change
