@@ -79,7 +79,7 @@ mod tests {
         let live = json!({"metadata": {"managedFields": [
             {"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsV1": {
                 "f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}},
-                               "f:labels": {".": {}, "f:team": {}}}}}},
+                               "f:labels": {".": {}, "f:team": {}}}}},
             {"manager": "mimeo", "operation": "Apply", "fieldsV1": {
                 "f:metadata": {"f:labels": {"f:mimeo.dev/managed-by": {}}}}}
         ]}});
