@@ -5,11 +5,11 @@
 mod chain_outputs;
 mod compile_queue;
 pub mod diff;
-pub mod field_loss;
 mod echoes;
 pub(crate) mod error;
 mod failed_downloads;
 mod fair_queue;
+pub mod field_loss;
 mod fleet;
 mod named_namespaces;
 mod plugin_config_maps;

@@ -197,7 +197,7 @@ async fn from_kubernetes_replicator() {
     );
     assert!(notes.contains("does not allow the namespace nope"), "{notes}");
     assert!(
-        notes.contains("\"namespace-[0-9]*\" is resolved to the 2 namespaces"),
+        notes.contains("\"namespace-[0-9]*\" becomes a namespacePattern target"),
         "{notes}"
     );
     // The cut-over's second step: what applying the migration would do, consent and adoption
@@ -242,6 +242,23 @@ async fn from_kubernetes_replicator() {
     );
     let replica = uid_and_value(&h, "other", "secret-replica").await;
     assert_eq!(replica.1, json!({"value": "cDE="}));
+    // The replicator's pattern follows namespaces created later, as it did there: one that
+    // matches and accepts the rule gets its copy; one that matches but does not accept, none.
+    h.namespace(
+        "namespace-3",
+        &[],
+        &[("mimeo.dev/accept-from", "default/replicator-secret-test-secret")],
+    )
+    .await;
+    h.namespace("namespace-4", &[], &[]).await;
+    eventually("the copy in a namespace created later", || async {
+        mimeo_copies(&h)
+            .await
+            .contains("Secret namespace-3/test-secret")
+            .then_some(())
+    })
+    .await;
+    assert!(!mimeo_copies(&h).await.contains("Secret namespace-4/test-secret"));
     // The refused replica is left as it was: not mimeo's.
     let refused = Api::<Secret>::namespaced(h.client.clone(), "nope")
         .get("secret-replica")

@@ -105,6 +105,9 @@ fn push(inventory: &Inventory, migration: &mut Migration, source: &Object) {
         }
         match strict(entry) {
             Ok(re) => {
+                // A pattern target follows namespaces created later, as the replicator does; the
+                // source's own namespace never gets a copy from it.
+                targets.push(json!({"namespacePattern": entry}));
                 let matched: Vec<String> = inventory
                     .namespaces
                     .iter()
@@ -115,16 +118,12 @@ fn push(inventory: &Inventory, migration: &mut Migration, source: &Object) {
                     Tool::Replicator,
                     &what,
                     format!(
-                        "the pattern {entry:?} is resolved to the {} namespaces it matches now ({}); a namespace created later that matches it gets no copy: label such namespaces and use a namespaceSelector",
+                        "the pattern {entry:?} becomes a namespacePattern target, anchored as the replicator anchors it; it matches {} namespaces now ({}), and a namespace created later that matches it gets its copy once it accepts the rule (mimeo.dev/accept-from)",
                         matched.len(),
                         matched.join(", ")
                     ),
                 );
-                for ns in matched {
-                    if namespaces.insert(ns.clone()) {
-                        targets.push(json!({"namespace": ns}));
-                    }
-                }
+                namespaces.extend(matched);
             }
             Err(e) => migration.note(
                 Tool::Replicator,
@@ -360,7 +359,7 @@ pub(crate) mod tests {
         assert_eq!(secret["metadata"]["name"], "replicator-secret-test-secret");
         assert_eq!(
             secret["spec"]["targets"],
-            json!([{"namespace": "my-ns-1"}, {"namespace": "namespace-1"}, {"namespace": "namespace-22"}, {"namespace": "gone"}])
+            json!([{"namespace": "my-ns-1"}, {"namespacePattern": "namespace-[0-9]*"}, {"namespace": "gone"}])
         );
         let configmap = &m.rules[1];
         assert_eq!(
@@ -403,9 +402,10 @@ pub(crate) mod tests {
             m.notes
         );
         assert!(
-            m.notes
-                .iter()
-                .any(|n| n.contains("\"namespace-[0-9]*\" is resolved to the 2 namespaces")),
+            m.notes.iter().any(
+                |n| n.contains("\"namespace-[0-9]*\" becomes a namespacePattern target")
+                    && n.contains("matches 2 namespaces now")
+            ),
             "{:?}",
             m.notes
         );
