@@ -31,7 +31,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false\0";
 
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
-/// when it would be refused or the diff failed (as `kubectl diff`).
+/// when it would be refused, the diff failed, or a copy is undecided (`Report::exit_code`; as
+/// `kubectl diff`).
 async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
     match diff_reports(args).await {
         Ok(code) => ExitCode::from(code),
@@ -81,11 +82,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
         let code = match controller::diff::diff(client.clone(), rule, &documents.overlay, options).await {
             Ok(report) => {
                 print!("{}", report.render());
-                match (&report.refused, report.changes()) {
-                    (Some(_), _) => 2,
-                    (None, true) => 1,
-                    (None, false) => 0,
-                }
+                report.exit_code()
             }
             Err(e) => {
                 eprintln!("error: {}: {e}", rule.key());
