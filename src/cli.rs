@@ -38,9 +38,11 @@ pub enum Command {
     /// and permissions and decided by the controller's own code: each copy to create, change
     /// (a unified diff; Secret values as digests), delete or orphan, and each left alone with
     /// the reason (a conflict, no consent, a plugin's skip or failure). The transform chain runs
-    /// here, under the plugin limits below. Nothing is written. Exit status as `kubectl diff`:
-    /// 0 no change, 1 changes, 2 the rule would be refused or the diff failed. Copies in
-    /// RemoteClusters are not shown.
+    /// here, under the plugin limits below. Nothing is written. Exit status as `kubectl diff`,
+    /// the worst over the file's rules: 0 no change, 1 changes, 2 a rule would be refused, the
+    /// diff failed, or a copy is undecided (a `! Failed`, `! PluginFailed`, `! Unreachable` or
+    /// `! Unauthorized` line: it could not be read or made); a `! Conflict`, `! NotAccepted` or
+    /// other `!` line is decided and counts as no change. Copies in RemoteClusters are not shown.
     Diff(DiffArgs),
 }
 

@@ -93,7 +93,8 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
-/// when it would be refused or the diff failed (as `kubectl diff`).
+/// when it would be refused, the diff failed, or a copy is undecided (`Report::exit_code`; as
+/// `kubectl diff`).
 async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
     match diff_reports(args).await {
         Ok(code) => ExitCode::from(code),
@@ -143,11 +144,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
         let code = match controller::diff::diff(client.clone(), rule, &documents.overlay, options).await {
             Ok(report) => {
                 print!("{}", report.render());
-                match (&report.refused, report.changes()) {
-                    (Some(_), _) => 2,
-                    (None, true) => 1,
-                    (None, false) => 0,
-                }
+                report.exit_code()
             }
             Err(e) => {
                 eprintln!("error: {}: {e}", rule.key());

@@ -225,3 +225,33 @@ async fn a_tenants_diff_reads_with_the_tenants_rights() {
         ],
     );
 }
+
+/// A copy the tenant may not read is undecided: the diff names the failure and exits 2 (it
+/// exited 0 before, with nothing else to change, and a script gating on it went ahead).
+#[tokio::test]
+async fn a_copy_the_tenant_may_not_read_exits_2() {
+    let h = Harness::start().await;
+    world(&h).await;
+    let _ = tenant_client(&h, "platform").await;
+    // The tenant may read Namespaces (consent), not Secrets in tenant-a.
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "tenant-namespaces"},
+               "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]}]}),
+    )
+    .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "tenant-namespaces"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tenant-namespaces"},
+               "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "platform"}]}),
+    )
+    .await;
+    let kubeconfig = common::service_account_kubeconfig(&h.plane, &h.client, "platform", "tenant").await;
+
+    let one = rule(json!({"source": {"kind": "Secret", "name": "registry"},
+                          "targets": [{"namespace": "tenant-a"}]}));
+    let (code, text) = diff(&kubeconfig, &one, &[]);
+    expect(&text, &["! Failed Secret tenant-a/registry:", "forbidden"]);
+    assert_eq!(code, 2, "{text}");
+}

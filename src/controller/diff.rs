@@ -324,6 +324,41 @@ impl Report {
         })
     }
 
+    /// The copies whose fate the diff could not decide: a copy it could not read (`Failed`), a
+    /// transform chain that failed on it (`PluginFailed`), a cluster it could not reach or use
+    /// (`Unreachable`, `Unauthorized`). Every other `!` line is a decided state the controller
+    /// would report the same way (`Conflict`, `NotAccepted`, `NamespaceMissing`, `Skipped`,
+    /// `Refused`, `Flapping`, `NotWatched`, `KindNotServed`, and the `RemoteCluster` lines).
+    pub fn undecided(&self) -> Vec<&Entry> {
+        self.entries
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.change,
+                    Change::Blocked {
+                        state: CopyState::Failed
+                            | CopyState::PluginFailed
+                            | CopyState::Unreachable
+                            | CopyState::Unauthorized,
+                        ..
+                    }
+                )
+            })
+            .collect()
+    }
+
+    /// `mimeo diff`'s exit code for this rule, as `kubectl diff`'s: 2 when the rule would be
+    /// refused or any copy is undecided, else 1 when anything would be written or deleted, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.refused.is_some() || !self.undecided().is_empty() {
+            2
+        } else if self.changes() {
+            1
+        } else {
+            0
+        }
+    }
+
     /// The text `mimeo diff` prints.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -1060,6 +1095,56 @@ mod tests {
         let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
                                 "data": {"k": "visible"}});
         assert!(shown(&config_map, &run).contains("visible"));
+    }
+
+    #[test]
+    fn an_undecided_copy_exits_2_whatever_else_changes() {
+        let entry = |change: Change| Entry {
+            target: CopyTarget {
+                cluster: None,
+                namespace: Some("a".into()),
+                name: "s".into(),
+            },
+            source: SourceRef {
+                namespace: Some("p".into()),
+                name: "s".into(),
+            },
+            change,
+            diff: None,
+        };
+        let blocked = |state| {
+            entry(Change::Blocked {
+                state,
+                message: "m".into(),
+            })
+        };
+        let report = |entries: Vec<Entry>| Report {
+            rule: RuleKey::sync_rule("p", "r"),
+            kind: "Secret".into(),
+            refused: None,
+            entries,
+            notes: Vec::new(),
+        };
+        assert_eq!(report(vec![entry(Change::InSync)]).exit_code(), 0);
+        assert_eq!(report(vec![blocked(CopyState::Conflict)]).exit_code(), 0);
+        assert_eq!(report(vec![blocked(CopyState::NotAccepted)]).exit_code(), 0);
+        assert_eq!(
+            report(vec![entry(Change::Create), blocked(CopyState::Skipped)]).exit_code(),
+            1
+        );
+        for state in [
+            CopyState::Failed,
+            CopyState::PluginFailed,
+            CopyState::Unreachable,
+            CopyState::Unauthorized,
+        ] {
+            let r = report(vec![entry(Change::Create), blocked(state)]);
+            assert_eq!(r.exit_code(), 2, "{state:?}");
+            assert_eq!(r.undecided().len(), 1);
+        }
+        let mut refused = report(Vec::new());
+        refused.refused = Some(("KindNotAllowed".into(), "m".into()));
+        assert_eq!(refused.exit_code(), 2);
     }
 
     #[test]
