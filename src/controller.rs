@@ -5,6 +5,7 @@
 mod chain_outputs;
 mod compile_queue;
 pub mod diff;
+pub mod diff_metadata;
 mod echoes;
 pub(crate) mod error;
 mod failed_downloads;

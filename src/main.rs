@@ -132,7 +132,8 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
         true => mimeo::sync::kinds::default_allowed_kinds(),
         false => args.allow_kinds.clone(),
     };
-    let mut worst = 0;
+    let (lines, mut worst) = controller::diff_metadata::metadata_changes(&client, &documents).await;
+    print!("{lines}");
     for rule in &documents.rules {
         let options = DiffOptions {
             allowed_kinds: allowed_kinds.clone(),

@@ -171,6 +171,18 @@ async fn the_cut_over_removes_no_field_whatever_made_the_objects() {
     assert_eq!(code, 1, "{said}");
     for ns in teams {
         assert!(said.contains(&format!("~ change Secret {ns}/creds")), "{said}");
+        assert!(
+            said.contains(&format!(
+                "~ annotate Namespace {ns}: mimeo.dev/accept-from: \"\" -> \"platform/replicator-secret-creds\""
+            )),
+            "{said}"
+        );
+        assert!(
+            said.contains(&format!(
+                "~ annotate Secret {ns}/creds: mimeo.dev/adopt-by=SyncRule/platform/replicator-secret-creds"
+            )),
+            "{said}"
+        );
     }
     assert!(!said.contains("! "), "{said}");
     let applied = apply_plan(&h, &plan);
@@ -233,6 +245,19 @@ async fn the_cut_over_removes_no_field_whatever_made_the_objects() {
     assert!(ok, "{said}");
     let old_style = json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "team-old", "annotations": {"mimeo.dev/accept-from": "platform"}}});
+    // `mimeo diff` on such a file says so, and exits 2.
+    let document: Value = serde_yaml_ng::from_str(&plan).unwrap();
+    let old_file = format!(
+        "{}---\n{}",
+        mimeo::migrate::yaml::to_string(&old_style),
+        mimeo::migrate::yaml::to_string(&document["rules"][0])
+    );
+    let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &old_file, &[]);
+    assert_eq!(code, 2, "{said}");
+    assert!(
+        said.contains("! Namespace team-old: `kubectl apply --server-side` of this document would delete metadata.annotations.note, metadata.labels.owner, metadata.labels.team ("),
+        "{said}"
+    );
     let (ok, said) = kubectl(&h, &["apply", "--server-side", "-f", "-"], &old_style.to_string());
     assert!(ok, "{said}");
     let namespace = Api::<Namespace>::all(h.client.clone())

@@ -81,6 +81,11 @@ fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> DiffError {
 pub struct Documents {
     pub rules: Vec<RuleDocument>,
     pub overlay: Overlay,
+    /// The documents that are neither rules nor a plan (Namespaces, metadata-only objects), to
+    /// say what applying them server-side would delete.
+    pub others: Vec<Value>,
+    /// A `mimeo migrate` plan in the file, to say which annotations it adds.
+    pub plan: Option<crate::migrate::Plan>,
 }
 
 /// Labels or annotations.
@@ -114,6 +119,8 @@ impl Documents {
     pub fn parse(text: &str, default_namespace: &str) -> Result<Self, DiffError> {
         let mut rules = Vec::new();
         let mut overlay = Overlay::default();
+        let mut others = Vec::new();
+        let mut found_plan = None;
         for document in serde_yaml_ng::Deserializer::from_str(text) {
             let object: Value = serde::Deserialize::deserialize(document)
                 .map_err(|e| DiffError::Rule(format!("the file is not YAML or JSON: {e}")))?;
@@ -126,22 +133,27 @@ impl Documents {
                         "the Migration does not read as mimeo migrate's output: {e}"
                     ))
                 })?;
-                for consent in plan.consent {
+                for consent in &plan.consent {
                     overlay
                         .accept_from
-                        .entry(consent.namespace)
+                        .entry(consent.namespace.clone())
                         .or_default()
-                        .extend(consent.accept_from);
+                        .extend(consent.accept_from.clone());
                 }
-                for adoption in plan.adopt {
+                for adoption in &plan.adopt {
                     overlay.objects.insert(
-                        (adoption.kind, Some(adoption.namespace), adoption.name),
-                        [(ADOPT_BY_ANNOTATION.to_owned(), adoption.rule)].into(),
+                        (
+                            adoption.kind.clone(),
+                            Some(adoption.namespace.clone()),
+                            adoption.name.clone(),
+                        ),
+                        [(ADOPT_BY_ANNOTATION.to_owned(), adoption.rule.clone())].into(),
                     );
                 }
-                for rule in plan.rules {
-                    rules.push(RuleDocument::from_value(rule, default_namespace)?);
+                for rule in &plan.rules {
+                    rules.push(RuleDocument::from_value(rule.clone(), default_namespace)?);
                 }
+                found_plan = Some(plan);
                 continue;
             }
             let kind = object["kind"].as_str().unwrap_or_default();
@@ -152,12 +164,14 @@ impl Documents {
                     rules.push(RuleDocument::from_value(object, default_namespace)?)
                 }
                 "Namespace" => {
+                    others.push(object.clone());
                     overlay.namespaces.insert(
                         name,
                         (string_map(&meta["labels"]), string_map(&meta["annotations"])),
                     );
                 }
                 _ => {
+                    others.push(object.clone());
                     let namespace = meta["namespace"].as_str().map(str::to_owned);
                     overlay.objects.insert(
                         (kind.to_owned(), namespace, name),
@@ -171,7 +185,12 @@ impl Documents {
                 "the file holds no SyncRule or ClusterSyncRule to diff".into(),
             ));
         }
-        Ok(Documents { rules, overlay })
+        Ok(Documents {
+            rules,
+            overlay,
+            others,
+            plan: found_plan,
+        })
     }
 }
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 /// The managers whose fields a `kubectl apply --server-side` takes as its own.
 const KUBECTL_MANAGERS: [&str; 2] = ["kubectl-client-side-apply", "kubectl"];
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// The fields of `live` (an object, with `metadata.managedFields`) that kubectl's managers own
 /// and `document` does not set, as dotted paths (`metadata.labels.team`), sorted.
@@ -24,8 +25,11 @@ pub fn dropped_by_server_side_apply(live: &Value, document: &Value) -> Vec<Strin
         let mut leaves = Vec::new();
         leaf_paths(&entry["fieldsV1"], &mut Vec::new(), &mut leaves);
         for path in leaves {
-            // kubectl's own bookkeeping, not a field of the user's.
-            if path.last().is_some_and(|p| p == LAST_APPLIED) {
+            // kubectl's own bookkeeping, and the label the apiserver sets on every Namespace.
+            if path
+                .last()
+                .is_some_and(|p| p == LAST_APPLIED || p == NAMESPACE_NAME_LABEL)
+            {
                 continue;
             }
             if !set_in(document, &path) {

@@ -1,0 +1,126 @@
+//! The part of `mimeo diff` that is not a rule's copies: the annotations a `mimeo migrate` plan
+//! adds (as `mimeo migrate --apply` would add them), and for a plain document (a `Namespace`, a
+//! metadata-only object) the fields that a `kubectl apply --server-side` of it would delete.
+
+use super::diff::Documents;
+use super::field_loss::dropped_by_server_side_apply;
+use crate::migrate::accept_from_with;
+use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject};
+use kube::core::GroupVersionKind;
+use kube::{Client, ResourceExt};
+
+/// The lines to print, and the exit code they call for: 1 for a change, 2 for an object that
+/// could not be read or a document that would delete another manager's fields.
+pub async fn metadata_changes(client: &Client, documents: &Documents) -> (String, u8) {
+    let mut out = String::new();
+    let mut code = 0;
+    if let Some(plan) = &documents.plan {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        for consent in &plan.consent {
+            match namespaces.get(&consent.namespace).await {
+                Ok(ns) => {
+                    let existing = ns.annotations().get(ACCEPT_FROM_ANNOTATION).map(String::as_str);
+                    match accept_from_with(existing, &consent.accept_from) {
+                        Some(value) => {
+                            out.push_str(&format!(
+                                "~ annotate Namespace {}: {ACCEPT_FROM_ANNOTATION}: {:?} -> {value:?}\n",
+                                consent.namespace,
+                                existing.unwrap_or_default()
+                            ));
+                            code = code.max(1);
+                        }
+                        None => out.push_str(&format!(
+                            "  Namespace {} accepts them already\n",
+                            consent.namespace
+                        )),
+                    }
+                }
+                Err(e) => {
+                    out.push_str(&format!("! Failed Namespace {}: {e}\n", consent.namespace));
+                    code = 2;
+                }
+            }
+        }
+        for adoption in &plan.adopt {
+            let what = format!("{} {}/{}", adoption.kind, adoption.namespace, adoption.name);
+            match get(
+                client,
+                &adoption.api_version,
+                &adoption.kind,
+                Some(&adoption.namespace),
+                &adoption.name,
+            )
+            .await
+            {
+                Ok(Some(_)) => {
+                    out.push_str(&format!(
+                        "~ annotate {what}: {ADOPT_BY_ANNOTATION}={}\n",
+                        adoption.rule
+                    ));
+                    code = code.max(1);
+                }
+                Ok(None) => out.push_str(&format!("  {what} is gone: not marked (its rule makes it)\n")),
+                Err(e) => {
+                    out.push_str(&format!("! Failed {what}: {e}\n"));
+                    code = 2;
+                }
+            }
+        }
+    }
+    for document in &documents.others {
+        let kind = document["kind"].as_str().unwrap_or_default();
+        let api_version = document["apiVersion"].as_str().unwrap_or("v1");
+        let name = document["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = document["metadata"]["namespace"].as_str();
+        let what = match namespace {
+            Some(ns) => format!("{kind} {ns}/{name}"),
+            None => format!("{kind} {name}"),
+        };
+        match get(client, api_version, kind, namespace, name).await {
+            Ok(Some(live)) => {
+                let dropped =
+                    dropped_by_server_side_apply(&serde_json::to_value(&live).unwrap_or_default(), document);
+                if !dropped.is_empty() {
+                    out.push_str(&format!(
+                        "! {what}: `kubectl apply --server-side` of this document would delete {} (set by kubectl, which it takes over); add only its annotations with a patch, as `mimeo migrate --apply` does\n",
+                        dropped.join(", ")
+                    ));
+                    code = 2;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                out.push_str(&format!("! Failed {what}: {e}\n"));
+                code = 2;
+            }
+        }
+    }
+    (out, code)
+}
+
+/// An object with its managed fields, `None` when it does not exist.
+async fn get(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<DynamicObject>, String> {
+    let type_meta = kube::core::TypeMeta {
+        api_version: api_version.to_owned(),
+        kind: kind.to_owned(),
+    };
+    let gvk = GroupVersionKind::try_from(&type_meta).map_err(|e| e.to_string())?;
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| e.to_string())?;
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.get_opt(name)
+        .await
+        .map_err(|e| super::error::without_values(&e.to_string()))
+}
