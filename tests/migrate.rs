@@ -48,6 +48,27 @@ async fn apply_all(h: &Harness, yaml: &str) -> String {
     stdout
 }
 
+/// `kubectl apply -f -` (client-side, as users apply their files).
+fn kubectl_apply(h: &Harness, object: &Value) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
+        .args(["apply", "-f", "-", "--kubeconfig"])
+        .arg(h.plane.kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(object.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Metadata with these annotations (none: no `annotations` field, which server-side apply would
 /// otherwise own as a whole).
 fn metadata(ns: &str, name: &str, pairs: &[(&str, &str)]) -> Value {
@@ -131,14 +152,18 @@ async fn uid_and_value(h: &Harness, ns: &str, name: &str) -> (String, Value) {
 /// names and a pattern, a ConfigMap pushed by a selector, a Secret that allows pulls into `other`
 /// and `namespace-.*`; pull replicas in `other` (holding `replica`) and in `nope` (refused).
 async fn replicator_fixture(h: &Harness, replica: &str) {
+    // The namespaces as a platform makes them: client-side `kubectl apply`, labels and all.
     for (ns, labels) in [
-        ("my-ns-1", vec![]),
-        ("namespace-1", vec![]),
-        ("namespace-22", vec![("team", "a")]),
-        ("other", vec![("team", "a")]),
-        ("nope", vec![]),
+        ("my-ns-1", json!({})),
+        ("namespace-1", json!({})),
+        ("namespace-22", json!({"team": "a"})),
+        ("other", json!({"team": "a"})),
+        ("nope", json!({})),
     ] {
-        h.namespace(ns, &labels, &[]).await;
+        kubectl_apply(
+            h,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}),
+        );
     }
     const P: &str = "replicator.v1.mittwald.de/";
     let a = |k: &str| format!("{P}{k}");
@@ -517,6 +542,18 @@ async fn from_kyverno_clone_policies() {
     );
 }
 
+/// Every namespace's labels.
+async fn namespace_labels(h: &Harness) -> Vec<(String, std::collections::BTreeMap<String, String>)> {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| (n.metadata.name.unwrap(), n.metadata.labels.unwrap_or_default()))
+        .collect()
+}
+
 /// The copies the replicator made: every object carrying its `replicated-at` mark.
 async fn replicator_copies(h: &Harness) -> BTreeSet<String> {
     let marked = |a: &Option<std::collections::BTreeMap<String, String>>| {
@@ -619,8 +656,25 @@ async fn the_real_replicator_and_mimeo_after_migrating_keep_the_same_copies() {
         }
     }
 
+    let labels_before = namespace_labels(&h).await;
     let (yaml, _) = migrate(&h, "replicator");
     apply_all(&h, &yaml).await;
+    // The replicator still runs (step 4 stops it): the cut-over took no label of the namespaces
+    // it selects by, so it keeps every copy it made, in place.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(namespace_labels(&h).await, labels_before);
+    assert_eq!(
+        replicator_copies(&h).await,
+        made,
+        "the replicator still holds its copies"
+    );
+    for (ns, name, before) in &uids {
+        assert_eq!(
+            &uid_and_value(&h, ns, name).await,
+            before,
+            "{ns}/{name} untouched"
+        );
+    }
     replicator.kill().unwrap();
     replicator.wait().unwrap();
     h.start_controller().await;
