@@ -90,6 +90,13 @@ async fn valid_rules_are_accepted() {
             })),
         ),
         (
+            "SyncRule into namespaces by name pattern",
+            sync_rule(json!({
+                "source": {"kind": "Secret", "name": "a"},
+                "targets": [{"namespacePattern": "app-[0-9]+", "name": "copy"}],
+            })),
+        ),
+        (
             "SyncRule for any kind by apiVersion",
             sync_rule(json!({
                 "source": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w"},
@@ -193,7 +200,19 @@ async fn invalid_rules_are_rejected_with_our_messages() {
             "namespace and namespaceSelector both set",
             sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
                              "targets": [{"namespace": "b", "namespaceSelector": {}}]})),
-            "set namespace or namespaceSelector in a target, not both",
+            "set only one of namespace, namespaceSelector and namespacePattern in a target",
+        ),
+        (
+            "namespace and namespacePattern both set",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespace": "b", "namespacePattern": "b-.*"}]})),
+            "set only one of namespace, namespaceSelector and namespacePattern in a target",
+        ),
+        (
+            "namespaceSelector and namespacePattern both set",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespaceSelector": {}, "namespacePattern": "b-.*"}]})),
+            "set only one of namespace, namespaceSelector and namespacePattern in a target",
         ),
         (
             "cluster and clusterSelector both set",
@@ -204,7 +223,7 @@ async fn invalid_rules_are_rejected_with_our_messages() {
         (
             "a Secret target without a namespace",
             sync_rule(json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"name": "b"}]})),
-            "every target needs namespace or namespaceSelector: Secrets, ConfigMaps and Policies live in namespaces",
+            "every target needs namespace, namespaceSelector or namespacePattern: Secrets, ConfigMaps and Policies live in namespaces",
         ),
         (
             "an unknown kind without apiVersion",
@@ -267,7 +286,7 @@ async fn invalid_rules_are_rejected_with_our_messages() {
                 json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
                                      "targets": [{"namespaceSelector": {}, "createNamespace": true}]}),
             ),
-            "createNamespace needs a namespace by name: namespaces matched by a selector already exist",
+            "createNamespace needs a namespace by name: namespaces matched by a selector or pattern already exist",
         ),
         (
             "a RemoteCluster without a kubeconfig reference",

@@ -26,15 +26,15 @@ const SOURCE_IS_CLUSTER_POLICY: &str = "self.spec.source.kind == 'ClusterPolicy'
 
 fn targets_need_namespace() -> Rule {
     Rule::new(format!(
-        "!({SOURCE_IS_KNOWN_NAMESPACED}) || self.spec.targets.all(t, has(t.__namespace__) || has(t.namespaceSelector))"
+        "!({SOURCE_IS_KNOWN_NAMESPACED}) || self.spec.targets.all(t, has(t.__namespace__) || has(t.namespaceSelector) || has(t.namespacePattern))"
     ))
-    .message("every target needs namespace or namespaceSelector: Secrets, ConfigMaps and Policies live in namespaces")
+    .message("every target needs namespace, namespaceSelector or namespacePattern: Secrets, ConfigMaps and Policies live in namespaces")
     .field_path(".spec.targets")
 }
 
 fn cluster_scoped_targets_have_no_namespace() -> Rule {
     Rule::new(format!(
-        "!({SOURCE_IS_CLUSTER_POLICY}) || self.spec.targets.all(t, !has(t.__namespace__) && !has(t.namespaceSelector))"
+        "!({SOURCE_IS_CLUSTER_POLICY}) || self.spec.targets.all(t, !has(t.__namespace__) && !has(t.namespaceSelector) && !has(t.namespacePattern))"
     ))
     .message("a ClusterPolicy is cluster-scoped: its targets name clusters, not namespaces")
     .field_path(".spec.targets")
@@ -319,16 +319,18 @@ impl SecretType {
     }
 }
 
-/// One place copies go: namespaces (by name or selector) in clusters (by name or selector).
+/// One place copies go: namespaces (by name, selector or pattern) in clusters (by name or selector).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("!(has(self.__namespace__) && has(self.namespaceSelector))")
-        .message("set namespace or namespaceSelector in a target, not both"),
+    validation = Rule::new(
+        "(has(self.__namespace__) ? 1 : 0) + (has(self.namespaceSelector) ? 1 : 0) + (has(self.namespacePattern) ? 1 : 0) <= 1"
+    )
+    .message("set only one of namespace, namespaceSelector and namespacePattern in a target"),
     validation = Rule::new("!(has(self.cluster) && has(self.clusterSelector))")
         .message("set cluster or clusterSelector in a target, not both"),
     validation = Rule::new("!has(self.createNamespace) || !self.createNamespace || has(self.__namespace__)")
-        .message("createNamespace needs a namespace by name: namespaces matched by a selector already exist"),
+        .message("createNamespace needs a namespace by name: namespaces matched by a selector or pattern already exist"),
 )]
 pub struct Target {
     /// The namespace the copy is written to.
@@ -339,6 +341,13 @@ pub struct Target {
     /// copy according to `deletion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// Copies into every namespace whose name matches this regular expression (Rust `regex`
+    /// syntax), including namespaces created later. It is anchored as kubernetes-replicator
+    /// anchors its patterns: `^` is prepended and `$` appended where missing, so `a|b` reads as
+    /// `^a|b$`; write `(a|b)` to match exactly `a` or `b`. Consent applies as for any target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub namespace_pattern: Option<String>,
     /// The `RemoteCluster` the copy is written to. Empty means the cluster this rule lives in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,

@@ -871,8 +871,8 @@ async fn read_sources(
         .collect())
 }
 
-/// The namespaces the targets may select: every one when a target selects by labels (which
-/// needs the right to list them), else those named.
+/// The namespaces the targets may select: every one when a target selects by labels or name
+/// pattern (which needs the right to list them), else those named.
 async fn read_namespaces(
     client: &Client,
     targets: &[crate::api::Target],
@@ -884,11 +884,13 @@ async fn read_namespaces(
         annotations: ns.annotations().clone(),
         terminating: ns.metadata.deletion_timestamp.is_some(),
     };
-    if targets.iter().any(|t| t.namespace_selector.is_some()) {
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(api_error("listing namespaces (a target selects them by labels)"))?;
+    if targets
+        .iter()
+        .any(|t| t.namespace_selector.is_some() || t.namespace_pattern.is_some())
+    {
+        let list = api.list(&ListParams::default()).await.map_err(api_error(
+            "listing namespaces (a target selects them by labels or pattern)",
+        ))?;
         return Ok(list.items.into_iter().map(info).collect());
     }
     let mut out = Vec::new();

@@ -174,7 +174,7 @@ impl SourceInterest {
 #[derive(Clone, Debug, Default)]
 pub struct NamespaceInterest {
     pub names: BTreeSet<String>,
-    /// The rule selects namespaces by labels, so any namespace may matter.
+    /// The rule selects namespaces by labels or name pattern, so any namespace may matter.
     pub any: bool,
 }
 

@@ -3,6 +3,7 @@
 use crate::api::Target;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
+use regex::{Regex, RegexBuilder};
 use std::collections::BTreeMap;
 
 /// A namespace as the controller's metadata cache knows it.
@@ -38,13 +39,73 @@ pub fn selector(selector: &LabelSelector) -> Result<Selector, InvalidSelector> {
     Selector::try_from(selector.clone()).map_err(|e| InvalidSelector(e.0))
 }
 
+/// A `namespacePattern` that cannot be compiled (bad syntax, or beyond the size limit).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid namespacePattern {pattern:?}: {reason}")]
+pub struct InvalidPattern {
+    pub pattern: String,
+    pub reason: String,
+}
+
+/// A target that cannot be resolved to namespaces.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidTarget {
+    #[error(transparent)]
+    Selector(#[from] InvalidSelector),
+    #[error(transparent)]
+    Pattern(#[from] InvalidPattern),
+}
+
+/// The most memory a compiled `namespacePattern` may take, so a rule's author cannot make the
+/// controller build a huge automaton.
+const PATTERN_SIZE_LIMIT: usize = 64 * 1024;
+
+/// Anchors a pattern the way kubernetes-replicator does, so patterns migrated from it select the
+/// same namespaces: `^` prepended and `$` appended where missing. Alternations are not grouped
+/// (`a|b` becomes `^a|b$`), exactly as the replicator does.
+pub fn anchored(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 2);
+    if !pattern.starts_with('^') {
+        out.push('^');
+    }
+    out.push_str(pattern);
+    if !pattern.ends_with('$') {
+        out.push('$');
+    }
+    out
+}
+
+/// Compiles a `namespacePattern`, anchored, within [`PATTERN_SIZE_LIMIT`].
+pub fn namespace_pattern(pattern: &str) -> Result<Regex, InvalidPattern> {
+    RegexBuilder::new(&anchored(pattern))
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| InvalidPattern {
+            pattern: pattern.to_owned(),
+            reason: match e {
+                regex::Error::CompiledTooBig(limit) => {
+                    format!("the compiled pattern would exceed {limit} bytes: make it simpler")
+                }
+                other => syntax_reason(&other.to_string()),
+            },
+        })
+}
+
+/// The gist of a regex parse error, on one line: its last line without `error: ` (the lines
+/// before point into the anchored pattern, which the rule's author did not write).
+fn syntax_reason(full: &str) -> String {
+    let last = full.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(full);
+    last.trim().trim_start_matches("error: ").to_owned()
+}
+
 /// The namespaces the targets select in one cluster, given that cluster's namespaces, each with
 /// its rename, without duplicates, sorted.
 pub fn placements(
     targets: &[Target],
     namespaces: &[NamespaceInfo],
     namespaced: bool,
-) -> Result<Vec<Placement>, InvalidSelector> {
+) -> Result<Vec<Placement>, InvalidTarget> {
     let mut out = Vec::new();
     for target in targets {
         if !namespaced {
@@ -70,6 +131,20 @@ pub fn placements(
             for ns in namespaces
                 .iter()
                 .filter(|n| !n.terminating && sel.matches(&n.labels))
+            {
+                out.push(Placement {
+                    namespace: Some(ns.name.clone()),
+                    rename: target.name.clone(),
+                    exists: true,
+                    create: false,
+                });
+            }
+        }
+        if let Some(pattern) = &target.namespace_pattern {
+            let pattern = namespace_pattern(pattern)?;
+            for ns in namespaces
+                .iter()
+                .filter(|n| !n.terminating && pattern.is_match(&n.name))
             {
                 out.push(Placement {
                     namespace: Some(ns.name.clone()),
@@ -274,5 +349,64 @@ mod tests {
             ..Default::default()
         }];
         assert_eq!(placements(&targets, &namespaces, true).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn patterns_are_anchored_like_kubernetes_replicator() {
+        assert_eq!(anchored("app-[0-9]+"), "^app-[0-9]+$");
+        assert_eq!(anchored("^app"), "^app$");
+        assert_eq!(anchored("app$"), "^app$");
+        assert_eq!(anchored("^app$"), "^app$");
+        // Not grouped: the replicator's own reading of an alternation.
+        assert_eq!(anchored("a|b"), "^a|b$");
+    }
+
+    #[test]
+    fn a_pattern_matches_whole_names() {
+        let re = namespace_pattern("app-[0-9]+").unwrap();
+        assert!(re.is_match("app-1"));
+        assert!(re.is_match("app-42"));
+        assert!(!re.is_match("app-x"));
+        assert!(!re.is_match("xapp-1"));
+        assert!(!re.is_match("app-1x"));
+        // `^a|b$`: starts with a, or ends with b.
+        let alt = namespace_pattern("a|b").unwrap();
+        assert!(alt.is_match("abc") && alt.is_match("cab") && !alt.is_match("cac"));
+    }
+
+    #[test]
+    fn a_bad_or_huge_pattern_is_an_error() {
+        let bad = namespace_pattern("(").unwrap_err();
+        assert_eq!(bad.to_string(), "invalid namespacePattern \"(\": unclosed group");
+        let huge = namespace_pattern("[a-z]{1000}[0-9]{1000}").unwrap_err();
+        assert!(huge.reason.contains("exceed"), "{huge}");
+    }
+
+    #[test]
+    fn a_pattern_selects_existing_namespaces_by_name() {
+        let mut going = ns("app-3", &[]);
+        going.terminating = true;
+        let namespaces = [
+            ns("app-1", &[]),
+            ns("app-x", &[]),
+            ns("xapp-1", &[]),
+            ns("app-22", &[]),
+            going,
+        ];
+        let targets = [Target {
+            namespace_pattern: Some("app-[0-9]+".into()),
+            ..Default::default()
+        }];
+        let got = placements(&targets, &namespaces, true).unwrap();
+        let got: Vec<&str> = got.iter().map(|p| p.namespace.as_deref().unwrap()).collect();
+        assert_eq!(got, ["app-1", "app-22"]);
+        let bad = [Target {
+            namespace_pattern: Some("(".into()),
+            ..Default::default()
+        }];
+        assert!(matches!(
+            placements(&bad, &namespaces, true),
+            Err(InvalidTarget::Pattern(_))
+        ));
     }
 }

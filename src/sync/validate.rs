@@ -6,7 +6,7 @@
 
 use super::kinds::{AllowedKind, KindRef};
 use super::ownership::RuleKind;
-use super::targets::selector;
+use super::targets::{namespace_pattern, selector};
 use crate::api::RuleSpec;
 
 /// Why a rule cannot be acted on, as a condition reason and a message.
@@ -17,7 +17,7 @@ pub struct RuleProblem {
 }
 
 /// The kind the rule copies, or the problem that stops it: a kind outside the installation's
-/// allow-list, or a selector that cannot be evaluated.
+/// allow-list, or a selector or namespace pattern that cannot be evaluated.
 pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RuleProblem> {
     let kind = KindRef::of_source(&spec.source);
     if !kind.allowed_by(allowed) {
@@ -40,6 +40,12 @@ pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RulePr
     for s in selectors {
         selector(s).map_err(|e| RuleProblem {
             reason: "InvalidSelector",
+            message: e.to_string(),
+        })?;
+    }
+    for p in spec.targets.iter().filter_map(|t| t.namespace_pattern.as_deref()) {
+        namespace_pattern(p).map_err(|e| RuleProblem {
+            reason: "InvalidNamespacePattern",
             message: e.to_string(),
         })?;
     }
@@ -95,10 +101,10 @@ pub fn check_scope(
         if spec
             .targets
             .iter()
-            .any(|t| t.namespace.is_none() && t.namespace_selector.is_none())
+            .any(|t| t.namespace.is_none() && t.namespace_selector.is_none() && t.namespace_pattern.is_none())
         {
             return Err(problem(format!(
-                "{kind} is namespaced: every target needs namespace or namespaceSelector"
+                "{kind} is namespaced: every target needs namespace, namespaceSelector or namespacePattern"
             )));
         }
         return Ok(());
@@ -116,7 +122,7 @@ pub fn check_scope(
     if spec
         .targets
         .iter()
-        .any(|t| t.namespace.is_some() || t.namespace_selector.is_some())
+        .any(|t| t.namespace.is_some() || t.namespace_selector.is_some() || t.namespace_pattern.is_some())
     {
         return Err(problem(format!(
             "{kind} is cluster-scoped: its targets name clusters, not namespaces"
@@ -217,6 +223,21 @@ mod tests {
             check(&bad_selector, &defaults).unwrap_err().reason,
             "InvalidSelector"
         );
+
+        let mut bad_pattern = spec();
+        bad_pattern.targets = vec![Target {
+            namespace_pattern: Some("(".into()),
+            ..Default::default()
+        }];
+        let refused = check(&bad_pattern, &defaults).unwrap_err();
+        assert_eq!(refused.reason, "InvalidNamespacePattern");
+        assert!(
+            refused.message.contains("invalid namespacePattern \"(\""),
+            "{}",
+            refused.message
+        );
+        bad_pattern.targets[0].namespace_pattern = Some("app-[0-9]+".into());
+        assert!(check(&bad_pattern, &defaults).is_ok());
     }
 
     #[test]

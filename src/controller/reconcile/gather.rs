@@ -553,7 +553,10 @@ async fn resolve_in(
 fn namespace_interest(targets: &[Target]) -> NamespaceInterest {
     NamespaceInterest {
         names: targets.iter().filter_map(|t| t.namespace.clone()).collect(),
-        any: targets.iter().any(|t| t.namespace_selector.is_some()),
+        // A pattern, like a selector, may match namespaces created later.
+        any: targets
+            .iter()
+            .any(|t| t.namespace_selector.is_some() || t.namespace_pattern.is_some()),
     }
 }
 
