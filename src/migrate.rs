@@ -205,13 +205,9 @@ impl Migration {
         places: Vec<Place>,
         provenance: &Provenance,
     ) {
-        let kind = rule["kind"].as_str().unwrap_or_default().to_owned();
         let rule_namespace = rule["metadata"]["namespace"].as_str().map(str::to_owned);
         let rule_name = rule["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let reference = match &rule_namespace {
-            Some(ns) => format!("{kind}/{ns}/{rule_name}"),
-            None => format!("{kind}/{rule_name}"),
-        };
+        let reference = reference_of(rule);
         // A copy in a namespace that does not exist is made once it does, by both tools.
         for place in places
             .into_iter()

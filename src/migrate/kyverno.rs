@@ -175,6 +175,37 @@ fn from_label_selector(s: &LabelSelector) -> Result<Selector, String> {
 const POLICY_LABEL: &str = "generate.kyverno.io/policy-name";
 const RULE_LABEL: &str = "generate.kyverno.io/rule-name";
 
+/// The targets for `namespaces`, never `except`: the namespace the source is in, where a copy
+/// would be the source itself (empty: no exception).
+fn targets_except(namespaces: &Selector, except: &str) -> Vec<Value> {
+    match namespaces.only_names() {
+        Some(names) => names
+            .iter()
+            .filter(|n| *n != except)
+            .map(|n| json!({"namespace": n}))
+            .collect(),
+        None => {
+            let selector = if except.is_empty() {
+                namespaces.clone()
+            } else {
+                namespaces.except(except)
+            };
+            vec![
+                json!({"namespaceSelector": serde_json::to_value(selector.to_label_selector()).unwrap_or_default()}),
+            ]
+        }
+    }
+}
+
+/// A copy's evidence: Kyverno labels what it generates with the policy and rule that generated it.
+fn generated_by<'a>(policy: &'a str, rule: &'a str) -> impl Fn(&super::Object) -> Option<String> + 'a {
+    move |copy| {
+        (copy.labels.get(POLICY_LABEL).map(String::as_str) == Some(policy)
+            && copy.labels.get(RULE_LABEL).map(String::as_str) == Some(rule))
+        .then(|| format!("{POLICY_LABEL}: {policy}, {RULE_LABEL}: {rule}"))
+    }
+}
+
 fn rules_for(
     inventory: &Inventory,
     migration: &mut Migration,
@@ -189,17 +220,7 @@ fn rules_for(
         .into_iter()
         .map(|n| n.name.clone())
         .collect();
-    // Never into the namespace the source is in (a copy there would be the source itself).
-    let target = |except: &str| match namespaces.only_names() {
-        Some(names) => names
-            .iter()
-            .filter(|n| *n != except)
-            .map(|n| json!({"namespace": n}))
-            .collect::<Vec<_>>(),
-        None => vec![json!({"namespaceSelector": serde_json::to_value(
-            if except.is_empty() { namespaces.clone() } else { namespaces.except(except) }.to_label_selector(),
-        ).unwrap_or_default()})],
-    };
+    let target = |except: &str| targets_except(namespaces, except);
     let rule = |kind: &str, api_version: &str, source: Value, suffix: &str, targets: Vec<Value>| {
         let mut source = source;
         source["kind"] = json!(kind);
@@ -211,12 +232,7 @@ fn rules_for(
                             "labels": {"mimeo.dev/migrated-from": "kyverno"}},
                "spec": {"source": source, "targets": targets}})
     };
-    // Kyverno labels what it generates with the policy and rule that generated it.
-    let evidence = |copy: &super::Object| {
-        (copy.labels.get(POLICY_LABEL).map(String::as_str) == Some(policy)
-            && copy.labels.get(RULE_LABEL).map(String::as_str) == Some(rule_label))
-        .then(|| format!("{POLICY_LABEL}: {policy}, {RULE_LABEL}: {rule_label}"))
-    };
+    let evidence = generated_by(policy, rule_label);
     let provenance = super::Provenance {
         evidence: &evidence,
         asked_by: format!("generate in ClusterPolicy {policy}, rule {rule_label}"),
