@@ -576,7 +576,7 @@ async fn a_component_slow_to_compile_is_refused_and_other_rules_go_on() {
     put_plugin(
         &h,
         "slow.wasm",
-        &common::slow_to_compile_component(1, 1000, 20_000),
+        &common::slow_to_compile_component(1, 1500, 40_000),
     )
     .await;
     let started = std::time::Instant::now();
