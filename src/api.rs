@@ -5,11 +5,20 @@
 //! apiserver can enforce it, so a bad rule is refused at `kubectl apply` rather than failing later.
 
 mod crds;
+mod inventory;
+mod object_selector;
 mod remote_cluster;
 mod rule;
 
 pub use crds::{all_crds, crds_yaml};
-pub use remote_cluster::{KubeconfigSecretRef, RemoteCluster, RemoteClusterSpec, RemoteClusterStatus};
+pub use inventory::{
+    ClusterApiInventory, ClusterInventory, ClusterInventorySpec, ClusterInventoryStatus,
+    ClusterProfileInventory, EntryProblem, OpenMcpInventory, RemoteClusterTemplate,
+};
+pub use object_selector::{ObjectIdentity, ObjectSelector, PurposeOperator, PurposeRequirement};
+pub use remote_cluster::{
+    KubeconfigSecretRef, Origin, RemoteCluster, RemoteClusterSpec, RemoteClusterStatus,
+};
 pub use rule::{
     ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, Input,
     InputRef, KeyFilter, MetadataPolicy, PluginPin, PullSecretRef, RuleSpec, RuleStatus, SecretType, Source,

@@ -1,12 +1,17 @@
 //! The CustomResourceDefinitions, generated from the Rust types.
 
-use super::{ClusterSyncRule, RemoteCluster, SyncRule};
+use super::{ClusterInventory, ClusterSyncRule, RemoteCluster, SyncRule};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
 /// Every CRD mimeo serves, in a stable order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![SyncRule::crd(), ClusterSyncRule::crd(), RemoteCluster::crd()]
+    vec![
+        SyncRule::crd(),
+        ClusterSyncRule::crd(),
+        RemoteCluster::crd(),
+        ClusterInventory::crd(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML stream: what `mimeo crds` prints and `crds/` holds.

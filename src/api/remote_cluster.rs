@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
     ),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.serverVersion"),
     printcolumn(name = "Rules", type_ = "integer", json_path = ".status.rules"),
+    printcolumn(name = "Inventory", type_ = "string", json_path = ".spec.origin.inventory"),
+    printcolumn(name = "Entry", type_ = "string", json_path = ".spec.origin.entry"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -36,6 +38,22 @@ pub struct RemoteClusterSpec {
     /// `ClusterSyncRule`s. An empty selector (`{}`) allows every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<LabelSelector>,
+    /// Set by mimeo on the `RemoteCluster`s a `ClusterInventory` keeps: the entry it stands for.
+    /// mimeo changes and deletes only the ones it made (it owns them), never hand-made ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// The inventory entry a `RemoteCluster` was made from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Origin {
+    /// The `ClusterInventory`.
+    pub inventory: String,
+    /// The entry's kind and group, as `Cluster.clusters.openmcp.cloud`.
+    pub kind: String,
+    /// The entry as `namespace/name`.
+    pub entry: String,
 }
 
 /// A key of a Secret in a given namespace.
