@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clusters;
 pub mod controller;
 pub mod error_text;
+pub mod inventory;
 pub mod leader;
 pub(crate) mod locks;
 pub mod metrics;

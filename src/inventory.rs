@@ -1,0 +1,12 @@
+//! Cluster inventories: what a `ClusterInventory` makes of a platform's own list of clusters.
+//! Pure translation lives here (which entries are chosen, the `RemoteCluster` each becomes,
+//! the `AccessRequest` mimeo asks openMCP for, when a Cluster API cluster is up, what a
+//! `ClusterProfile` says about reaching its cluster); `provider_file` also runs the exec
+//! plugins of the installation's KEP-5339 provider file. The controller that watches the
+//! inventories and writes is `controller::inventory`.
+
+pub mod cluster_api;
+pub mod cluster_profile;
+pub mod entry;
+pub mod openmcp;
+pub mod provider_file;
