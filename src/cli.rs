@@ -475,6 +475,19 @@ pub struct RunArgs {
     /// `default/mimeo-seal-key`]
     #[arg(long, env = "MIMEO_SEAL_KEY_SECRET", value_name = "NAMESPACE/NAME", value_parser = parse_secret_ref)]
     pub seal_key_secret: Option<(String, String)>,
+    /// The credentials providers of `ClusterInventory`s of ClusterProfiles: a KEP-5339 provider
+    /// file (`{"providers": [{"name", "execConfig"}]}`, as Argo CD and MultiKueue read it). Only
+    /// this file names the exec plugins mimeo runs.
+    #[arg(long, env = "MIMEO_CLUSTER_PROFILE_PROVIDERS", value_name = "FILE")]
+    pub cluster_profile_providers: Option<std::path::PathBuf>,
+    /// How long a ClusterProfile provider's exec plugin may run before it is stopped.
+    #[arg(
+        long,
+        env = "MIMEO_CLUSTER_PROFILE_EXEC_TIMEOUT_SECS",
+        value_name = "SECONDS",
+        default_value_t = 30
+    )]
+    pub cluster_profile_exec_timeout_secs: u64,
     #[command(flatten)]
     pub leader: LeaderArgs,
     /// A kind rules may sync, as Kind for the core group or Kind.group (Secret,

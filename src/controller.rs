@@ -12,6 +12,9 @@ mod failed_downloads;
 mod fair_queue;
 pub mod field_loss;
 mod fleet;
+mod inventory;
+mod inventory_access;
+mod inventory_entries;
 mod named_namespaces;
 mod plugin_config_maps;
 mod plugin_files;
@@ -28,6 +31,7 @@ mod watches;
 pub mod write;
 
 pub use error::Error;
+pub use inventory::InventorySettings;
 pub use plugins::OciPolicy;
 pub use rule::RuleResource;
 
@@ -70,6 +74,8 @@ pub struct ControllerConfig {
     pub oci_policy: OciPolicy,
     /// Where the key that seals every copy comes from ([`crate::sync::seal`]).
     pub seal_key: SealKeySource,
+    /// How `ClusterInventory`s get credentials, and where mimeo keeps them.
+    pub inventory: InventorySettings,
 }
 
 /// Where the seal key comes from.
@@ -296,8 +302,15 @@ pub async fn run(
                     tracing::debug!(error = %e, "RemoteCluster controller");
                 }
             });
+            let inventory_loop = inventory::run(
+                client.clone(),
+                config.inventory.clone(),
+                ctx.allowed_kinds.clone(),
+                ctx.fleet.remote_clusters(),
+                stopped(),
+            );
             let loops = async {
-                futures::join!(sync_loop, cluster_loop, remote_loop);
+                futures::join!(sync_loop, cluster_loop, remote_loop, inventory_loop);
             };
             until_stopped(loops, stopped(), &ctx).await;
         }

@@ -256,6 +256,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             });
             controller::SealKeySource::Secret { namespace, name }
         },
+        inventory: controller::InventorySettings {
+            providers_file: args.cluster_profile_providers.clone(),
+            exec_timeout: std::time::Duration::from_secs(args.cluster_profile_exec_timeout_secs),
+            namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into()),
+        },
     };
     if !args.leader.leader_elect {
         controller::run(client, config, metrics, readiness, stopped()).await?;

@@ -292,7 +292,7 @@ async fn invalid_rules_are_rejected_with_our_messages() {
             "a RemoteCluster without a kubeconfig reference",
             json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
                    "metadata": {"name": "c"}, "spec": {}}),
-            "spec.kubeconfigSecretRef: Required value",
+            "spec.kubeconfigSecretRef is required: name the Secret holding the cluster's kubeconfig",
         ),
     ];
     let mut failures = Vec::new();

@@ -28,12 +28,16 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Rules", type_ = "integer", json_path = ".status.rules"),
     printcolumn(name = "Inventory", type_ = "string", json_path = ".spec.origin.inventory"),
     printcolumn(name = "Entry", type_ = "string", json_path = ".spec.origin.entry"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("has(self.spec.kubeconfigSecretRef) || has(self.spec.origin)")
+        .message("spec.kubeconfigSecretRef is required: name the Secret holding the cluster's kubeconfig")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteClusterSpec {
-    /// The Secret holding the kubeconfig used to reach the cluster.
-    pub kubeconfig_secret_ref: KubeconfigSecretRef,
+    /// The Secret holding the kubeconfig used to reach the cluster. Only a `RemoteCluster` kept
+    /// by a `ClusterInventory` may be without one, while its inventory has no access yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<KubeconfigSecretRef>,
     /// The namespaces whose `SyncRule`s may use this cluster. Unset: none, only
     /// `ClusterSyncRule`s. An empty selector (`{}`) allows every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]

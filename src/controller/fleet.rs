@@ -498,7 +498,7 @@ impl Fleet {
     /// kubeconfig Secret reference changed.
     async fn connect(&self, remote: &RemoteCluster) -> Result<ClusterHandle, KubeconfigProblem> {
         let name = remote.name_any();
-        let reference = &remote.spec.kubeconfig_secret_ref;
+        let reference = kubeconfig_ref(remote)?;
         if let Some(connection) = lock(&self.connections).get(&name)
             && connection.reference == *reference
         {
@@ -546,7 +546,9 @@ impl Fleet {
     /// status are looked at again, so they use the new kubeconfig at once.
     fn watch_kubeconfig(&self, remote: &RemoteCluster) {
         let name = remote.name_any();
-        let reference = remote.spec.kubeconfig_secret_ref.clone();
+        let Some(reference) = remote.spec.kubeconfig_secret_ref.clone() else {
+            return;
+        };
         let mut watches = lock(&self.kubeconfig_watches);
         if watches.get(&name).is_some_and(|w| w.reference == reference) {
             return;
@@ -632,7 +634,7 @@ impl Fleet {
         let stale = lock(&self.connections).get(name).is_some_and(|c| {
             current
                 .as_ref()
-                .is_none_or(|rc| rc.spec.kubeconfig_secret_ref != c.reference)
+                .is_none_or(|rc| rc.spec.kubeconfig_secret_ref.as_ref() != Some(&c.reference))
         });
         if stale {
             self.disconnect(name);
@@ -649,6 +651,26 @@ impl Fleet {
             self.triggers.fire_cluster(&cluster.name_any());
         }
     }
+}
+
+/// The kubeconfig Secret a `RemoteCluster` names; an inventory's `RemoteCluster` names none
+/// while its inventory has no access to the cluster yet.
+pub fn kubeconfig_ref(remote: &RemoteCluster) -> Result<&KubeconfigSecretRef, KubeconfigProblem> {
+    remote
+        .spec
+        .kubeconfig_secret_ref
+        .as_ref()
+        .ok_or_else(|| KubeconfigProblem {
+            reason: "NoAccessYet",
+            message: match &remote.spec.origin {
+                Some(origin) => format!(
+                    "no kubeconfig yet: ClusterInventory {} asks for access to {} {} once a rule uses \
+                 this cluster (its status says how far that is)",
+                    origin.inventory, origin.kind, origin.entry
+                ),
+                None => "it names no kubeconfig Secret (spec.kubeconfigSecretRef)".into(),
+            },
+        })
 }
 
 /// Reads the kubeconfig bytes a `RemoteCluster` points at.

@@ -3,7 +3,7 @@
 
 use super::Context;
 use super::error::{Error, short_message};
-use super::fleet::read_kubeconfig;
+use super::fleet::{kubeconfig_ref, read_kubeconfig};
 use super::status::{Readiness, ready_condition};
 use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
@@ -94,7 +94,7 @@ pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context
 
 /// Reads the kubeconfig and asks the cluster for its version.
 async fn check(cluster: &RemoteCluster, ctx: &Context) -> Result<String, KubeconfigProblem> {
-    let bytes = read_kubeconfig(&ctx.client, &cluster.spec.kubeconfig_secret_ref).await?;
+    let bytes = read_kubeconfig(&ctx.client, kubeconfig_ref(cluster)?).await?;
     let client = clusters::client_from_bytes(bytes).await?;
     let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await

@@ -1,0 +1,544 @@
+//! The `ClusterInventory` controller: keeps one `RemoteCluster` per selected entry of a
+//! platform's inventory, with the entry's labels and a kubeconfig got the inventory's way, and
+//! removes the ones whose entry went or stopped matching. Everything else (rules choosing the
+//! clusters, connecting, status) is the `RemoteCluster`'s ordinary path.
+
+use super::inventory_access::{self, Access, AccessState, FIELD_MANAGER};
+use super::inventory_entries::{EntryWatches, Watched};
+use super::status::{Readiness, ready_condition};
+use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
+use crate::inventory::entry::{self, Entry, Kind};
+use crate::sync::kinds::AllowedKind;
+use crate::sync::object_selector::Matcher;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How many problem entries an inventory's status lists; the rest are counted.
+const LISTED_PROBLEMS: usize = 20;
+/// How often an inventory is looked at again when nothing wakes it.
+const RECHECK: Duration = Duration::from_secs(300);
+/// How often while an entry waits for something no watch tells mimeo about.
+const RECHECK_WAITING: Duration = Duration::from_secs(10);
+const DEFAULT_GRANT_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a `RemoteCluster` whose entry left waits for the rules still using it to let go.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the installation configures for inventories.
+#[derive(Clone, Debug)]
+pub struct InventorySettings {
+    /// The KEP-5339 provider file (`--cluster-profile-providers`).
+    pub providers_file: Option<PathBuf>,
+    /// How long a provider's exec plugin may run.
+    pub exec_timeout: Duration,
+    /// mimeo's own namespace, where the credentials of `ClusterProfile`s are kept.
+    pub namespace: String,
+}
+
+impl Default for InventorySettings {
+    fn default() -> Self {
+        InventorySettings {
+            providers_file: None,
+            exec_timeout: Duration::from_secs(30),
+            namespace: "default".into(),
+        }
+    }
+}
+
+struct InventoryContext {
+    client: Client,
+    settings: InventorySettings,
+    allowed_kinds: Vec<AllowedKind>,
+    watches: EntryWatches,
+    remote_clusters: Store<RemoteCluster>,
+    access: AccessState,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum InventoryError {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Runs the controller until `stopped` resolves. Inventories are optional: when the CRD is not
+/// installed (an upgrade that kept old CRDs), this says so once and waits for it.
+pub async fn run(
+    client: Client,
+    settings: InventorySettings,
+    allowed_kinds: Vec<AllowedKind>,
+    remote_clusters: Store<RemoteCluster>,
+    stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api = Api::<ClusterInventory>::all(client.clone());
+    loop {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                tracing::warn!(
+                    "the ClusterInventory CRD is not installed: inventories are not read until it is"
+                );
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "listing ClusterInventories");
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+        }
+    }
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    // Owned RemoteClusters wake their inventory, when a rule starts or stops using one above all
+    // (its status counts the rules); one that is leaving has lost its labels, so no label filter.
+    let controller = Controller::new(api, watcher::Config::default()).owns(
+        Api::<RemoteCluster>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let ctx = Arc::new(InventoryContext {
+        watches: EntryWatches::new(client.clone(), wake, controller.store()),
+        client,
+        settings,
+        allowed_kinds,
+        remote_clusters,
+        access: AccessState::default(),
+    });
+    controller
+        .reconcile_on(woken)
+        .graceful_shutdown_on(stopped)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "ClusterInventory controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(
+    inventory: Arc<ClusterInventory>,
+    error: &InventoryError,
+    _: Arc<InventoryContext>,
+) -> Action {
+    tracing::warn!(inventory = %inventory.name_any(), error = %error, "inventory reconcile failed");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// One entry's outcome.
+struct Outcome {
+    remote_cluster: String,
+    access: Access,
+}
+
+async fn reconcile(
+    inventory: Arc<ClusterInventory>,
+    ctx: Arc<InventoryContext>,
+) -> Result<Action, InventoryError> {
+    if inventory.meta().deletion_timestamp.is_some() {
+        // Its RemoteClusters, AccessRequests and Secrets are owned by it: the garbage
+        // collector removes them.
+        return Ok(Action::await_change());
+    }
+    let kind = Kind::of(&inventory.spec);
+    let matcher = match Matcher::new(&inventory.spec.selector.clone().unwrap_or_default()) {
+        Ok(matcher) => matcher,
+        Err(e) => {
+            write_status(
+                &ctx,
+                &inventory,
+                Summary::broken("InvalidSelector", e.to_string()),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let entries = match ctx.watches.objects(Watched::Entries(kind)).await {
+        Ok(objects) => objects,
+        Err(e) => {
+            write_status(
+                &ctx,
+                &inventory,
+                Summary::broken("EntriesUnreadable", e.to_string()),
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
+    let selected: Vec<Entry> = entries
+        .iter()
+        .filter_map(|o| Entry::from_json(serde_json::to_value(&**o).ok()?))
+        .filter(|e| entry::is_selected(&inventory.spec, &matcher, e))
+        .collect();
+    let requests = if kind == Kind::OpenMcp && !selected.is_empty() {
+        match ctx.watches.objects(Watched::AccessRequests).await {
+            Ok(requests) => requests,
+            Err(e) => {
+                write_status(
+                    &ctx,
+                    &inventory,
+                    Summary::broken("AccessRequestsUnreadable", e.to_string()),
+                )
+                .await?;
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let permissions = inventory_access::wanted_permissions(&ctx.allowed_kinds);
+    let mut outcomes = Vec::new();
+    let mut problems = Vec::new();
+    for entry in &selected {
+        let name = entry::remote_cluster_name(&inventory.name_any(), &entry.namespace, &entry.name);
+        let existing = ctx.remote_clusters.get(&ObjectRef::new(&name));
+        if let Some(rc) = &existing
+            && !owned_by(rc, &inventory)
+        {
+            problems.push(problem(entry, "NameTaken", format!(
+                "RemoteCluster {name} exists and is not this inventory's: mimeo leaves it alone; rename or delete it"
+            )));
+            continue;
+        }
+        let in_use = existing
+            .as_ref()
+            .and_then(|rc| rc.status.as_ref()?.rules)
+            .is_some_and(|rules| rules > 0);
+        let access = match kind {
+            Kind::OpenMcp => {
+                let timeout = inventory
+                    .spec
+                    .open_mcp
+                    .as_ref()
+                    .and_then(|o| o.grant_timeout_seconds)
+                    .map(|s| Duration::from_secs(s.into()))
+                    .unwrap_or(DEFAULT_GRANT_TIMEOUT);
+                inventory_access::openmcp(
+                    &ctx.client,
+                    &ctx.access,
+                    &inventory,
+                    entry,
+                    &name,
+                    in_use,
+                    &requests,
+                    &permissions,
+                    timeout,
+                )
+                .await?
+            }
+            Kind::ClusterApi => inventory_access::cluster_api(entry),
+            Kind::ClusterProfile => {
+                let provider = inventory
+                    .spec
+                    .cluster_profile
+                    .as_ref()
+                    .map(|p| p.provider.as_str())
+                    .unwrap_or_default();
+                inventory_access::cluster_profile(
+                    &ctx.client,
+                    &ctx.access,
+                    &ctx.settings,
+                    &inventory,
+                    entry,
+                    &name,
+                    provider,
+                )
+                .await?
+            }
+        };
+        if let Access::Waiting { reason, message } = &access {
+            problems.push(problem(entry, reason, message.clone()));
+        }
+        apply_remote_cluster(&ctx, &inventory, kind, entry, &name, &access).await?;
+        outcomes.push(Outcome {
+            remote_cluster: name,
+            access,
+        });
+    }
+    let keep: BTreeSet<String> = outcomes.iter().map(|o| o.remote_cluster.clone()).collect();
+    let leaving = remove_unwanted(&ctx, &inventory, kind, &keep, &requests).await?;
+    ctx.access.retain(&keep, &leaving);
+    let connected = outcomes
+        .iter()
+        .filter(|o| matches!(o.access, Access::Ready(_)))
+        .count();
+    let waiting = !problems.is_empty();
+    write_status(&ctx, &inventory, Summary::of(selected.len(), connected, problems)).await?;
+    let mut next = if waiting { RECHECK_WAITING } else { RECHECK };
+    if let Some(renewal) = ctx.access.next_renewal() {
+        next = next.min(renewal.max(Duration::from_secs(1)));
+    }
+    if !leaving.is_empty() || outcomes.iter().any(|o| matches!(o.access, Access::Idle)) {
+        // An idle cluster's grace ends without an event.
+        next = next.min(RECHECK_WAITING);
+    }
+    Ok(Action::requeue(next))
+}
+
+fn problem(entry: &Entry, reason: &str, message: String) -> EntryProblem {
+    EntryProblem {
+        namespace: entry.namespace.clone(),
+        name: entry.name.clone(),
+        reason: reason.into(),
+        message,
+    }
+}
+
+fn owned_by(rc: &RemoteCluster, inventory: &ClusterInventory) -> bool {
+    let uid = inventory.meta().uid.as_deref();
+    rc.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
+/// Writes an entry's `RemoteCluster`: labels, origin, `allowedNamespaces`, and the kubeconfig
+/// reference when there is one (left out while there is none, so the cluster is not used).
+async fn apply_remote_cluster(
+    ctx: &InventoryContext,
+    inventory: &ClusterInventory,
+    kind: Kind,
+    entry: &Entry,
+    name: &str,
+    access: &Access,
+) -> Result<(), kube::Error> {
+    let template = &inventory.spec.remote_clusters;
+    let mut spec = json!({"origin": entry::origin(&inventory.name_any(), kind, entry)});
+    if let Some(allowed) = &template.allowed_namespaces {
+        spec["allowedNamespaces"] = serde_json::to_value(allowed).unwrap_or_default();
+    }
+    if let Access::Ready(reference) = access {
+        spec["kubeconfigSecretRef"] = serde_json::to_value(reference).unwrap_or_default();
+    }
+    let labels: BTreeMap<String, String> = entry::labels(&inventory.name_any(), entry, &template.labels);
+    let object = json!({
+        "apiVersion": "mimeo.dev/v1alpha1",
+        "kind": "RemoteCluster",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "ownerReferences": [{
+                "apiVersion": "mimeo.dev/v1alpha1",
+                "kind": "ClusterInventory",
+                "name": inventory.name_any(),
+                "uid": inventory.meta().uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": spec,
+    });
+    let current = ctx.remote_clusters.get(&ObjectRef::new(name));
+    let same = current.as_ref().is_some_and(|rc| {
+        serde_json::to_value(&rc.spec).ok().as_ref() == Some(&object["spec"]) && rc.labels() == &labels
+    });
+    if same {
+        return Ok(());
+    }
+    Api::<RemoteCluster>::all(ctx.client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Lets go of what this inventory made for entries it no longer selects (gone, relabelled, out
+/// of its namespaces). A `RemoteCluster` that rules still use first loses its labels, so that
+/// their selectors let go of it and they clean up their copies there with its access still in
+/// place; it is deleted, with its `AccessRequest` or credentials, once no rule uses it (or after
+/// [`LEAVE_TIMEOUT`], for a rule that names it). Returns the ones still leaving.
+async fn remove_unwanted(
+    ctx: &InventoryContext,
+    inventory: &ClusterInventory,
+    kind: Kind,
+    keep: &BTreeSet<String>,
+    requests: &[Arc<kube::api::DynamicObject>],
+) -> Result<BTreeSet<String>, kube::Error> {
+    let rcs = Api::<RemoteCluster>::all(ctx.client.clone());
+    let mut leaving = BTreeSet::new();
+    for rc in ctx.remote_clusters.state() {
+        let name = rc.name_any();
+        if !owned_by(&rc, inventory) || keep.contains(&name) {
+            continue;
+        }
+        let used = rc
+            .status
+            .as_ref()
+            .and_then(|s| s.rules)
+            .is_some_and(|rules| rules > 0);
+        if used && ctx.access.leaving_for(&name) < LEAVE_TIMEOUT {
+            if !rc.labels().is_empty() {
+                tracing::info!(cluster = %name, inventory = %inventory.name_any(), "the entry is gone or no longer selected; unlabelling its RemoteCluster so rules let go of it");
+                let object = json!({
+                    "apiVersion": "mimeo.dev/v1alpha1",
+                    "kind": "RemoteCluster",
+                    "metadata": {"name": name, "labels": {}},
+                    "spec": rc.spec,
+                });
+                rcs.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&object),
+                )
+                .await?;
+            }
+            leaving.insert(name);
+            continue;
+        }
+        tracing::info!(cluster = %name, inventory = %inventory.name_any(), "removing the RemoteCluster of an entry that is gone or no longer selected");
+        ignore_missing(rcs.delete(&name, &DeleteParams::default()).await.map(|_| ()))?;
+    }
+    let held: BTreeSet<String> = keep.union(&leaving).cloned().collect();
+    if kind == Kind::OpenMcp {
+        let wanted: BTreeSet<String> = held
+            .iter()
+            .map(|rc| crate::inventory::openmcp::access_request_name(rc))
+            .collect();
+        for request in requests {
+            let mine = request.labels().get(entry::INVENTORY_LABEL) == Some(&inventory.name_any());
+            if mine && !wanted.contains(&request.name_any()) {
+                let api = Api::<kube::api::DynamicObject>::namespaced_with(
+                    ctx.client.clone(),
+                    &request.namespace().unwrap_or_default(),
+                    &inventory_access::access_request_resource(),
+                );
+                tracing::info!(request = %request.name_any(), "the Cluster is gone or no longer selected; deleting mimeo's AccessRequest");
+                ignore_missing(
+                    api.delete(&request.name_any(), &DeleteParams::default())
+                        .await
+                        .map(|_| ()),
+                )?;
+            }
+        }
+    }
+    if kind == Kind::ClusterProfile {
+        let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+        let listed = secrets
+            .list_metadata(&ListParams::default().labels(&format!(
+                "{}={}",
+                entry::INVENTORY_LABEL,
+                inventory.name_any()
+            )))
+            .await?;
+        for secret in listed {
+            let rc = secret
+                .name_any()
+                .strip_prefix("mimeo-inventory-")
+                .map(str::to_owned);
+            if rc.is_some_and(|rc| !held.contains(&rc)) {
+                ignore_missing(
+                    secrets
+                        .delete(&secret.name_any(), &DeleteParams::default())
+                        .await
+                        .map(|_| ()),
+                )?;
+            }
+        }
+    }
+    Ok(leaving)
+}
+
+fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+/// The status an inventory gets.
+struct Summary {
+    selected: usize,
+    connected: usize,
+    problems: Vec<EntryProblem>,
+    broken: Option<(String, String)>,
+}
+
+impl Summary {
+    fn of(selected: usize, connected: usize, problems: Vec<EntryProblem>) -> Self {
+        Summary {
+            selected,
+            connected,
+            problems,
+            broken: None,
+        }
+    }
+
+    fn broken(reason: &str, message: String) -> Self {
+        Summary {
+            selected: 0,
+            connected: 0,
+            problems: Vec::new(),
+            broken: Some((reason.into(), message)),
+        }
+    }
+
+    fn readiness(&self) -> Readiness {
+        if let Some((reason, message)) = &self.broken {
+            return Readiness::not_ready(reason.clone(), message.clone());
+        }
+        match self.problems.first() {
+            None => Readiness {
+                ready: true,
+                reason: "EntriesConnected".into(),
+                message: format!(
+                    "{} entries selected, {} with access (openMCP clusters get access when a rule uses them)",
+                    self.selected, self.connected
+                ),
+            },
+            Some(first) => Readiness::not_ready(
+                first.reason.clone(),
+                format!(
+                    "{} of {} selected entries are not usable; first: {}/{}: {}",
+                    self.problems.len(),
+                    self.selected,
+                    first.namespace,
+                    first.name,
+                    first.message
+                ),
+            ),
+        }
+    }
+}
+
+async fn write_status(
+    ctx: &InventoryContext,
+    inventory: &ClusterInventory,
+    summary: Summary,
+) -> Result<(), kube::Error> {
+    let previous = inventory.status.as_ref();
+    let mut problems = summary.problems.clone();
+    problems.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let more = problems.len().saturating_sub(LISTED_PROBLEMS);
+    problems.truncate(LISTED_PROBLEMS);
+    let status = ClusterInventoryStatus {
+        observed_generation: inventory.meta().generation,
+        conditions: vec![ready_condition(
+            previous.map(|s| s.conditions.as_slice()),
+            inventory.meta().generation,
+            summary.readiness(),
+        )],
+        selected: summary.selected as i32,
+        connected: summary.connected as i32,
+        problems,
+        more_problems: (more > 0).then_some(more as i32),
+    };
+    if previous == Some(&status) {
+        return Ok(());
+    }
+    let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory", "status": status});
+    Api::<ClusterInventory>::all(ctx.client.clone())
+        .patch_status(
+            &inventory.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
