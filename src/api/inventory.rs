@@ -66,6 +66,9 @@ pub struct OpenMcpInventory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86400))]
     pub grant_timeout_seconds: Option<u32>,
+    /// Also ask for creating namespaces, for rules whose targets have `createNamespace`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_namespaces: bool,
 }
 
 /// Cluster API: nothing to configure; the kubeconfig is the Cluster's `<name>-kubeconfig`.

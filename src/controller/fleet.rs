@@ -64,6 +64,9 @@ impl ClusterProblem {
     fn from_kubeconfig(cluster: &str, problem: KubeconfigProblem) -> Self {
         let state = match problem.reason {
             "Unauthorized" => CopyState::Unauthorized,
+            // An inventory's cluster mimeo has no access to (yet, or any more: denied): nothing
+            // there can be written or removed, as for a missing cluster.
+            "NoAccessYet" => CopyState::ClusterMissing,
             _ => CopyState::Unreachable,
         };
         ClusterProblem {

@@ -191,7 +191,12 @@ async fn reconcile(
     } else {
         Vec::new()
     };
-    let permissions = inventory_access::wanted_permissions(&ctx.allowed_kinds);
+    let create_namespaces = inventory
+        .spec
+        .open_mcp
+        .as_ref()
+        .is_some_and(|o| o.create_namespaces);
+    let permissions = inventory_access::wanted_permissions(&ctx.allowed_kinds, create_namespaces);
     let mut outcomes = Vec::new();
     let mut problems = Vec::new();
     for entry in &selected {
@@ -289,6 +294,19 @@ fn problem(entry: &Entry, reason: &str, message: String) -> EntryProblem {
     }
 }
 
+/// The inventory as the owner of a `RemoteCluster`: it goes with the inventory, and only the
+/// inventory that owns one changes or deletes it.
+fn owner_references(inventory: &ClusterInventory) -> serde_json::Value {
+    json!([{
+        "apiVersion": "mimeo.dev/v1alpha1",
+        "kind": "ClusterInventory",
+        "name": inventory.name_any(),
+        "uid": inventory.meta().uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }])
+}
+
 fn owned_by(rc: &RemoteCluster, inventory: &ClusterInventory) -> bool {
     let uid = inventory.meta().uid.as_deref();
     rc.owner_references()
@@ -321,14 +339,7 @@ async fn apply_remote_cluster(
         "metadata": {
             "name": name,
             "labels": labels,
-            "ownerReferences": [{
-                "apiVersion": "mimeo.dev/v1alpha1",
-                "kind": "ClusterInventory",
-                "name": inventory.name_any(),
-                "uid": inventory.meta().uid,
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }],
+            "ownerReferences": owner_references(inventory),
         },
         "spec": spec,
     });
@@ -379,7 +390,7 @@ async fn remove_unwanted(
                 let object = json!({
                     "apiVersion": "mimeo.dev/v1alpha1",
                     "kind": "RemoteCluster",
-                    "metadata": {"name": name, "labels": {}},
+                    "metadata": {"name": name, "labels": {}, "ownerReferences": owner_references(inventory)},
                     "spec": rc.spec,
                 });
                 rcs.patch(

@@ -78,8 +78,8 @@ pub fn access_request_resource() -> ApiResource {
 }
 
 /// The permissions mimeo asks openMCP for: what `mimeo remote rbac` grants for writing the
-/// installation's allowed kinds, cluster-wide.
-pub fn wanted_permissions(allowed: &[AllowedKind]) -> Vec<Value> {
+/// installation's allowed kinds, cluster-wide (and creating namespaces, if the inventory says so).
+pub fn wanted_permissions(allowed: &[AllowedKind], create_namespaces: bool) -> Vec<Value> {
     let kinds: Vec<String> = allowed
         .iter()
         .map(|k| {
@@ -94,6 +94,7 @@ pub fn wanted_permissions(allowed: &[AllowedKind]) -> Vec<Value> {
     let options = RbacOptions {
         kinds,
         usage: Use::Target,
+        create_namespaces,
         ..Default::default()
     };
     remote_rbac::objects(&options)
