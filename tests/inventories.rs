@@ -548,3 +548,390 @@ async fn openmcp_clusters_get_copies_through_access_requests() {
     })
     .await;
 }
+
+/// The rules a cluster admin's kubeconfig would carry, for tests where the credential is not what
+/// is being tested.
+fn everything() -> Value {
+    json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+}
+
+fn capi_cluster(version: &str, ns: &str, name: &str, labels: Value) -> Value {
+    json!({"apiVersion": format!("cluster.x-k8s.io/{version}"), "kind": "Cluster",
+           "metadata": {"name": name, "namespace": ns, "labels": labels},
+           "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": 6443}}})
+}
+
+async fn set_status(client: &Client, resource: &ApiResource, ns: &str, name: &str, status: Value) {
+    let patch = json!({"apiVersion": resource.api_version, "kind": resource.kind, "status": status});
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource)
+        .patch_status(
+            name,
+            &PatchParams::apply("cluster-manager").force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .unwrap();
+}
+
+/// Cluster API (v1beta2): a Cluster becomes a RemoteCluster at once but is used only once its
+/// control plane is available, through the `<name>-kubeconfig` Cluster API writes; a rotated
+/// kubeconfig is followed; losing the label removes the copy and the RemoteCluster; a tenant's
+/// Cluster in its own namespace is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_api_clusters_are_used_once_their_control_plane_is_available() {
+    let h = Harness::start().await;
+    h.plane
+        .install_crds(&[fixture("cluster-api/cluster.x-k8s.io_clusters.yaml")])
+        .await
+        .unwrap();
+    let b = ControlPlane::start().await.unwrap();
+    let b_client = b.client().await.unwrap();
+    for ns in ["platform", "capi", "tenant"] {
+        kubectl_apply(
+            &h.plane,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    put_source(&h, "one").await;
+    kubectl_apply(
+        &h.plane,
+        &capi_cluster("v1beta2", "capi", "c1", json!({"env": "prod"})),
+    );
+    kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+        "metadata": {"name": "capi"},
+        "spec": {"namespaces": ["capi"], "clusterAPI": {}, "selector": {"matchLabels": {"env": "prod"}},
+                 "remoteClusters": {"labels": {"provider": "capi"}}}}),
+    );
+    h.apply(copy_rule("pull", json!({"matchLabels": {"env": "prod"}}), "apps"))
+        .await;
+    let (reason, _) = eventually("c1 waits for its control plane", || async {
+        inventory_problem(&h, "capi", "c1")
+            .await
+            .filter(|(r, _)| r == "ControlPlaneNotAvailable")
+    })
+    .await;
+    assert_eq!(reason, "ControlPlaneNotAvailable");
+    let rc = remote_cluster(&h, "capi-capi-c1").await.unwrap();
+    assert!(rc.spec.kubeconfig_secret_ref.is_none());
+    assert_eq!(rc.labels().get("provider").map(String::as_str), Some("capi"));
+
+    // Cluster API writes the kubeconfig and says the control plane is available.
+    let kubeconfig = grant_in(&b, &b_client, "capi-1", &everything()).await;
+    put_kubeconfig(&h.client, "capi", "c1-kubeconfig", "value", &kubeconfig).await;
+    let clusters = resource("cluster.x-k8s.io", "v1beta2", "Cluster", "clusters");
+    let started = Instant::now();
+    set_status(
+        &h.client,
+        &clusters,
+        "capi",
+        "c1",
+        json!({"conditions": [
+        {"type": "ControlPlaneAvailable", "status": "True", "reason": "Available", "message": "",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    )
+    .await;
+    eventually("the copy in c1", || async {
+        (value_in(&b_client, "apps", "pull").await.as_deref() == Some("one")).then_some(())
+    })
+    .await;
+    println!("control plane available to first copy: {:?}", started.elapsed());
+
+    // The kubeconfig rotates (the old credential revoked): copies follow through the new one.
+    let kubeconfig = grant_in(&b, &b_client, "capi-2", &everything()).await;
+    put_kubeconfig(&h.client, "capi", "c1-kubeconfig", "value", &kubeconfig).await;
+    Api::<ServiceAccount>::namespaced(b_client.clone(), "access")
+        .delete("capi-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    put_source(&h, "two").await;
+    eventually("the copy rotated with the new kubeconfig", || async {
+        (value_in(&b_client, "apps", "pull").await.as_deref() == Some("two")).then_some(())
+    })
+    .await;
+
+    // A tenant's own Cluster, however labelled, is not an entry.
+    let tenant = common::tenant_client(&h, "tenant").await;
+    h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "clusters", "namespace": "tenant"},
+                   "rules": [{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["*"]}]}))
+    .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "clusters", "namespace": "tenant"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "clusters"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "tenant"}]}),
+    )
+    .await;
+    common::apply_as(
+        &tenant,
+        capi_cluster("v1beta2", "tenant", "c1", json!({"env": "prod"})),
+    )
+    .await
+    .unwrap();
+    stays(
+        "no RemoteCluster for the tenant's Cluster",
+        Duration::from_secs(2),
+        || async { remote_cluster(&h, "capi-tenant-c1").await.is_none() },
+    )
+    .await;
+
+    // The Cluster loses the label: its copy goes, then its RemoteCluster.
+    kubectl_apply(&h.plane, &capi_cluster("v1beta2", "capi", "c1", json!({})));
+    eventually("the copy in c1 removed", || async {
+        value_in(&b_client, "apps", "pull").await.is_none().then_some(())
+    })
+    .await;
+    eventually("c1's RemoteCluster removed", || async {
+        remote_cluster(&h, "capi-capi-c1").await.is_none().then_some(())
+    })
+    .await;
+}
+
+/// Cluster API where only v1beta1 is served (an older management cluster): mimeo reads that
+/// version and its `status.controlPlaneReady`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_api_v1beta1_is_read_where_only_it_is_served() {
+    let h = Harness::start().await;
+    let mut crd: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(fixture("cluster-api/cluster.x-k8s.io_clusters.yaml")).unwrap(),
+    )
+    .unwrap();
+    let versions = crd["spec"]["versions"].as_array_mut().unwrap();
+    versions.retain(|v| v["name"] == "v1beta1");
+    versions[0]["storage"] = json!(true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crd.yaml");
+    std::fs::write(&path, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();
+    h.plane.install_crds(&[path]).await.unwrap();
+    let b = ControlPlane::start().await.unwrap();
+    let b_client = b.client().await.unwrap();
+    for ns in ["platform", "capi"] {
+        kubectl_apply(
+            &h.plane,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    put_source(&h, "old").await;
+    kubectl_apply(
+        &h.plane,
+        &capi_cluster("v1beta1", "capi", "c1", json!({"env": "prod"})),
+    );
+    let kubeconfig = grant_in(&b, &b_client, "capi-1", &everything()).await;
+    put_kubeconfig(&h.client, "capi", "c1-kubeconfig", "value", &kubeconfig).await;
+    set_status(
+        &h.client,
+        &resource("cluster.x-k8s.io", "v1beta1", "Cluster", "clusters"),
+        "capi",
+        "c1",
+        json!({"controlPlaneReady": true}),
+    )
+    .await;
+    kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+        "metadata": {"name": "capi"}, "spec": {"namespaces": ["capi"], "clusterAPI": {}}}),
+    );
+    h.apply(copy_rule(
+        "pull",
+        json!({"matchLabels": {"mimeo.dev/inventory": "capi"}}),
+        "apps",
+    ))
+    .await;
+    eventually("the copy in the v1beta1 cluster", || async {
+        (value_in(&b_client, "apps", "pull").await.as_deref() == Some("old")).then_some(())
+    })
+    .await;
+}
+
+fn script(dir: &std::path::Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    perms.set_mode(0o755);
+    std::fs::set_permissions(&path, perms).unwrap();
+}
+
+fn cluster_profile(ns: &str, name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+           "metadata": {"name": name, "namespace": ns, "labels": labels},
+           "spec": {"clusterManager": {"name": "test"}, "displayName": name}})
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// ClusterProfiles: server and CA from the profile, credentials only from the provider file's
+/// plugin (a profile's extra arguments are ignored unless the file allows them), run under a
+/// timeout; a failing or hanging plugin and a profile naming a CA file are conditions; a
+/// tenant's profile in its own namespace gains nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_profiles_are_reached_with_the_installations_provider_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    let args_log = dir.path().join("args.log");
+    script(
+        dir.path(),
+        "token-plugin",
+        r#"echo "$@" >> "$2"
+test -n "$KUBERNETES_EXEC_INFO" || { echo "no cluster info" >&2; exit 2; }
+printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s"}}' "$(cat "$1")""#,
+    );
+    script(
+        dir.path(),
+        "broken-plugin",
+        "echo 'cannot find the cluster in the cloud account' >&2; exit 4",
+    );
+    script(dir.path(), "slow-plugin", "sleep 30");
+    let exec = |command: &str, args: Value| {
+        json!({"apiVersion": "client.authentication.k8s.io/v1", "command": command,
+                                                 "args": args, "provideClusterInfo": true})
+    };
+    let providers = json!({"providers": [
+        {"name": "token", "execConfig": exec("./token-plugin", json!([token_file, args_log]))},
+        {"name": "broken", "execConfig": exec("./broken-plugin", json!(null))},
+        {"name": "slow", "execConfig": exec("./slow-plugin", json!(null))},
+    ]});
+    let providers_file = dir.path().join("providers.json");
+    std::fs::write(&providers_file, providers.to_string()).unwrap();
+    let config = mimeo::controller::ControllerConfig {
+        inventory: mimeo::controller::InventorySettings {
+            providers_file: Some(providers_file),
+            exec_timeout: Duration::from_secs(2),
+            namespace: "mimeo-system".into(),
+        },
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane
+        .install_crds(&[fixture(
+            "cluster-inventory-api/multicluster.x-k8s.io_clusterprofiles.yaml",
+        )])
+        .await
+        .unwrap();
+    let b = ControlPlane::start().await.unwrap();
+    let b_client = b.client().await.unwrap();
+    for ns in ["platform", "fleet", "tenant", "mimeo-system"] {
+        kubectl_apply(
+            &h.plane,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    let kubeconfig = grant_in(&b, &b_client, "profile-1", &everything()).await;
+    let parsed: Value = serde_yaml_ng::from_str(&kubeconfig).unwrap();
+    let token = parsed["users"][0]["user"]["token"].as_str().unwrap().to_owned();
+    std::fs::write(&token_file, &token).unwrap();
+    put_source(&h, "one").await;
+    let profiles = resource(
+        "multicluster.x-k8s.io",
+        "v1alpha1",
+        "ClusterProfile",
+        "clusterprofiles",
+    );
+    let reach = |provider: &str| {
+        json!({"accessProviders": [{"name": provider, "cluster": {
+        "server": b.server(), "certificate-authority-data": b64(b.ca_pem().0),
+        "extensions": [{"name": "clusterprofiles.multicluster.x-k8s.io/exec/additional-args", "extension": {"args": "--evil"}}]}}]})
+    };
+    for (name, provider) in [("p1", "token"), ("p2", "broken"), ("p3", "slow")] {
+        kubectl_apply(&h.plane, &cluster_profile("fleet", name, json!({"env": "prod"})));
+        set_status(&h.client, &profiles, "fleet", name, reach(provider)).await;
+    }
+    kubectl_apply(&h.plane, &cluster_profile("fleet", "p4", json!({"env": "prod"})));
+    set_status(&h.client, &profiles, "fleet", "p4", json!({"accessProviders": [{"name": "token", "cluster": {
+        "server": b.server(), "certificate-authority": "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"}}]})).await;
+    for (name, provider) in [("token", "token"), ("broken", "broken"), ("slow", "slow")] {
+        kubectl_apply(
+            &h.plane,
+            &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+            "metadata": {"name": name},
+            "spec": {"namespaces": ["fleet"], "clusterProfile": {"provider": provider},
+                     "selector": {"matchLabels": {"env": "prod"}}}}),
+        );
+    }
+    h.apply(copy_rule(
+        "pull",
+        json!({"matchLabels": {"mimeo.dev/inventory": "token"}}),
+        "apps",
+    ))
+    .await;
+    eventually("the copy in the profile's cluster", || async {
+        (value_in(&b_client, "apps", "pull").await.as_deref() == Some("one")).then_some(())
+    })
+    .await;
+    let args = std::fs::read_to_string(&args_log).unwrap();
+    assert!(!args.contains("--evil"), "a profile added an argument: {args}");
+    let credentials = h
+        .secrets("mimeo-system")
+        .get("mimeo-inventory-token-fleet-p1")
+        .await
+        .unwrap();
+    assert!(credentials.data.unwrap().contains_key("kubeconfig"));
+
+    let (_, message) = eventually("the broken plugin is a condition", || async {
+        inventory_problem(&h, "broken", "p2")
+            .await
+            .filter(|(r, _)| r == "ProviderFailed")
+    })
+    .await;
+    assert!(
+        message.contains("cannot find the cluster in the cloud account"),
+        "{message}"
+    );
+    let (_, message) = eventually("the slow plugin is stopped", || async {
+        inventory_problem(&h, "slow", "p3")
+            .await
+            .filter(|(r, _)| r == "ProviderFailed")
+    })
+    .await;
+    assert!(message.contains("did not finish within 2s"), "{message}");
+    let (_, message) = eventually("a CA file is refused", || async {
+        inventory_problem(&h, "token", "p4")
+            .await
+            .filter(|(r, _)| r == "ProfileUnusable")
+    })
+    .await;
+    assert!(message.contains("certificate-authority-data"), "{message}");
+    let rule = Api::<mimeo::api::ClusterSyncRule>::all(h.client.clone())
+        .get("pull")
+        .await
+        .unwrap();
+    let inventories = Api::<ClusterInventory>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        !serde_json::to_string(&(rule, inventories.items))
+            .unwrap()
+            .contains(&token),
+        "a token in a status"
+    );
+    assert!(!common::logged().contains(&token), "a token in the log");
+
+    // A tenant's own profile, pointing anywhere, is not read.
+    let tenant = common::tenant_client(&h, "tenant").await;
+    h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "profiles", "namespace": "tenant"},
+                   "rules": [{"apiGroups": ["multicluster.x-k8s.io"], "resources": ["clusterprofiles", "clusterprofiles/status"], "verbs": ["*"]}]}))
+    .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "profiles", "namespace": "tenant"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "profiles"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "tenant"}]}),
+    )
+    .await;
+    common::apply_as(&tenant, cluster_profile("tenant", "p1", json!({"env": "prod"})))
+        .await
+        .unwrap();
+    stays(
+        "no RemoteCluster for the tenant's profile",
+        Duration::from_secs(2),
+        || async { remote_cluster(&h, "token-tenant-p1").await.is_none() },
+    )
+    .await;
+}
