@@ -131,6 +131,14 @@ What the chart refuses before rendering anything: combinations the controller ca
 {{- if and .Values.watchNamespaces .Values.rbac.createNamespaces }}
 {{- fail "rbac.createNamespaces has no use with watchNamespaces: only ClusterSyncRules create namespaces, and with watchNamespaces mimeo reconciles no ClusterSyncRules" }}
 {{- end }}
+{{- with .Values.inventories }}
+{{- if and $.Values.watchNamespaces (or .openMCP .clusterAPI .clusterProfile.enabled) }}
+{{- fail "inventories have no use with watchNamespaces: mimeo then reads no RemoteClusters, which is what an inventory makes" }}
+{{- end }}
+{{- if and .clusterProfile.enabled (not .clusterProfile.providersConfigMap) }}
+{{- fail "inventories.clusterProfile.enabled needs inventories.clusterProfile.providersConfigMap: the provider file is the only source of credentials for ClusterProfiles" }}
+{{- end }}
+{{- end }}
 {{- if not .Values.allowKinds }}
 {{- fail "allowKinds is empty: list at least one kind (the controller's default is Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io and Kyverno's CEL policy kinds)" }}
 {{- end }}
