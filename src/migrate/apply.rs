@@ -35,8 +35,8 @@ impl Applied {
     }
 }
 
-/// Consent first, then the adoption marks, then the rules: a rule sees its consent and marks
-/// from its first reconcile.
+/// Consent first, then the adoption marks, then the `ClusterInventory`s, then the rules: a rule
+/// sees its consent, marks and clusters from its first reconcile.
 pub async fn apply(client: &Client, plan: &Plan) -> Applied {
     let mut applied = Applied::default();
     for consent in &plan.consent {
@@ -62,7 +62,7 @@ pub async fn apply(client: &Client, plan: &Plan) -> Applied {
             )),
         }
     }
-    for rule in &plan.rules {
+    for rule in plan.cluster_inventories.iter().chain(&plan.rules) {
         let what = format!(
             "{} {}{}",
             rule["kind"].as_str().unwrap_or_default(),
@@ -136,10 +136,16 @@ async fn mark(client: &Client, adoption: &PlannedAdoption) -> kube::Result<()> {
         .map(|_| ())
 }
 
-/// Creates a rule; `false` when it exists with the same spec. A rule of that name with another
-/// spec is someone else's: it is left alone, and said.
+/// Creates a rule or a `ClusterInventory` (any mimeo kind); `false` when it exists with the same
+/// spec. One of that name with another spec is someone else's: it is left alone, and said.
 async fn create_rule(client: &Client, rule: &Value) -> Result<bool, String> {
     let kind = rule["kind"].as_str().unwrap_or_default();
+    if rule["apiVersion"]
+        .as_str()
+        .is_some_and(|v| v != "mimeo.dev/v1alpha1")
+    {
+        return Err("is not of mimeo.dev/v1alpha1; a plan creates only mimeo's kinds".into());
+    }
     let gvk = GroupVersionKind::gvk("mimeo.dev", "v1alpha1", kind);
     let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
         .await
