@@ -3,10 +3,12 @@
 //! Reading the cluster ([`read`]) gives an [`Inventory`] of plain values: namespaces, the Secrets
 //! and ConfigMaps that carry another tool's annotations, and Kyverno's policies. Each tool's
 //! module turns it into rules, pure and unit-tested: kubernetes-replicator ([`replicator`]),
-//! kubernetes-reflector ([`reflector`]), config-syncer/kubed ([`kubed`]) and Kyverno's
-//! `generate` with `clone`/`cloneList` and `synchronize: true` ([`kyverno`]). A [`Migration`]
-//! holds the rules, the consent each target namespace needs, the copies that tool made (or would
-//! make) that the rules are to adopt, and a note for everything that could not be translated.
+//! kubernetes-reflector ([`reflector`]), config-syncer/kubed ([`kubed`]), Kyverno's
+//! `generate` with `clone`/`cloneList` and `synchronize: true` ([`kyverno`]) and openMCP
+//! HelmDeployer's `secretsToCopy` ([`helmdeployer`]). A [`Migration`] holds the rules (and the
+//! `ClusterInventory`s they reach other clusters through), the consent each target namespace
+//! needs, the copies that tool made (or would make) that the rules are to adopt, and a note for
+//! everything that could not be translated.
 
 pub mod apply;
 pub mod helmdeployer;
