@@ -24,7 +24,8 @@ async fn plane_with_crds() -> ControlPlane {
         [
             "syncrules.mimeo.dev",
             "clustersyncrules.mimeo.dev",
-            "remoteclusters.mimeo.dev"
+            "remoteclusters.mimeo.dev",
+            "clusterinventories.mimeo.dev"
         ]
     );
     plane.create_namespace("team-a", &[]).await.expect("namespace");
