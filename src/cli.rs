@@ -61,6 +61,10 @@ pub struct DiffArgs {
     /// The kinds the controller syncs, as its --allow-kind says (the same default).
     #[arg(long = "allow-kind", value_name = "KIND", value_delimiter = ',')]
     pub allow_kinds: Vec<AllowedKind>,
+    /// The kinds targets[].nextTo may follow, as the controller's --next-to-kinds says (default:
+    /// none). Their objects are listed with your permissions.
+    #[arg(long = "next-to-kinds", value_name = "KIND", value_delimiter = ',')]
+    pub next_to_kinds: Vec<AllowedKind>,
     #[command(flatten)]
     pub limits: PluginLimitArgs,
     #[command(flatten)]
@@ -496,6 +500,17 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub allow_kinds: Vec<AllowedKind>,
+    /// A namespaced kind whose objects `targets[].nextTo` may follow, as Kind.group
+    /// (Cluster.clusters.openmcp.cloud); repeat it, or separate kinds with commas. A rule, of
+    /// either kind, naming any other gets Ready=False, NextToKindNotAllowed. mimeo needs get,
+    /// list and watch on each (the Helm value nextTo.kinds grants them). Default: none.
+    #[arg(
+        long = "next-to-kinds",
+        env = "MIMEO_NEXT_TO_KINDS",
+        value_name = "KIND",
+        value_delimiter = ','
+    )]
+    pub next_to_kinds: Vec<AllowedKind>,
     #[command(flatten)]
     pub plugins: PluginArgs,
     #[command(flatten)]
