@@ -124,18 +124,9 @@ fn rule<'a>(plan: &'a Plan, namespace: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no rule {namespace}/{name} in {:#?}", plan.rules))
 }
 
-/// Whether the SyncRule CRD served knows `nextTo` targets (branch `next-to`).
-async fn next_to_served(h: &Harness) -> bool {
-    let crds: Api<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    > = Api::all(h.client.clone());
-    let crd = crds.get("syncrules.mimeo.dev").await.unwrap();
-    serde_json::to_string(&crd.spec).unwrap().contains("\"nextTo\"")
-}
-
 #[tokio::test]
 async fn from_openmcp_helmdeployer() {
-    let h = platform().await;
+    let mut h = platform().await;
     let (code, yaml, notes) = mimeo_migrate(&h, &["--from", "openmcp-helmdeployer"]);
     assert_eq!(code, 0, "{notes}");
     assert!(
@@ -233,32 +224,31 @@ async fn from_openmcp_helmdeployer() {
         ]
     );
 
-    // Rules with nextTo targets need the SyncRule CRD that knows them; without it, the plan is
-    // reviewed and applied without them.
-    let next_to = next_to_served(&h).await;
-    let mut applicable = document.clone();
-    if !next_to {
-        applicable["rules"] = json!(
-            plan.rules
-                .iter()
-                .filter(|r| !r.to_string().contains("\"nextTo\""))
-                .collect::<Vec<_>>()
-        );
-    }
-    let applicable = serde_yaml_ng::to_string(&applicable).unwrap();
-    let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &applicable, &[]);
+    let (code, said) = common::mimeo_diff(
+        h.plane.kubeconfig_yaml(),
+        &yaml,
+        &["--next-to-kinds", "Cluster.clusters.openmcp.cloud"],
+    );
     assert_eq!(code, 1, "{said}");
     assert!(!said.contains("c2VjcmV0"), "a Secret value in the diff:\n{said}");
-    if next_to {
-        assert!(said.contains("~ change Secret test-0/secret-1"), "{said}");
-        assert!(
-            said.contains("! Conflict Secret test-0/copied-secret-cfg-2"),
-            "{said}"
+    for adopted in &plan.adopt {
+        let line = format!(
+            "~ annotate Secret test-0/{}: mimeo.dev/adopt-by={}",
+            adopted.name, adopted.rule
         );
+        assert!(said.contains(&line), "missing {line:?} in:\n{said}");
     }
+    assert!(
+        !said.contains("annotate Secret test-0/copied-secret-cfg-2"),
+        "{said}"
+    );
+    assert!(
+        said.contains("SyncRule/openmcp-system/openmcp-helmdeployer-secret-cfg-3: 0 to create"),
+        "no RemoteCluster of the inventory yet: {said}"
+    );
 
     let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &applicable).unwrap();
+    std::fs::write(file.path(), &yaml).unwrap();
     let (code, applied, errors) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
     assert_eq!(code, 0, "{applied}{errors}");
     let test_0 = Api::<Namespace>::all(h.client.clone())
@@ -297,12 +287,11 @@ async fn from_openmcp_helmdeployer() {
         .await
         .unwrap();
     assert_eq!(made.data["spec"]["targets"][0]["clusterSelector"], remote);
-    if next_to {
-        Api::<DynamicObject>::namespaced_with(h.client.clone(), "default", &rules)
-            .get(&format!("{p}-secret-1"))
-            .await
-            .unwrap();
-    }
+    let made = Api::<DynamicObject>::namespaced_with(h.client.clone(), "default", &rules)
+        .get(&format!("{p}-secret-2-as-copied-secret-2"))
+        .await
+        .unwrap();
+    assert_eq!(made.data["spec"]["targets"][0]["nextTo"]["matchPurposes"], single);
 
     // Again: nothing new. Then an inventory of that name that says something else is left alone.
     let (code, again, _) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
@@ -313,7 +302,7 @@ async fn from_openmcp_helmdeployer() {
         )),
         "{again}"
     );
-    let mut other = serde_yaml_ng::from_str::<Value>(&applicable).unwrap();
+    let mut other = document.clone();
     other["clusterInventories"][0]["spec"]["namespaces"] = json!(["test-0", "test-1"]);
     std::fs::write(file.path(), serde_yaml_ng::to_string(&other).unwrap()).unwrap();
     let (code, refused, _) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
@@ -326,4 +315,61 @@ async fn from_openmcp_helmdeployer() {
     );
     let kept = inventories.get(&format!("{p}-single")).await.unwrap();
     assert_eq!(kept.data["spec"]["namespaces"], json!(["test-0"]));
+
+    // mimeo then adopts HelmDeployer's copies in place, with the sources that won, and leaves
+    // the look-alike alone.
+    let uid = |s: Secret| s.metadata.uid.unwrap();
+    let before = uid(h.secrets("test-0").get("secret-overwrite").await.unwrap());
+    h.config_mut().next_to_kinds = vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()];
+    h.start_controller().await;
+    let mine = |s: &Secret| {
+        s.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("mimeo.dev/managed-by"))
+            .is_some()
+    };
+    common::eventually(
+        "mimeo holds HelmDeployer's four copies next to cluster-0",
+        || async {
+            let all = Api::<Secret>::all(h.client.clone())
+                .list(&Default::default())
+                .await
+                .unwrap();
+            let held: BTreeSet<String> = all
+                .items
+                .iter()
+                .filter(|s| mine(s))
+                .map(|s| {
+                    format!(
+                        "{}/{}",
+                        s.metadata.namespace.as_deref().unwrap(),
+                        s.metadata.name.as_deref().unwrap()
+                    )
+                })
+                .collect();
+            let expected: BTreeSet<String> = [
+                "test-0/copied-secret-2",
+                "test-0/secret-1",
+                "test-0/secret-cfg-1",
+                "test-0/secret-overwrite",
+            ]
+            .map(String::from)
+            .into();
+            (held == expected).then_some(())
+        },
+    )
+    .await;
+    let overwrite = h.secrets("test-0").get("secret-overwrite").await.unwrap();
+    assert_eq!(
+        common::secret_value(&overwrite, "value").as_deref(),
+        Some("overwritten"),
+        "the deployment's source won"
+    );
+    assert_eq!(uid(overwrite), before, "adopted in place");
+    let look_alike = h.secrets("test-0").get("copied-secret-cfg-2").await.unwrap();
+    assert_eq!(
+        common::secret_value(&look_alike, "value").as_deref(),
+        Some("mine")
+    );
 }
