@@ -847,6 +847,34 @@ mod tests {
     }
 
     #[test]
+    fn the_evidence_is_helmdeployers_labels_for_this_source_written_by_it() {
+        let source = Source {
+            namespace: "default".into(),
+            name: "secret-1".into(),
+        };
+        let made = copy("test-0", "secret-1", ("default", "secret-1"), FIELD_MANAGER);
+        assert!(made_by_helmdeployer(&made, &source, Some("helmdeploy")).is_some());
+        assert!(
+            made_by_helmdeployer(&made, &source, None).is_some(),
+            "no config: any *.HelmDeployer"
+        );
+        assert!(
+            made_by_helmdeployer(&made, &source, Some("other")).is_none(),
+            "another provider's"
+        );
+        let other_source = copy("test-0", "secret-1", ("team", "secret-1"), FIELD_MANAGER);
+        assert!(made_by_helmdeployer(&other_source, &source, Some("helmdeploy")).is_none());
+        let mut relabelled = made.clone();
+        relabelled
+            .label_managers
+            .insert(SOURCE_NAME.into(), vec!["kubectl-label".into()]);
+        assert!(made_by_helmdeployer(&relabelled, &source, Some("helmdeploy")).is_none());
+        let mut unlabelled = made;
+        unlabelled.labels.remove(MANAGED_BY);
+        assert!(made_by_helmdeployer(&unlabelled, &source, Some("helmdeploy")).is_none());
+    }
+
+    #[test]
     fn later_entries_of_one_list_win() {
         let mut into = BTreeMap::new();
         let entry = Entry {
