@@ -21,8 +21,8 @@ pub use remote_cluster::{
 };
 pub use rule::{
     ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, Input,
-    InputRef, KeyFilter, MetadataPolicy, PluginPin, PullSecretRef, RuleSpec, RuleStatus, SecretType, Source,
-    SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
+    InputRef, KeyFilter, MetadataPolicy, NextTo, PluginPin, PullSecretRef, RuleSpec, RuleStatus, SecretType,
+    Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
 };
 
 /// The API group of every mimeo resource.

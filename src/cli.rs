@@ -61,6 +61,10 @@ pub struct DiffArgs {
     /// The kinds the controller syncs, as its --allow-kind says (the same default).
     #[arg(long = "allow-kind", value_name = "KIND", value_delimiter = ',')]
     pub allow_kinds: Vec<AllowedKind>,
+    /// The kinds targets[].nextTo may follow, as the controller's --next-to-kinds says (default:
+    /// none). Their objects are listed with your permissions.
+    #[arg(long = "next-to-kinds", value_name = "KIND", value_delimiter = ',')]
+    pub next_to_kinds: Vec<AllowedKind>,
     #[command(flatten)]
     pub limits: PluginLimitArgs,
     #[command(flatten)]
@@ -71,11 +75,16 @@ pub struct DiffArgs {
 pub struct MigrateArgs {
     /// The tool to migrate from: replicator (mittwald's kubernetes-replicator), reflector
     /// (emberstack's kubernetes-reflector), kubed (config-syncer) or kyverno (generate rules that
-    /// clone with synchronize: true). Repeat, or separate with commas. Default: each that shows a
+    /// clone with synchronize: true) or openmcp-helmdeployer (openMCP's HelmDeployer
+    /// secretsToCopy). Repeat, or separate with commas. Default: each that shows a
     /// sign of having run here (its marks on a copy; for Kyverno, its policies served); a tool
     /// named here is translated even without one.
-    #[arg(long = "from", value_name = "TOOL", value_delimiter = ',', value_parser = ["replicator", "reflector", "kubed", "kyverno"])]
+    #[arg(long = "from", value_name = "TOOL", value_delimiter = ',', value_parser = ["replicator", "reflector", "kubed", "kyverno", "openmcp-helmdeployer"])]
     pub from: Vec<String>,
+    /// The namespace HelmDeployer's pod runs in: the sources its HelmDeployerConfig names are
+    /// there.
+    #[arg(long, value_name = "NAMESPACE", default_value = crate::migrate::helmdeployer::DEFAULT_NAMESPACE)]
+    pub helmdeployer_namespace: String,
     /// Also ask kube-system, kube-public and kube-node-lease for consent, and adopt copies there.
     #[arg(long)]
     pub allow_system_namespaces: bool,
@@ -96,6 +105,7 @@ impl MigrateArgs {
                 .filter_map(|f| crate::migrate::Tool::named(f))
                 .collect(),
             allow_system_namespaces: self.allow_system_namespaces,
+            helmdeployer_namespace: self.helmdeployer_namespace.clone(),
         }
     }
 }
@@ -503,6 +513,17 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub allow_kinds: Vec<AllowedKind>,
+    /// A namespaced kind whose objects `targets[].nextTo` may follow, as Kind.group
+    /// (Cluster.clusters.openmcp.cloud); repeat it, or separate kinds with commas. A rule, of
+    /// either kind, naming any other gets Ready=False, NextToKindNotAllowed. mimeo needs get,
+    /// list and watch on each (the Helm value nextTo.kinds grants them). Default: none.
+    #[arg(
+        long = "next-to-kinds",
+        env = "MIMEO_NEXT_TO_KINDS",
+        value_name = "KIND",
+        value_delimiter = ','
+    )]
+    pub next_to_kinds: Vec<AllowedKind>,
     #[command(flatten)]
     pub plugins: PluginArgs,
     #[command(flatten)]

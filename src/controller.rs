@@ -16,6 +16,7 @@ mod inventory;
 mod inventory_access;
 mod inventory_entries;
 mod named_namespaces;
+mod next_to;
 mod plugin_config_maps;
 mod plugin_files;
 mod plugins;
@@ -68,6 +69,9 @@ pub struct ControllerConfig {
     pub plugin_host: HostSettings,
     /// The kinds rules may sync; rules for others are refused. Empty means the defaults.
     pub allowed_kinds: Vec<AllowedKind>,
+    /// The kinds `targets[].nextTo` may follow (mimeo must be able to list and watch them);
+    /// empty, none.
+    pub next_to_kinds: Vec<AllowedKind>,
     /// How `oci://` plugins are fetched and where they are kept.
     pub oci: OciSettings,
     /// What the installation allows of `oci://` plugins, and its own registry credentials.
@@ -110,6 +114,9 @@ pub struct Context {
     scope: Scope,
     fleet: Arc<Fleet>,
     allowed_kinds: Vec<AllowedKind>,
+    next_to_kinds: Vec<AllowedKind>,
+    /// The watches of the kinds `targets[].nextTo` follows.
+    next_to: Arc<next_to::NextToWatches>,
     plugins: plugins::Plugins,
     /// The ConfigMaps `configmap://` plugins come from, watched so that a change wakes the rules.
     plugin_config_maps: plugin_config_maps::PluginConfigMaps,
@@ -182,6 +189,7 @@ pub async fn run(
     let (triggers, streams) = Triggers::new(&config.scope);
     let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
     let plugin_files = plugin_files::PluginFiles::new(triggers.clone());
+    let next_to = next_to::NextToWatches::new(client.clone(), triggers.clone());
     let fleet = Fleet::start(
         client.clone(),
         config.scope.clone(),
@@ -208,6 +216,8 @@ pub async fn run(
         fleet: fleet.clone(),
         in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
         allowed_kinds,
+        next_to_kinds: config.next_to_kinds.clone(),
+        next_to,
         plugins: plugins::Plugins::new(
             host,
             client.clone(),
@@ -350,6 +360,11 @@ async fn until_stopped(loops: impl Future<Output = ()>, stopped: impl Future<Out
         () = loops => {}
         () = drained => tracing::debug!("no reconcile in flight; not waiting for the controller streams"),
     }
+}
+
+/// How many kinds `targets[].nextTo` has the controller watch now (for tests).
+pub fn next_to_watch_count(ctx: &Context) -> usize {
+    ctx.next_to.watch_count()
 }
 
 /// How many shared source watches the controller runs now, in all clusters (for tests and

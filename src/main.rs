@@ -137,6 +137,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     for rule in &documents.rules {
         let options = DiffOptions {
             allowed_kinds: allowed_kinds.clone(),
+            next_to_kinds: args.next_to_kinds.clone(),
             plugin_dir: args.plugin_dir.clone(),
             host: args.limits.host_settings(),
             oci: args.registry.oci_settings(&registries)?,
@@ -239,6 +240,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             std::env::current_exe().context("finding mimeo's own binary, which compiles plugins")?,
         ),
         allowed_kinds: args.allow_kinds,
+        next_to_kinds: args.next_to_kinds.clone(),
         oci,
         oci_policy: controller::OciPolicy {
             require_digest: args.oci.plugin_require_digest,

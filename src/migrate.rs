@@ -3,12 +3,15 @@
 //! Reading the cluster ([`read`]) gives an [`Inventory`] of plain values: namespaces, the Secrets
 //! and ConfigMaps that carry another tool's annotations, and Kyverno's policies. Each tool's
 //! module turns it into rules, pure and unit-tested: kubernetes-replicator ([`replicator`]),
-//! kubernetes-reflector ([`reflector`]), config-syncer/kubed ([`kubed`]) and Kyverno's
-//! `generate` with `clone`/`cloneList` and `synchronize: true` ([`kyverno`]). A [`Migration`]
-//! holds the rules, the consent each target namespace needs, the copies that tool made (or would
-//! make) that the rules are to adopt, and a note for everything that could not be translated.
+//! kubernetes-reflector ([`reflector`]), config-syncer/kubed ([`kubed`]), Kyverno's
+//! `generate` with `clone`/`cloneList` and `synchronize: true` ([`kyverno`]) and openMCP
+//! HelmDeployer's `secretsToCopy` ([`helmdeployer`]). A [`Migration`] holds the rules (and the
+//! `ClusterInventory`s they reach other clusters through), the consent each target namespace
+//! needs, the copies that tool made (or would make) that the rules are to adopt, and a note for
+//! everything that could not be translated.
 
 pub mod apply;
+pub mod helmdeployer;
 pub mod kubed;
 pub mod kyverno;
 pub mod read;
@@ -39,6 +42,8 @@ pub struct Object {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// For each label, the field managers that own it (from `managedFields`).
+    pub label_managers: BTreeMap<String, Vec<String>>,
 }
 
 /// What migrating reads from a cluster.
@@ -50,6 +55,8 @@ pub struct Inventory {
     pub policies: Vec<Value>,
     /// Whether Kyverno's `ClusterPolicy` kind is served: Kyverno is installed.
     pub kyverno_served: bool,
+    /// openMCP HelmDeployer's configuration and the `Cluster`s it selects from.
+    pub helm: helmdeployer::HelmDeployer,
 }
 
 impl Namespace {
@@ -90,10 +97,17 @@ pub enum Tool {
     Reflector,
     Kubed,
     Kyverno,
+    HelmDeployer,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 4] = [Tool::Replicator, Tool::Reflector, Tool::Kubed, Tool::Kyverno];
+    pub const ALL: [Tool; 5] = [
+        Tool::Replicator,
+        Tool::Reflector,
+        Tool::Kubed,
+        Tool::Kyverno,
+        Tool::HelmDeployer,
+    ];
 
     /// Its name on the command line and in rule names.
     /// What shows that it ran here, for the note when it did not.
@@ -105,6 +119,7 @@ impl Tool {
             }
             Tool::Kubed => "no Secret or ConfigMap carries kubed.appscode.com/origin",
             Tool::Kyverno => "clusterpolicies.kyverno.io is not served",
+            Tool::HelmDeployer => "helmdeployments.helm.open-control-plane.io is not served",
         }
     }
 
@@ -119,6 +134,7 @@ impl Tool {
             Tool::Reflector => "reflector",
             Tool::Kubed => "kubed",
             Tool::Kyverno => "kyverno",
+            Tool::HelmDeployer => "openmcp-helmdeployer",
         }
     }
 }
@@ -142,6 +158,9 @@ pub struct Options {
     pub named: Vec<Tool>,
     /// Consent and adoption in [`SYSTEM_NAMESPACES`] too.
     pub allow_system_namespaces: bool,
+    /// HelmDeployer's pod namespace, where its config's sources are; empty:
+    /// [`helmdeployer::DEFAULT_NAMESPACE`].
+    pub helmdeployer_namespace: String,
 }
 
 /// Why a namespace is asked to accept a rule: the old tool's copy there, and the annotation that
@@ -161,6 +180,8 @@ pub struct Grant {
 pub struct Migration {
     /// `SyncRule` and `ClusterSyncRule` objects.
     pub rules: Vec<Value>,
+    /// `ClusterInventory` objects the rules' `clusterSelector`s need.
+    pub inventories: Vec<Value>,
     /// For each target namespace, the `mimeo.dev/accept-from` entries it needs (each scoped to
     /// one rule, `<namespace>/<rule>`), with why: only where the old tool demonstrably made a
     /// copy there.
@@ -273,8 +294,11 @@ impl Migration {
                        "namespace": place.namespace, "name": place.name, "rule": rule})
             })
             .collect();
-        let plan = json!({"apiVersion": PLAN_API_VERSION, "kind": PLAN_KIND,
-                          "consent": consent, "adopt": adopt, "rules": self.rules});
+        let mut plan = json!({"apiVersion": PLAN_API_VERSION, "kind": PLAN_KIND,
+                              "consent": consent, "adopt": adopt, "rules": self.rules});
+        if !self.inventories.is_empty() {
+            plan["clusterInventories"] = json!(self.inventories);
+        }
         format!(
             "# Apply with `mimeo migrate --apply FILE`: it adds the annotations named here with patches and\n\
              # creates the rules; `kubectl apply` refuses this kind (no apiserver serves it). Review it first\n\
@@ -336,6 +360,9 @@ pub struct Plan {
     pub adopt: Vec<PlannedAdoption>,
     #[serde(default)]
     pub rules: Vec<Value>,
+    /// `ClusterInventory` objects, created before the rules.
+    #[serde(default, rename = "clusterInventories")]
+    pub cluster_inventories: Vec<Value>,
 }
 
 impl Plan {
@@ -396,6 +423,13 @@ pub fn migrate(inventory: &Inventory, options: &Options) -> Migration {
             Tool::Reflector => reflector::translate(inventory, &mut migration),
             Tool::Kubed => kubed::translate(inventory, &mut migration),
             Tool::Kyverno => kyverno::translate(inventory, &mut migration),
+            Tool::HelmDeployer => {
+                let namespace = match options.helmdeployer_namespace.as_str() {
+                    "" => helmdeployer::DEFAULT_NAMESPACE,
+                    namespace => namespace,
+                };
+                helmdeployer::translate(inventory, &mut migration, namespace)
+            }
         }
     }
     migration
@@ -408,10 +442,11 @@ fn installed(inventory: &Inventory, tool: Tool) -> bool {
         Tool::Replicator => o.annotations.contains_key(replicator::REPLICATED_AT),
         Tool::Reflector => o.annotations.contains_key(reflector::REFLECTED_VERSION),
         Tool::Kubed => kubed::origin(o).is_some(),
-        Tool::Kyverno => false,
+        Tool::Kyverno | Tool::HelmDeployer => false,
     };
     match tool {
         Tool::Kyverno => inventory.kyverno_served,
+        Tool::HelmDeployer => inventory.helm.served,
         _ => inventory.objects.iter().any(marked),
     }
 }
@@ -528,6 +563,7 @@ mod tests {
             &Options {
                 named: vec![Tool::Replicator],
                 allow_system_namespaces: false,
+                ..Options::default()
             },
         );
         assert_eq!(
@@ -551,6 +587,7 @@ mod tests {
             &Options {
                 named: vec![Tool::Replicator],
                 allow_system_namespaces: true,
+                ..Options::default()
             },
         );
         assert_eq!(m.consents.keys().collect::<Vec<_>>(), ["kube-system"]);

@@ -11,6 +11,7 @@ pub mod hash;
 pub mod inputs;
 pub mod kinds;
 pub mod live;
+pub mod next_to;
 pub mod object_selector;
 pub mod ownership;
 pub mod plan;

@@ -24,7 +24,8 @@ async fn plane_with_crds() -> ControlPlane {
         [
             "syncrules.mimeo.dev",
             "clustersyncrules.mimeo.dev",
-            "remoteclusters.mimeo.dev"
+            "remoteclusters.mimeo.dev",
+            "clusterinventories.mimeo.dev"
         ]
     );
     plane.create_namespace("team-a", &[]).await.expect("namespace");
@@ -94,6 +95,17 @@ async fn valid_rules_are_accepted() {
             sync_rule(json!({
                 "source": {"kind": "Secret", "name": "a"},
                 "targets": [{"namespacePattern": "app-[0-9]+", "name": "copy"}],
+            })),
+        ),
+        (
+            "SyncRule next to openMCP Clusters with a purpose",
+            sync_rule(json!({
+                "source": {"kind": "Secret", "name": "a"},
+                "targets": [{"nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster",
+                                        "matchPurposes": [{"operator": "ContainsAny", "values": ["workload"]}],
+                                        "matchLabels": {"tier": "prod"}},
+                             "cluster": "",
+                             "name": "registry-credentials"}],
             })),
         ),
         (
@@ -200,19 +212,42 @@ async fn invalid_rules_are_rejected_with_our_messages() {
             "namespace and namespaceSelector both set",
             sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
                              "targets": [{"namespace": "b", "namespaceSelector": {}}]})),
-            "set only one of namespace, namespaceSelector and namespacePattern in a target",
+            "set only one of namespace, namespaceSelector, namespacePattern and nextTo in a target",
         ),
         (
             "namespace and namespacePattern both set",
             sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
                              "targets": [{"namespace": "b", "namespacePattern": "b-.*"}]})),
-            "set only one of namespace, namespaceSelector and namespacePattern in a target",
+            "set only one of namespace, namespaceSelector, namespacePattern and nextTo in a target",
         ),
         (
             "namespaceSelector and namespacePattern both set",
             sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
                              "targets": [{"namespaceSelector": {}, "namespacePattern": "b-.*"}]})),
-            "set only one of namespace, namespaceSelector and namespacePattern in a target",
+            "set only one of namespace, namespaceSelector, namespacePattern and nextTo in a target",
+        ),
+        (
+            "namespace and nextTo both set",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespace": "b",
+                                          "nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster"}}]})),
+            "set only one of namespace, namespaceSelector, namespacePattern and nextTo in a target",
+        ),
+        (
+            "nextTo in another cluster",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"cluster": "eu1",
+                                          "nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster"}}]})),
+            "nextTo reads the objects of the cluster mimeo runs in: remove cluster and clusterSelector from a target with nextTo",
+        ),
+        (
+            "createNamespace with nextTo",
+            cluster_sync_rule(
+                json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
+                       "targets": [{"nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster"},
+                                    "createNamespace": true}]}),
+            ),
+            "createNamespace needs a namespace by name: namespaces matched by a selector, a pattern or nextTo already exist",
         ),
         (
             "cluster and clusterSelector both set",
@@ -223,7 +258,7 @@ async fn invalid_rules_are_rejected_with_our_messages() {
         (
             "a Secret target without a namespace",
             sync_rule(json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"name": "b"}]})),
-            "every target needs namespace, namespaceSelector or namespacePattern: Secrets, ConfigMaps and Policies live in namespaces",
+            "every target needs namespace, namespaceSelector, namespacePattern or nextTo: Secrets, ConfigMaps and Policies live in namespaces",
         ),
         (
             "an unknown kind without apiVersion",
@@ -286,7 +321,7 @@ async fn invalid_rules_are_rejected_with_our_messages() {
                 json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
                                      "targets": [{"namespaceSelector": {}, "createNamespace": true}]}),
             ),
-            "createNamespace needs a namespace by name: namespaces matched by a selector or pattern already exist",
+            "createNamespace needs a namespace by name: namespaces matched by a selector, a pattern or nextTo already exist",
         ),
         (
             "a RemoteCluster without a kubeconfig reference",

@@ -476,6 +476,13 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
             vec!["--set-json", r#"allowKinds=["ConfigMap"]"#],
         ),
         (
+            "nextTo",
+            vec![
+                "--set-json",
+                r#"nextTo.kinds=["Cluster.clusters.openmcp.cloud",{"kind":"Widget","group":"example.com","resource":"widgets"}]"#,
+            ],
+        ),
+        (
             "withoutSecretsAtAll",
             vec![
                 "--set-json",
@@ -660,6 +667,10 @@ fn check_variant(name: &str, docs: &[Value]) {
                 "{args:?}"
             );
             assert!(
+                !args.iter().any(|a| a.starts_with("--next-to-kinds")),
+                "nextTo follows no kind by default: {args:?}"
+            );
+            assert!(
                 !args.iter().any(|a| a.starts_with("--plugin-registry-config")),
                 "no controller credentials, for SyncRules or any: {args:?}"
             );
@@ -794,6 +805,24 @@ fn check_variant(name: &str, docs: &[Value]) {
                 assert!(has_arg(&format!("--allow-kind={kind}")), "{args:?}");
             }
             assert_eq!(args.iter().filter(|a| a.starts_with("--allow-kind")).count(), 4);
+        }
+        "nextTo" => {
+            let role = cluster_role.unwrap();
+            // Read only, and only the kinds listed.
+            assert_eq!(verbs(role, "clusters.openmcp.cloud", "clusters"), sorted(READ));
+            assert_eq!(verbs(role, "example.com", "widgets"), sorted(READ));
+            assert_eq!(
+                verbs(role, "helm.toolkit.fluxcd.io", "helmreleases"),
+                Vec::<String>::new()
+            );
+            let next_to: Vec<&String> = args.iter().filter(|a| a.starts_with("--next-to-kinds")).collect();
+            assert_eq!(
+                next_to,
+                [
+                    "--next-to-kinds=Cluster.clusters.openmcp.cloud",
+                    "--next-to-kinds=Widget.example.com"
+                ]
+            );
         }
         "withoutSecrets" => {
             let role = cluster_role.unwrap();
@@ -990,6 +1019,26 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
         (
             &["--set-json", r#"allowKinds=["Secret","Secret"]"#],
             "allowKinds: Secret is listed twice",
+        ),
+        (
+            &["--set-json", r#"nextTo.kinds=["Secret"]"#],
+            "nextTo.kinds: the chart does not know the kind \"Secret\"",
+        ),
+        (
+            &[
+                "--set-json",
+                r#"nextTo.kinds=[{"kind":"Gadget","group":"example.com","resource":"gadgets","namespaced":false}]"#,
+            ],
+            "nextTo.kinds: Gadget is cluster-scoped",
+        ),
+        (
+            &[
+                "--set-json",
+                r#"watchNamespaces=["a"]"#,
+                "--set-json",
+                r#"nextTo.kinds=["Cluster.clusters.openmcp.cloud"]"#,
+            ],
+            "nextTo.kinds has no use with watchNamespaces",
         ),
     ];
     for (values, message) in refused {

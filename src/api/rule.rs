@@ -7,6 +7,7 @@
 // attributes to clippy; they are distinct columns and rules.
 #![allow(clippy::duplicated_attributes)]
 
+use super::ObjectSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
@@ -26,12 +27,14 @@ const SOURCE_IS_CLUSTER_POLICY: &str = "self.spec.source.kind == 'ClusterPolicy'
 
 fn targets_need_namespace() -> Rule {
     Rule::new(format!(
-        "!({SOURCE_IS_KNOWN_NAMESPACED}) || self.spec.targets.all(t, has(t.__namespace__) || has(t.namespaceSelector) || has(t.namespacePattern))"
+        "!({SOURCE_IS_KNOWN_NAMESPACED}) || self.spec.targets.all(t, has(t.__namespace__) || has(t.namespaceSelector) || has(t.namespacePattern) || has(t.nextTo))"
     ))
-    .message("every target needs namespace, namespaceSelector or namespacePattern: Secrets, ConfigMaps and Policies live in namespaces")
+    .message("every target needs namespace, namespaceSelector, namespacePattern or nextTo: Secrets, ConfigMaps and Policies live in namespaces")
     .field_path(".spec.targets")
 }
 
+/// `nextTo` is left to the controller's scope check (`InvalidTarget`): one more test per target
+/// would take this rule past the apiserver's CEL cost budget.
 fn cluster_scoped_targets_have_no_namespace() -> Rule {
     Rule::new(format!(
         "!({SOURCE_IS_CLUSTER_POLICY}) || self.spec.targets.all(t, !has(t.__namespace__) && !has(t.namespaceSelector) && !has(t.namespacePattern))"
@@ -324,13 +327,15 @@ impl SecretType {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new(
-        "(has(self.__namespace__) ? 1 : 0) + (has(self.namespaceSelector) ? 1 : 0) + (has(self.namespacePattern) ? 1 : 0) <= 1"
+        "(has(self.__namespace__) ? 1 : 0) + (has(self.namespaceSelector) ? 1 : 0) + (has(self.namespacePattern) ? 1 : 0) + (has(self.nextTo) ? 1 : 0) <= 1"
     )
-    .message("set only one of namespace, namespaceSelector and namespacePattern in a target"),
+    .message("set only one of namespace, namespaceSelector, namespacePattern and nextTo in a target"),
     validation = Rule::new("!(has(self.cluster) && has(self.clusterSelector))")
         .message("set cluster or clusterSelector in a target, not both"),
     validation = Rule::new("!has(self.createNamespace) || !self.createNamespace || has(self.__namespace__)")
-        .message("createNamespace needs a namespace by name: namespaces matched by a selector or pattern already exist"),
+        .message("createNamespace needs a namespace by name: namespaces matched by a selector, a pattern or nextTo already exist"),
+    validation = Rule::new("!has(self.nextTo) || ((!has(self.cluster) || self.cluster == '') && !has(self.clusterSelector))")
+        .message("nextTo reads the objects of the cluster mimeo runs in: remove cluster and clusterSelector from a target with nextTo"),
 )]
 pub struct Target {
     /// The namespace the copy is written to.
@@ -348,6 +353,12 @@ pub struct Target {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub namespace_pattern: Option<String>,
+    /// Copies into every namespace that holds at least one object of this kind that the selector
+    /// matches (say openMCP `Cluster`s with purpose `workload`), followed as such objects come,
+    /// change and go. Only kinds the installation allows (`--next-to-kinds`), and only in the
+    /// cluster mimeo runs in. Consent applies as for any target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_to: Option<NextTo>,
     /// The `RemoteCluster` the copy is written to. Empty means the cluster this rule lives in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
@@ -362,6 +373,22 @@ pub struct Target {
     /// `ClusterSyncRule`. mimeo never deletes a namespace it created.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub create_namespace: bool,
+}
+
+/// Objects of one kind, chosen with openMCP's selector semantics, whose namespaces a target
+/// writes to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NextTo {
+    /// The API version of the kind, such as `clusters.openmcp.cloud/v1alpha1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The kind, such as `Cluster`. It must be namespaced.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Which of its objects count; empty, every one.
+    #[serde(flatten)]
+    pub selector: ObjectSelector,
 }
 
 /// One step of the transform chain.

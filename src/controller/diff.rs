@@ -26,6 +26,8 @@ use crate::sync::copies::{
 use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
+use crate::sync::next_to::{self, Holders};
+use crate::sync::object_selector::{Matcher, purposes_of};
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION, RuleKey, RuleKind};
 use crate::sync::plan::{Decision, Write};
 use crate::sync::scope::Scope;
@@ -46,6 +48,8 @@ use std::sync::Arc;
 pub struct DiffOptions {
     /// The kinds the controller syncs (its `--allow-kind`).
     pub allowed_kinds: Vec<AllowedKind>,
+    /// The kinds `targets[].nextTo` may follow (its `--next-to-kinds`).
+    pub next_to_kinds: Vec<AllowedKind>,
     /// Where `file://` plugins are read from (the controller's `--plugin-dir`, as a local copy).
     pub plugin_dir: Option<PathBuf>,
     pub host: HostSettings,
@@ -486,7 +490,7 @@ pub async fn diff(
     let previous = existing.as_ref().and_then(|r| r.status.clone());
 
     let scope = Scope::Cluster;
-    let kind = match rule_problem(key, spec, &options.allowed_kinds, &scope) {
+    let kind = match rule_problem(key, spec, &options.allowed_kinds, &options.next_to_kinds, &scope) {
         Ok(kind) => kind,
         Err(problem) => return refuse(report, problem.reason, problem.message),
     };
@@ -586,8 +590,9 @@ pub async fn diff(
         .cloned()
         .collect();
     let namespaces = overlay.namespaces(read_namespaces(&client, &local_targets).await?);
-    let places =
-        placements(&local_targets, &namespaces, namespaced).map_err(|e| DiffError::Rule(e.to_string()))?;
+    let holders = read_holders(&client, &local_targets).await?;
+    let places = placements(&local_targets, &namespaces, &holders, namespaced)
+        .map_err(|e| DiffError::Rule(e.to_string()))?;
     let cluster = ClusterPlaces {
         name: None,
         places,
@@ -886,10 +891,10 @@ async fn read_namespaces(
     };
     if targets
         .iter()
-        .any(|t| t.namespace_selector.is_some() || t.namespace_pattern.is_some())
+        .any(|t| t.namespace_selector.is_some() || t.namespace_pattern.is_some() || t.next_to.is_some())
     {
         let list = api.list(&ListParams::default()).await.map_err(api_error(
-            "listing namespaces (a target selects them by labels or pattern)",
+            "listing namespaces (a target selects them by labels, pattern or nextTo)",
         ))?;
         return Ok(list.items.into_iter().map(info).collect());
     }
@@ -904,6 +909,41 @@ async fn read_namespaces(
         }
     }
     Ok(out)
+}
+
+/// The namespaces each `nextTo` selects, from a list of its kind made with the user's rights.
+async fn read_holders(client: &Client, targets: &[crate::api::Target]) -> Result<Holders, DiffError> {
+    let mut holders = Holders::default();
+    for next_to in targets.iter().filter_map(|t| t.next_to.as_ref()) {
+        let kind = next_to::kind_of(next_to);
+        let refused = |problem: crate::sync::validate::RuleProblem| {
+            DiffError::Rule(format!("{}: {}", problem.reason, problem.message))
+        };
+        let resource = match resolve(client, &kind).await? {
+            Some((resource, true)) => resource,
+            Some((_, false)) => return Err(refused(next_to::cluster_scoped(next_to))),
+            None => return Err(refused(next_to::not_served(next_to))),
+        };
+        let matcher = Matcher::new(&next_to.selector).map_err(|e| DiffError::Rule(format!("nextTo: {e}")))?;
+        let list = Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error(format!("listing {kind} (a target is nextTo it)")))?;
+        let objects: next_to::HeldObjects = list
+            .items
+            .into_iter()
+            .map(|o| {
+                let at = (o.namespace().unwrap_or_default(), o.name_any());
+                let held = next_to::Held {
+                    labels: o.labels().clone(),
+                    purposes: purposes_of(&o.data),
+                };
+                (at, held)
+            })
+            .collect();
+        holders.insert(next_to.clone(), next_to::holding_namespaces(&objects, &matcher));
+    }
+    Ok(holders)
 }
 
 /// Runs the chain on every placed copy, as the make step does (without its memory of outputs).

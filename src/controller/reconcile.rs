@@ -18,6 +18,7 @@
 mod carry_out;
 mod cleanup;
 pub(in crate::controller) mod gather;
+mod holders;
 pub(in crate::controller) mod inputs;
 pub(in crate::controller) mod make;
 mod record;

@@ -35,8 +35,8 @@ impl Applied {
     }
 }
 
-/// Consent first, then the adoption marks, then the rules: a rule sees its consent and marks
-/// from its first reconcile.
+/// Consent first, then the adoption marks, then the `ClusterInventory`s, then the rules: a rule
+/// sees its consent, marks and clusters from its first reconcile.
 pub async fn apply(client: &Client, plan: &Plan) -> Applied {
     let mut applied = Applied::default();
     for consent in &plan.consent {
@@ -62,7 +62,7 @@ pub async fn apply(client: &Client, plan: &Plan) -> Applied {
             )),
         }
     }
-    for rule in &plan.rules {
+    for rule in plan.cluster_inventories.iter().chain(&plan.rules) {
         let what = format!(
             "{} {}{}",
             rule["kind"].as_str().unwrap_or_default(),
@@ -136,10 +136,31 @@ async fn mark(client: &Client, adoption: &PlannedAdoption) -> kube::Result<()> {
         .map(|_| ())
 }
 
-/// Creates a rule; `false` when it exists with the same spec. A rule of that name with another
-/// spec is someone else's: it is left alone, and said.
+/// Whether `found` holds everything `wanted` says: the apiserver adds defaults to what was
+/// created (`conflict: Fail`, `deletion: Delete`), so equality would call a rule created by the
+/// same plan someone else's.
+fn holds(found: &Value, wanted: &Value) -> bool {
+    match (found, wanted) {
+        (Value::Object(found), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(k, v)| found.get(k).is_some_and(|f| holds(f, v))),
+        (Value::Array(found), Value::Array(wanted)) => {
+            found.len() == wanted.len() && found.iter().zip(wanted).all(|(f, w)| holds(f, w))
+        }
+        _ => found == wanted,
+    }
+}
+
+/// Creates a rule or a `ClusterInventory` (any mimeo kind); `false` when it exists with the same
+/// spec. One of that name with another spec is someone else's: it is left alone, and said.
 async fn create_rule(client: &Client, rule: &Value) -> Result<bool, String> {
     let kind = rule["kind"].as_str().unwrap_or_default();
+    if rule["apiVersion"]
+        .as_str()
+        .is_some_and(|v| v != "mimeo.dev/v1alpha1")
+    {
+        return Err("is not of mimeo.dev/v1alpha1; a plan creates only mimeo's kinds".into());
+    }
     let gvk = GroupVersionKind::gvk("mimeo.dev", "v1alpha1", kind);
     let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
         .await
@@ -158,7 +179,7 @@ async fn create_rule(client: &Client, rule: &Value) -> Result<bool, String> {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let found = api.get(name).await.map_err(|e| e.to_string())?;
-            if found.data.get("spec") == rule.get("spec") {
+            if holds(&found.data["spec"], &rule["spec"]) {
                 Ok(false)
             } else {
                 Err(
@@ -168,5 +189,26 @@ async fn create_rule(client: &Client, rule: &Value) -> Result<bool, String> {
             }
         }
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_the_apiserver_added_are_not_another_spec() {
+        let wanted = json!({"targets": [{"namespace": "a"}]});
+        assert!(holds(
+            &json!({"targets": [{"namespace": "a", "createNamespace": false}]}),
+            &wanted
+        ));
+        assert!(!holds(&json!({"targets": [{"namespace": "b"}]}), &wanted));
+        assert!(!holds(
+            &json!({"targets": [{"namespace": "a"}, {"namespace": "b"}]}),
+            &wanted
+        ));
+        assert!(!holds(&json!({}), &wanted));
     }
 }

@@ -104,6 +104,7 @@ mod tests {
     #[test]
     fn every_namespace_a_selector_and_contexts() {
         let inventory = Inventory {
+            helm: Default::default(),
             kyverno_served: true,
             namespaces: vec![ns("platform", &[]), ns("a", &[("app", "kubed")]), ns("b", &[])],
             objects: vec![
@@ -123,6 +124,7 @@ mod tests {
             &crate::migrate::Options {
                 named: vec![Tool::Kubed],
                 allow_system_namespaces: true,
+                ..crate::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 2);

@@ -376,6 +376,7 @@ mod tests {
             .labels
             .insert(RULE_LABEL.into(), "sync-image-pull-secret".into());
         let inventory = Inventory {
+            helm: Default::default(),
             kyverno_served: true,
             namespaces: vec![
                 ns("platform", &[]),
@@ -416,6 +417,7 @@ mod tests {
             &crate::migrate::Options {
                 named: vec![Tool::Kyverno],
                 allow_system_namespaces: true,
+                ..crate::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 2, "{:?}", m.notes);

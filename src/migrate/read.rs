@@ -1,9 +1,11 @@
 //! Reading what migrating needs from a cluster, with the user's own identity: namespaces, the
-//! metadata (never the content) of every Secret and ConfigMap, and Kyverno's policies if it is
-//! installed.
+//! metadata (never the content) of every Secret and ConfigMap, Kyverno's policies if it is
+//! installed, and openMCP HelmDeployer's configuration and `Cluster`s if they are served.
 
+use super::helmdeployer::HelmDeployer;
 use super::{Inventory, Namespace, Object};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace as KubeNamespace, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -55,6 +57,7 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
             name: metadata.name.unwrap_or_default(),
             labels: map(metadata.labels),
             annotations: map(metadata.annotations),
+            label_managers: label_managers(metadata.managed_fields.as_deref().unwrap_or_default()),
         });
     }
     let mut policies = Vec::new();
@@ -90,5 +93,87 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         objects,
         policies,
         kyverno_served,
+        helm: helm(client).await?,
+    })
+}
+
+/// For each label, the managers whose `managedFields` entry owns it.
+fn label_managers(entries: &[ManagedFieldsEntry]) -> BTreeMap<String, Vec<String>> {
+    let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in entries {
+        let (Some(manager), Some(fields)) = (&entry.manager, &entry.fields_v1) else {
+            continue;
+        };
+        let labels = fields.0["f:metadata"]["f:labels"].as_object();
+        for key in labels.into_iter().flatten().map(|(k, _)| k) {
+            if let Some(label) = key.strip_prefix("f:") {
+                owners.entry(label.to_owned()).or_default().push(manager.clone());
+            }
+        }
+    }
+    owners
+}
+
+/// Every object of a kind, as JSON without `managedFields`; `None` when the kind is not served.
+async fn list_all(
+    client: &Client,
+    what: &'static str,
+    gvk: GroupVersionKind,
+    plural: &str,
+) -> Result<Option<Vec<serde_json::Value>>, ReadError> {
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    match Api::<DynamicObject>::all_with(client.clone(), &resource)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => Ok(Some(
+            list.items
+                .into_iter()
+                .map(|mut object| {
+                    object.metadata.managed_fields = None;
+                    let mut value = serde_json::to_value(&object).unwrap_or_default();
+                    value["apiVersion"] = resource.api_version.clone().into();
+                    value["kind"] = resource.kind.clone().into();
+                    value
+                })
+                .collect(),
+        )),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(source) => Err(ReadError { what, source }),
+    }
+}
+
+/// HelmDeployer's `HelmDeployment`s and `HelmDeployerConfig`s, and openMCP's `Cluster`s.
+async fn helm(client: &Client) -> Result<HelmDeployer, ReadError> {
+    let helm = |kind| GroupVersionKind::gvk("helm.open-control-plane.io", "v1alpha1", kind);
+    let Some(deployments) = list_all(
+        client,
+        "helmdeployments.helm.open-control-plane.io",
+        helm("HelmDeployment"),
+        "helmdeployments",
+    )
+    .await?
+    else {
+        return Ok(HelmDeployer::default());
+    };
+    let configs = list_all(
+        client,
+        "helmdeployerconfigs.helm.open-control-plane.io",
+        helm("HelmDeployerConfig"),
+        "helmdeployerconfigs",
+    )
+    .await?;
+    let clusters = list_all(
+        client,
+        "clusters.clusters.openmcp.cloud",
+        GroupVersionKind::gvk("clusters.openmcp.cloud", "v1alpha1", "Cluster"),
+        "clusters",
+    )
+    .await?;
+    Ok(HelmDeployer {
+        served: true,
+        configs: configs.unwrap_or_default(),
+        deployments,
+        clusters: clusters.unwrap_or_default(),
     })
 }

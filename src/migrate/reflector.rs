@@ -265,6 +265,7 @@ mod tests {
     #[test]
     fn auto_reflection_and_mirrors() {
         let inventory = Inventory {
+            helm: Default::default(),
             kyverno_served: true,
             namespaces: vec![
                 ns("cert-manager", &[]),
@@ -333,6 +334,7 @@ mod tests {
             &crate::migrate::Options {
                 named: vec![Tool::Reflector],
                 allow_system_namespaces: true,
+                ..crate::migrate::Options::default()
             },
         );
         let by_name = |name: &str| {

@@ -293,6 +293,7 @@ pub(crate) mod tests {
             namespace: namespace.into(),
             name: name.into(),
             labels: BTreeMap::new(),
+            label_managers: BTreeMap::new(),
             annotations: annotations
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -311,6 +312,7 @@ pub(crate) mod tests {
     #[test]
     fn push_by_names_patterns_and_selectors() {
         let inventory = Inventory {
+            helm: Default::default(),
             kyverno_served: true,
             namespaces: vec![
                 ns("default", &[]),
@@ -350,6 +352,7 @@ pub(crate) mod tests {
             &crate::migrate::Options {
                 named: vec![Tool::Replicator],
                 allow_system_namespaces: true,
+                ..crate::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 2);
@@ -424,6 +427,7 @@ pub(crate) mod tests {
     fn pull_only_where_the_source_allows_it() {
         let allowed = [(ALLOWED, "true"), (ALLOWED_NAMESPACES, "team-.*")];
         let inventory = Inventory {
+            helm: Default::default(),
             kyverno_served: true,
             namespaces: vec![ns("default", &[]), ns("team-a", &[]), ns("other", &[])],
             objects: vec![
@@ -466,6 +470,7 @@ pub(crate) mod tests {
             &crate::migrate::Options {
                 named: vec![Tool::Replicator],
                 allow_system_namespaces: true,
+                ..crate::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 1);

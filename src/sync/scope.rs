@@ -112,6 +112,16 @@ pub fn check(scope: &Scope, spec: &RuleSpec) -> Result<(), RuleProblem> {
             ),
         });
     }
+    if spec.targets.iter().any(|t| t.next_to.is_some()) {
+        return Err(RuleProblem {
+            reason: "NextToUnavailable",
+            message: format!(
+                "this mimeo is limited to namespaces {scope} (--watch-namespace) and watches no \
+                 kind cluster-wide, which targets[].nextTo needs; such rules need an installation \
+                 of mimeo that watches the whole cluster"
+            ),
+        });
+    }
     Ok(())
 }
 

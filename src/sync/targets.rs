@@ -1,5 +1,6 @@
 //! Which namespaces a rule's targets select, and the name each copy gets there.
 
+use super::next_to::Holders;
 use crate::api::Target;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
@@ -99,11 +100,12 @@ fn syntax_reason(full: &str) -> String {
     last.trim().trim_start_matches("error: ").to_owned()
 }
 
-/// The namespaces the targets select in one cluster, given that cluster's namespaces, each with
-/// its rename, without duplicates, sorted.
+/// The namespaces the targets select in one cluster, given that cluster's namespaces and the
+/// namespaces each `nextTo` was found in, each with its rename, without duplicates, sorted.
 pub fn placements(
     targets: &[Target],
     namespaces: &[NamespaceInfo],
+    holders: &Holders,
     namespaced: bool,
 ) -> Result<Vec<Placement>, InvalidTarget> {
     let mut out = Vec::new();
@@ -148,6 +150,18 @@ pub fn placements(
             {
                 out.push(Placement {
                     namespace: Some(ns.name.clone()),
+                    rename: target.name.clone(),
+                    exists: true,
+                    create: false,
+                });
+            }
+        }
+        if let Some(next_to) = &target.next_to {
+            // Only namespaces that exist and stay: an object in a namespace being deleted goes too.
+            let live = |name: &str| namespaces.iter().any(|n| n.name == name && !n.terminating);
+            for ns in holders.of(next_to).filter(|ns| live(ns)) {
+                out.push(Placement {
+                    namespace: Some(ns.to_owned()),
                     rename: target.name.clone(),
                     exists: true,
                     create: false,
@@ -236,7 +250,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let got = placements(&targets, &namespaces, true).unwrap();
+        let got = placements(&targets, &namespaces, &Holders::default(), true).unwrap();
         let got: Vec<(&str, Option<&str>, bool)> = got
             .iter()
             .map(|p| (p.namespace.as_deref().unwrap(), p.rename.as_deref(), p.exists))
@@ -268,7 +282,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let got = placements(&targets, &namespaces, true).unwrap();
+        let got = placements(&targets, &namespaces, &Holders::default(), true).unwrap();
         let got: Vec<(&str, bool)> = got
             .iter()
             .map(|p| (p.namespace.as_deref().unwrap(), p.exists))
@@ -321,7 +335,7 @@ mod tests {
             {"cluster": "eu1", "name": "renamed"},
         ]))
         .unwrap();
-        let got = placements(&targets, &[ns("ignored", &[])], false).unwrap();
+        let got = placements(&targets, &[ns("ignored", &[])], &Holders::default(), false).unwrap();
         let got: Vec<(Option<&str>, Option<&str>)> = got
             .iter()
             .map(|p| (p.namespace.as_deref(), p.rename.as_deref()))
@@ -336,7 +350,7 @@ mod tests {
             {"namespace": "new", "createNamespace": true},
         ]))
         .unwrap();
-        let got = placements(&targets, &[], true).unwrap();
+        let got = placements(&targets, &[], &Holders::default(), true).unwrap();
         assert_eq!(got.len(), 1);
         assert!(got[0].create && !got[0].exists);
     }
@@ -348,7 +362,12 @@ mod tests {
             namespace_selector: Some(LabelSelector::default()),
             ..Default::default()
         }];
-        assert_eq!(placements(&targets, &namespaces, true).unwrap().len(), 2);
+        assert_eq!(
+            placements(&targets, &namespaces, &Holders::default(), true)
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -397,7 +416,7 @@ mod tests {
             namespace_pattern: Some("app-[0-9]+".into()),
             ..Default::default()
         }];
-        let got = placements(&targets, &namespaces, true).unwrap();
+        let got = placements(&targets, &namespaces, &Holders::default(), true).unwrap();
         let got: Vec<&str> = got.iter().map(|p| p.namespace.as_deref().unwrap()).collect();
         assert_eq!(got, ["app-1", "app-22"]);
         let bad = [Target {
@@ -405,8 +424,29 @@ mod tests {
             ..Default::default()
         }];
         assert!(matches!(
-            placements(&bad, &namespaces, true),
+            placements(&bad, &namespaces, &Holders::default(), true),
             Err(InvalidTarget::Pattern(_))
         ));
+    }
+
+    #[test]
+    fn next_to_selects_the_live_namespaces_its_holders_were_found_in() {
+        let mut going = ns("going", &[]);
+        going.terminating = true;
+        let namespaces = [ns("a", &[]), ns("b", &[]), going];
+        let target: Target = serde_json::from_value(serde_json::json!({
+            "nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster"},
+            "name": "registry-credentials",
+        }))
+        .unwrap();
+        let mut holders = Holders::default();
+        let found = ["a", "going", "not-listed-yet"].map(str::to_owned);
+        holders.insert(target.next_to.clone().unwrap(), found.into());
+        let got = placements(&[target], &namespaces, &holders, true).unwrap();
+        let got: Vec<(&str, Option<&str>)> = got
+            .iter()
+            .map(|p| (p.namespace.as_deref().unwrap(), p.rename.as_deref()))
+            .collect();
+        assert_eq!(got, [("a", Some("registry-credentials"))]);
     }
 }

@@ -5,6 +5,7 @@
 //! condition carries the reason and says what to change.
 
 use super::kinds::{AllowedKind, KindRef};
+use super::object_selector::Matcher;
 use super::ownership::RuleKind;
 use super::targets::{namespace_pattern, selector};
 use crate::api::RuleSpec;
@@ -41,6 +42,12 @@ pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RulePr
         selector(s).map_err(|e| RuleProblem {
             reason: "InvalidSelector",
             message: e.to_string(),
+        })?;
+    }
+    for next_to in spec.targets.iter().filter_map(|t| t.next_to.as_ref()) {
+        Matcher::new(&next_to.selector).map_err(|e| RuleProblem {
+            reason: "InvalidSelector",
+            message: format!("nextTo: {e}"),
         })?;
     }
     for p in spec.targets.iter().filter_map(|t| t.namespace_pattern.as_deref()) {
@@ -98,13 +105,14 @@ pub fn check_scope(
         message,
     };
     if namespaced {
-        if spec
-            .targets
-            .iter()
-            .any(|t| t.namespace.is_none() && t.namespace_selector.is_none() && t.namespace_pattern.is_none())
-        {
+        if spec.targets.iter().any(|t| {
+            t.namespace.is_none()
+                && t.namespace_selector.is_none()
+                && t.namespace_pattern.is_none()
+                && t.next_to.is_none()
+        }) {
             return Err(problem(format!(
-                "{kind} is namespaced: every target needs namespace, namespaceSelector or namespacePattern"
+                "{kind} is namespaced: every target needs namespace, namespaceSelector, namespacePattern or nextTo"
             )));
         }
         return Ok(());
@@ -119,11 +127,12 @@ pub fn check_scope(
             "{kind} is cluster-scoped: remove spec.source.namespace"
         )));
     }
-    if spec
-        .targets
-        .iter()
-        .any(|t| t.namespace.is_some() || t.namespace_selector.is_some() || t.namespace_pattern.is_some())
-    {
+    if spec.targets.iter().any(|t| {
+        t.namespace.is_some()
+            || t.namespace_selector.is_some()
+            || t.namespace_pattern.is_some()
+            || t.next_to.is_some()
+    }) {
         return Err(problem(format!(
             "{kind} is cluster-scoped: its targets name clusters, not namespaces"
         )));

@@ -112,6 +112,41 @@ name. Fails on an unknown string and on a kind listed twice.
 {{- end }}
 
 {{/*
+The kinds targets[].nextTo may follow, resolved: a list of {flag, group, resource} as JSON under
+"kinds". Each must be namespaced: its objects' namespaces are what a target selects.
+*/}}
+{{- define "mimeo.nextToKinds" -}}
+{{- $known := dict
+  "Cluster.clusters.openmcp.cloud" (dict "kind" "Cluster" "group" "clusters.openmcp.cloud" "resource" "clusters")
+  "HelmRelease.helm.toolkit.fluxcd.io" (dict "kind" "HelmRelease" "group" "helm.toolkit.fluxcd.io" "resource" "helmreleases")
+}}
+{{- $kinds := list }}
+{{- $seen := dict }}
+{{- range $entry := .Values.nextTo.kinds }}
+{{- $resolved := dict }}
+{{- if kindIs "string" $entry }}
+{{- if not (hasKey $known $entry) }}
+{{- fail (printf "nextTo.kinds: the chart does not know the kind %q; list Cluster.clusters.openmcp.cloud or HelmRelease.helm.toolkit.fluxcd.io by name, and any other namespaced kind as an object {kind: Widget, group: example.com, resource: widgets} (resource is the plural, as `kubectl api-resources` shows it)" $entry) }}
+{{- end }}
+{{- $resolved = get $known $entry }}
+{{- else }}
+{{- if and (hasKey $entry "namespaced") (not $entry.namespaced) }}
+{{- fail (printf "nextTo.kinds: %s is cluster-scoped; nextTo follows namespaced kinds only (their objects' namespaces get the copies)" $entry.kind) }}
+{{- end }}
+{{- $resolved = dict "kind" $entry.kind "group" (default "" $entry.group) "resource" $entry.resource }}
+{{- end }}
+{{- $flag := $resolved.kind }}
+{{- if $resolved.group }}{{ $flag = printf "%s.%s" $resolved.kind $resolved.group }}{{ end }}
+{{- if hasKey $seen $flag }}
+{{- fail (printf "nextTo.kinds: %s is listed twice" $flag) }}
+{{- end }}
+{{- $_ := set $seen $flag true }}
+{{- $kinds = append $kinds (merge (dict "flag" $flag) $resolved) }}
+{{- end }}
+{{- dict "kinds" $kinds | toJson }}
+{{- end }}
+
+{{/*
 Whether a core kind (Secret, ConfigMap) is among the allowed kinds: "true" or "".
 */}}
 {{- define "mimeo.allowsCore" -}}
@@ -130,6 +165,9 @@ What the chart refuses before rendering anything: combinations the controller ca
 {{- end }}
 {{- if and .Values.watchNamespaces .Values.rbac.createNamespaces }}
 {{- fail "rbac.createNamespaces has no use with watchNamespaces: only ClusterSyncRules create namespaces, and with watchNamespaces mimeo reconciles no ClusterSyncRules" }}
+{{- end }}
+{{- if and .Values.watchNamespaces .Values.nextTo.kinds }}
+{{- fail "nextTo.kinds has no use with watchNamespaces: nextTo watches its kinds cluster-wide, which mimeo limited to namespaces may not" }}
 {{- end }}
 {{- with .Values.inventories }}
 {{- if and $.Values.watchNamespaces (or .openMCP .clusterAPI .clusterProfile.enabled) }}

@@ -108,6 +108,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     };
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
     ctx.fleet.forget(&key);
+    ctx.next_to.forget(&key);
     ctx.plugin_config_maps.uses(&key, BTreeSet::new());
     ctx.plugin_files.uses(&key, BTreeSet::new());
     ctx.chain_outputs.keep_only(&key, &BTreeSet::new());

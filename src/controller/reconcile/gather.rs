@@ -2,6 +2,7 @@
 //! and (for kinds and clusters not known yet) the apiservers. It writes nothing: a rule that
 //! cannot go on comes back as a [`Refusal`], which the record step reports.
 
+use super::holders;
 use super::inputs::{self, ReadInputs};
 use super::{RETRY_UNREACHABLE, failure};
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, Target};
@@ -20,6 +21,7 @@ use crate::sync::copies::{ClusterPlaces, LiveCopies, Source, Unusable, Wants};
 use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
+use crate::sync::next_to::Holders;
 use crate::sync::ownership::{PREFIX, RuleKey, RuleKind};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{placements, selector, targets_by_cluster};
@@ -60,6 +62,8 @@ pub(in crate::controller) struct Gathered<'r> {
     pub previous_copies: Vec<CopyStatus>,
     /// The rule's inputs, read from the source's cluster, for the plugins.
     pub inputs: ReadInputs,
+    /// Why a `nextTo` target's namespaces cannot be found now (the other targets go on).
+    pub next_to_problem: Option<RuleProblem>,
 }
 
 /// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
@@ -178,6 +182,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         source_kind(ctx, &key, &kind, &source_side, &source_cluster, previous).await?;
     if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
         ctx.fleet.forget(&key);
+        ctx.next_to.forget(&key);
         let ready = Readiness::not_ready(problem.reason, problem.message);
         return Err(refused(previous, ready, Next::AwaitChange));
     }
@@ -250,7 +255,8 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
                 .sealed_by(Some(ctx.seal_key.clone()))
         })
         .collect();
-    let (reachable, places) = reachable(&clusters, namespaced);
+    let (holders, next_to_problem) = holders::find(ctx, &key, spec, &previous_copies).await;
+    let (reachable, places) = reachable(&clusters, namespaced, &holders);
     Ok(Gathered {
         key,
         spec,
@@ -269,6 +275,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         unshared: unshared.len(),
         previous_copies,
         inputs,
+        next_to_problem,
     })
 }
 
@@ -280,8 +287,9 @@ fn checked_kind(
     spec: &RuleSpec,
     previous: Option<&RuleStatus>,
 ) -> Result<KindRef, Stop> {
-    rule_problem(key, spec, &ctx.allowed_kinds, &ctx.scope).map_err(|problem| {
+    rule_problem(key, spec, &ctx.allowed_kinds, &ctx.next_to_kinds, &ctx.scope).map_err(|problem| {
         ctx.fleet.forget(key);
+        ctx.next_to.forget(key);
         let ready = Readiness::not_ready(problem.reason, problem.message);
         refused(previous, ready, Next::AwaitChange)
     })
@@ -294,9 +302,11 @@ pub(in crate::controller) fn rule_problem(
     key: &RuleKey,
     spec: &RuleSpec,
     allowed: &[AllowedKind],
+    next_to_kinds: &[AllowedKind],
     scope: &Scope,
 ) -> Result<KindRef, RuleProblem> {
     validate::check(spec, allowed)
+        .and_then(|kind| crate::sync::next_to::check_allowed(spec, next_to_kinds).map(|()| kind))
         .and_then(|kind| crate::sync::inputs::check_kinds(&spec.inputs, allowed).map(|()| kind))
         .and_then(|kind| validate::check_authority(key.kind, spec).map(|()| kind))
         .and_then(|kind| scope::check(scope, spec).map(|()| kind))
@@ -553,10 +563,11 @@ async fn resolve_in(
 fn namespace_interest(targets: &[Target]) -> NamespaceInterest {
     NamespaceInterest {
         names: targets.iter().filter_map(|t| t.namespace.clone()).collect(),
-        // A pattern, like a selector, may match namespaces created later.
+        // A pattern, like a selector, may match namespaces created later; a namespace next to
+        // a followed object may come to consent.
         any: targets
             .iter()
-            .any(|t| t.namespace_selector.is_some() || t.namespace_pattern.is_some()),
+            .any(|t| t.namespace_selector.is_some() || t.namespace_pattern.is_some() || t.next_to.is_some()),
     }
 }
 
@@ -670,13 +681,20 @@ impl Declared<'_> {
 }
 
 /// The usable clusters, and the places their namespaces offer the rule's targets.
-fn reachable(clusters: &[TargetCluster], namespaced: bool) -> (Vec<Reachable>, Vec<ClusterPlaces>) {
+/// `nextTo` targets are in this cluster only: `holders` are its namespaces.
+fn reachable(
+    clusters: &[TargetCluster],
+    namespaced: bool,
+    holders: &Holders,
+) -> (Vec<Reachable>, Vec<ClusterPlaces>) {
+    let elsewhere = Holders::default();
     clusters
         .iter()
         .filter_map(|c| {
             let (handle, resource) = c.usable.as_ref().ok()?;
             let namespaces = handle.watches.namespaces();
-            let places = placements(&c.targets, &namespaces, namespaced).unwrap_or_default();
+            let holders = if c.name.is_none() { holders } else { &elsewhere };
+            let places = placements(&c.targets, &namespaces, holders, namespaced).unwrap_or_default();
             // Consent is all the annotations are for: only mimeo's are kept for the pass.
             let annotations = namespaces
                 .into_iter()

@@ -52,7 +52,10 @@ pub(super) async fn record<R: RuleResource>(
     }
     ctx.metrics.set_copies(&gathered.key.to_string(), Some(by_state));
     note_changes(&mut events, gathered, &inventory, &event_notes);
-    if ready.reason == "SourceNotFound" || ready.reason == "SourceNotShared" {
+    if ready.reason == "SourceNotFound"
+        || ready.reason == "SourceNotShared"
+        || gathered.next_to_problem.is_some()
+    {
         publish_problem(rule, ctx, gathered.previous, &ready, ready.message.clone()).await;
     }
     let publishing = std::time::Instant::now();
@@ -73,6 +76,12 @@ pub(super) async fn record<R: RuleResource>(
         // The cluster's prober wakes the rule when the cluster answers again.
         if unreachable { RETRY_UNREACHABLE } else { RESYNC }
     };
+    // A followed kind that cannot be read is looked at again soon, besides the wake-ups of its
+    // watch listing or its CustomResourceDefinition appearing.
+    let next_look = match gathered.next_to_problem {
+        Some(_) => next_look.min(NEXT_TO_RETRY),
+        None => next_look,
+    };
     // A pinned tag due to be resolved again brings the next look forward.
     let next_look = gathered
         .chain
@@ -91,8 +100,23 @@ pub(super) async fn record<R: RuleResource>(
     Ok(Action::requeue(next_look))
 }
 
-/// `Ready`: whether the source is there (and shared with the rule), else what the copies say.
+/// How soon a rule whose `nextTo` cannot be followed is looked at again.
+const NEXT_TO_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `Ready`: a `nextTo` that cannot be followed, else whether the source is there (and shared
+/// with the rule), else what the copies say.
 fn readiness(gathered: &Gathered<'_>, inventory: &[CopyStatus]) -> Readiness {
+    let ready = source_readiness(gathered, inventory);
+    match &gathered.next_to_problem {
+        Some(problem) => Readiness::not_ready(
+            problem.reason,
+            format!("{}; the rule's other targets: {}", problem.message, ready.message),
+        ),
+        None => ready,
+    }
+}
+
+fn source_readiness(gathered: &Gathered<'_>, inventory: &[CopyStatus]) -> Readiness {
     let (spec, source_ns) = (gathered.spec, &gathered.source_ns);
     let in_cluster = match &gathered.source_cluster {
         Some(cluster) => format!(" of RemoteCluster {cluster}"),

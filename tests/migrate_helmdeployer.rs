@@ -1,0 +1,375 @@
+//! `mimeo migrate --from openmcp-helmdeployer` against a real apiserver: openMCP's CRDs and
+//! HelmDeployer's own test fixture (test-05: two Clusters, a HelmDeployment whose selector names
+//! a definition of the HelmDeployerConfig, the source Secrets) applied with kubectl, and the
+//! copies HelmDeployer makes next to the selected Cluster written as it writes them (its labels,
+//! its field manager); beside them a look-alike made with kubectl.
+
+mod common;
+
+use common::Harness;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use mimeo::migrate::Plan;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+const OPENMCP: &str = "../shared/fixtures/inventory/openmcp";
+
+fn fixture(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(OPENMCP).join(file)
+}
+
+fn kubectl(h: &Harness, args: &[&str], stdin: Option<&Value>) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(h.plane.kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(object) = stdin {
+        input.write_all(object.to_string().as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `mimeo migrate ARGS` with the plane's kubeconfig: (exit code, stdout, stderr).
+fn mimeo_migrate(h: &Harness, args: &[&str]) -> (i32, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .arg("migrate")
+        .args(args)
+        .env("KUBECONFIG", h.plane.kubeconfig_path())
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A Secret as HelmDeployer's `ManageSecrets` writes it next to a Cluster: the source's data, its
+/// three labels, created by its client (which names no field manager, so the apiserver takes
+/// the user agent's program, `openmcp-operator`).
+async fn helmdeployer_copy(h: &Harness, namespace: &str, name: &str, source: (&str, &str)) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": namespace, "labels": {
+            "openmcp.cloud/managed-by": "helmdeploy.HelmDeployer",
+            "helm.open-control-plane.io/source-namespace": source.0,
+            "helm.open-control-plane.io/source-name": source.1}},
+        "type": "Opaque", "stringData": {"value": source.1}}))
+    .unwrap();
+    let params = PostParams {
+        field_manager: Some("openmcp-operator".into()),
+        ..Default::default()
+    };
+    h.secrets(namespace).create(&params, &secret).await.unwrap();
+}
+
+/// The plane with openMCP's CRDs, HelmDeployer's test-05 fixture, a second HelmDeployment that
+/// wants a target the first one has, and the copies.
+async fn platform() -> Harness {
+    let h = Harness::without_controller().await;
+    let crds = [
+        "clusters.openmcp.cloud_clusters.yaml",
+        "helm.open-control-plane.io_helmdeployerconfigs.yaml",
+        "helm.open-control-plane.io_helmdeployments.yaml",
+    ];
+    h.plane
+        .install_crds(&crds.map(fixture))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for ns in ["openmcp-system", "test-0", "test-1", "team"] {
+        h.namespace(ns, &[], &[]).await;
+    }
+    let test_05 = fixture("helmdeployer-test-05");
+    kubectl(&h, &["apply", "-f", test_05.to_str().unwrap()], None);
+    // Created after hd-0, so hd-0 is HelmDeployer's first for secret-1 next to cluster-0.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let hd_1 = json!({"apiVersion": "helm.open-control-plane.io/v1alpha1", "kind": "HelmDeployment",
+        "metadata": {"name": "hd-1", "namespace": "team"},
+        "spec": {"chartSource": {"oci": {"url": "oci://example.org/repo/charts", "interval": "10m"}},
+                 "namespace": "team-apps",
+                 "selector": {"matchLabels": {"helm.open-control-plane.io/target": "true"}},
+                 "secretsToCopy": {"toPlatformCluster": [{"source": {"name": "team-secret"}, "target": {"name": "secret-1"}}]}}});
+    kubectl(&h, &["apply", "-f", "-"], Some(&hd_1));
+    // HelmDeployer's copies next to cluster-0 (the only Cluster with purpose `single`).
+    helmdeployer_copy(&h, "test-0", "secret-1", ("default", "secret-1")).await;
+    helmdeployer_copy(&h, "test-0", "copied-secret-2", ("default", "secret-2")).await;
+    helmdeployer_copy(&h, "test-0", "secret-cfg-1", ("openmcp-system", "secret-cfg-1")).await;
+    helmdeployer_copy(&h, "test-0", "secret-overwrite", ("default", "secret-overwrite")).await;
+    // A look-alike with HelmDeployer's labels, written with kubectl by whoever may write test-0.
+    let look_alike = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "copied-secret-cfg-2", "namespace": "test-0", "labels": {
+            "openmcp.cloud/managed-by": "helmdeploy.HelmDeployer",
+            "helm.open-control-plane.io/source-namespace": "openmcp-system",
+            "helm.open-control-plane.io/source-name": "secret-cfg-2"}},
+        "stringData": {"value": "mine"}});
+    kubectl(&h, &["apply", "-f", "-"], Some(&look_alike));
+    h
+}
+
+fn rule<'a>(plan: &'a Plan, namespace: &str, name: &str) -> &'a Value {
+    plan.rules
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == namespace && r["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no rule {namespace}/{name} in {:#?}", plan.rules))
+}
+
+#[tokio::test]
+async fn from_openmcp_helmdeployer() {
+    let mut h = platform().await;
+    let (code, yaml, notes) = mimeo_migrate(&h, &["--from", "openmcp-helmdeployer"]);
+    assert_eq!(code, 0, "{notes}");
+    assert!(
+        !yaml.contains("c2VjcmV0"),
+        "a Secret value in the output:\n{yaml}"
+    );
+    let document: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    let plan = Plan::from_document(&document).unwrap().unwrap();
+
+    let p = "openmcp-helmdeployer";
+    let names: BTreeSet<String> = plan
+        .rules
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r["metadata"]["namespace"].as_str().unwrap(),
+                r["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let expected: BTreeSet<String> = [
+        format!("default/{p}-secret-1"),
+        format!("default/{p}-secret-2-as-copied-secret-2"),
+        format!("default/{p}-secret-3"),
+        format!("default/{p}-secret-4-as-copied-secret-4"),
+        format!("default/{p}-secret-overwrite"),
+        format!("openmcp-system/{p}-secret-cfg-1"),
+        format!("openmcp-system/{p}-secret-cfg-2-as-copied-secret-cfg-2"),
+        format!("openmcp-system/{p}-secret-cfg-3"),
+        format!("openmcp-system/{p}-secret-cfg-4-as-copied-secret-cfg-4"),
+    ]
+    .into();
+    assert_eq!(names, expected, "{yaml}");
+    let single = json!([{"operator": "ContainsAll", "values": ["single"]}]);
+    let remote = json!({"matchLabels": {"mimeo.dev/inventory": format!("{p}-single")}});
+    assert_eq!(
+        rule(&plan, "default", &format!("{p}-secret-2-as-copied-secret-2"))["spec"]["targets"],
+        json!([{"nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster", "matchPurposes": single},
+                "name": "copied-secret-2"}])
+    );
+    assert_eq!(
+        rule(&plan, "default", &format!("{p}-secret-overwrite"))["spec"]["targets"][1],
+        json!({"clusterSelector": remote, "namespace": "helm"})
+    );
+    assert_eq!(
+        rule(
+            &plan,
+            "openmcp-system",
+            &format!("{p}-secret-cfg-4-as-copied-secret-cfg-4")
+        )["spec"]["targets"],
+        json!([{"clusterSelector": remote, "namespace": "helm", "name": "copied-secret-cfg-4"}])
+    );
+    // The overrides and the conflict, said on stderr.
+    assert!(
+        notes.contains("toPlatformCluster: openmcp-system/secret-overwrite as secret-overwrite (selectorDefinitions.single.secretsToCopy of HelmDeployerConfig helmdeploy) is overridden by default/secret-overwrite"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("HelmDeployment team/hd-1: toPlatformCluster team/team-secret as secret-1: HelmDeployment default/hd-0 copies default/secret-1 there first (on test-0)"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("Secret test-0/copied-secret-cfg-2: exists but carries no mark"),
+        "{notes}"
+    );
+    // Adopted: HelmDeployer's own copies; not the look-alike, and nothing next to cluster-1.
+    let adopted: BTreeSet<String> = plan
+        .adopt
+        .iter()
+        .map(|a| format!("{}/{} {}", a.namespace, a.name, a.rule))
+        .collect();
+    let expected: BTreeSet<String> = [
+        format!("test-0/copied-secret-2 SyncRule/default/{p}-secret-2-as-copied-secret-2"),
+        format!("test-0/secret-1 SyncRule/default/{p}-secret-1"),
+        format!("test-0/secret-cfg-1 SyncRule/openmcp-system/{p}-secret-cfg-1"),
+        format!("test-0/secret-overwrite SyncRule/default/{p}-secret-overwrite"),
+    ]
+    .into();
+    assert_eq!(adopted, expected);
+    assert_eq!(plan.consent.len(), 1);
+    assert_eq!(plan.consent[0].namespace, "test-0");
+    let accepted: BTreeSet<&str> = plan.consent[0].accept_from.iter().map(String::as_str).collect();
+    assert!(!accepted.iter().any(|e| e.contains("cfg-2")), "{accepted:?}");
+    assert_eq!(accepted.len(), 4, "{accepted:?}");
+    assert_eq!(
+        plan.cluster_inventories,
+        [
+            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+                "metadata": {"name": format!("{p}-single"), "labels": {"mimeo.dev/migrated-from": p}},
+                "spec": {"namespaces": ["test-0"], "openMCP": {}, "selector": {"matchPurposes": single},
+                         "remoteClusters": {"allowedNamespaces": {"matchExpressions": [
+                             {"key": "kubernetes.io/metadata.name", "operator": "In",
+                              "values": ["default", "openmcp-system"]}]}}}})
+        ]
+    );
+
+    let (code, said) = common::mimeo_diff(
+        h.plane.kubeconfig_yaml(),
+        &yaml,
+        &["--next-to-kinds", "Cluster.clusters.openmcp.cloud"],
+    );
+    assert_eq!(code, 1, "{said}");
+    assert!(!said.contains("c2VjcmV0"), "a Secret value in the diff:\n{said}");
+    for adopted in &plan.adopt {
+        let line = format!(
+            "~ annotate Secret test-0/{}: mimeo.dev/adopt-by={}",
+            adopted.name, adopted.rule
+        );
+        assert!(said.contains(&line), "missing {line:?} in:\n{said}");
+    }
+    assert!(
+        !said.contains("annotate Secret test-0/copied-secret-cfg-2"),
+        "{said}"
+    );
+    assert!(
+        said.contains("SyncRule/openmcp-system/openmcp-helmdeployer-secret-cfg-3: 0 to create"),
+        "no RemoteCluster of the inventory yet: {said}"
+    );
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &yaml).unwrap();
+    let (code, applied, errors) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{applied}{errors}");
+    let test_0 = Api::<Namespace>::all(h.client.clone())
+        .get("test-0")
+        .await
+        .unwrap();
+    let consent = test_0.metadata.annotations.unwrap_or_default()["mimeo.dev/accept-from"].clone();
+    let consent: BTreeSet<&str> = consent.split(',').collect();
+    assert_eq!(consent, accepted);
+    for (name, by) in [
+        ("secret-1", Some(format!("SyncRule/default/{p}-secret-1"))),
+        ("copied-secret-cfg-2", None),
+    ] {
+        let secret = h.secrets("test-0").get(name).await.unwrap();
+        let mark = secret
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("mimeo.dev/adopt-by")
+            .cloned();
+        assert_eq!(mark, by, "{name}");
+    }
+    let inventories = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("mimeo.dev", "v1alpha1", "ClusterInventory"),
+        "clusterinventories",
+    );
+    let inventories: Api<DynamicObject> = Api::all_with(h.client.clone(), &inventories);
+    let made = inventories.get(&format!("{p}-single")).await.unwrap();
+    assert_eq!(made.data["spec"]["namespaces"], json!(["test-0"]));
+    let rules = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("mimeo.dev", "v1alpha1", "SyncRule"),
+        "syncrules",
+    );
+    let made = Api::<DynamicObject>::namespaced_with(h.client.clone(), "openmcp-system", &rules)
+        .get(&format!("{p}-secret-cfg-3"))
+        .await
+        .unwrap();
+    assert_eq!(made.data["spec"]["targets"][0]["clusterSelector"], remote);
+    let made = Api::<DynamicObject>::namespaced_with(h.client.clone(), "default", &rules)
+        .get(&format!("{p}-secret-2-as-copied-secret-2"))
+        .await
+        .unwrap();
+    assert_eq!(made.data["spec"]["targets"][0]["nextTo"]["matchPurposes"], single);
+
+    // Again: nothing new. Then an inventory of that name that says something else is left alone.
+    let (code, again, _) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{again}");
+    assert!(
+        again.contains(&format!(
+            "ClusterInventory {p}-single: exists with this spec already"
+        )),
+        "{again}"
+    );
+    let mut other = document.clone();
+    other["clusterInventories"][0]["spec"]["namespaces"] = json!(["test-0", "test-1"]);
+    std::fs::write(file.path(), serde_yaml_ng::to_string(&other).unwrap()).unwrap();
+    let (code, refused, _) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{refused}");
+    assert!(
+        refused.contains(&format!(
+            "! ClusterInventory {p}-single: exists with another spec"
+        )),
+        "{refused}"
+    );
+    let kept = inventories.get(&format!("{p}-single")).await.unwrap();
+    assert_eq!(kept.data["spec"]["namespaces"], json!(["test-0"]));
+
+    // mimeo then adopts HelmDeployer's copies in place, with the sources that won, and leaves
+    // the look-alike alone.
+    let uid = |s: Secret| s.metadata.uid.unwrap();
+    let before = uid(h.secrets("test-0").get("secret-overwrite").await.unwrap());
+    h.config_mut().next_to_kinds = vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()];
+    h.start_controller().await;
+    let mine = |s: &Secret| {
+        s.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("mimeo.dev/managed-by"))
+            .is_some()
+    };
+    common::eventually(
+        "mimeo holds HelmDeployer's four copies next to cluster-0",
+        || async {
+            let all = Api::<Secret>::all(h.client.clone())
+                .list(&Default::default())
+                .await
+                .unwrap();
+            let held: BTreeSet<String> = all
+                .items
+                .iter()
+                .filter(|s| mine(s))
+                .map(|s| {
+                    format!(
+                        "{}/{}",
+                        s.metadata.namespace.as_deref().unwrap(),
+                        s.metadata.name.as_deref().unwrap()
+                    )
+                })
+                .collect();
+            let expected: BTreeSet<String> = [
+                "test-0/copied-secret-2",
+                "test-0/secret-1",
+                "test-0/secret-cfg-1",
+                "test-0/secret-overwrite",
+            ]
+            .map(String::from)
+            .into();
+            (held == expected).then_some(())
+        },
+    )
+    .await;
+    let overwrite = h.secrets("test-0").get("secret-overwrite").await.unwrap();
+    assert_eq!(
+        common::secret_value(&overwrite, "value").as_deref(),
+        Some("overwritten"),
+        "the deployment's source won"
+    );
+    assert_eq!(uid(overwrite), before, "adopted in place");
+    let look_alike = h.secrets("test-0").get("copied-secret-cfg-2").await.unwrap();
+    assert_eq!(
+        common::secret_value(&look_alike, "value").as_deref(),
+        Some("mine")
+    );
+}
