@@ -362,11 +362,6 @@ async fn until_stopped(loops: impl Future<Output = ()>, stopped: impl Future<Out
     }
 }
 
-/// How many kinds `targets[].nextTo` has the controller watch now (for tests).
-pub fn next_to_watch_count(ctx: &Context) -> usize {
-    ctx.next_to.watch_count()
-}
-
 /// How many shared source watches the controller runs now, in all clusters (for tests and
 /// benchmarks).
 pub fn source_watch_count(ctx: &Context) -> usize {

@@ -220,7 +220,7 @@ async fn a_tenants_diff_reads_with_the_tenants_rights() {
     expect(
         &text,
         &[
-            "listing namespaces (a target selects them by labels or pattern)",
+            "listing namespaces (a target selects them by labels, pattern or nextTo)",
             "forbidden",
         ],
     );

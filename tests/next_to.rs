@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Harness, WAIT, apply_as, eventually, logged, stays, tenant_client};
+use common::{Harness, WAIT, apply_as, eventually, logged, mimeo_diff, stays, tenant_client};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use mimeo::api::ClusterSyncRule;
@@ -46,20 +46,28 @@ fn kubectl_apply(h: &Harness, yaml: &str) {
 
 /// A controller that lets `nextTo` follow openMCP `Cluster`s (and whatever else is given).
 async fn start(extra_kinds: &[&str]) -> Harness {
+    let h = Harness::start_with(config(extra_kinds)).await;
+    install_cluster_crd(&h);
+    h
+}
+
+fn config(extra_kinds: &[&str]) -> ControllerConfig {
     let next_to_kinds = ["Cluster.clusters.openmcp.cloud"]
         .iter()
         .chain(extra_kinds)
         .map(|k| k.parse().unwrap())
         .collect();
-    let h = Harness::start_with(ControllerConfig {
+    ControllerConfig {
         next_to_kinds,
         ..Default::default()
-    })
-    .await;
+    }
+}
+
+fn install_cluster_crd(h: &Harness) {
     let crd = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(CLUSTER_CRD);
-    kubectl(&h, &["apply", "-f", crd.to_str().unwrap()], "");
+    kubectl(h, &["apply", "-f", crd.to_str().unwrap()], "");
     kubectl(
-        &h,
+        h,
         &[
             "wait",
             "--for=condition=established",
@@ -68,7 +76,6 @@ async fn start(extra_kinds: &[&str]) -> Harness {
         ],
         "",
     );
-    h
 }
 
 /// A namespace, with the annotation `mimeo.dev/accept-from: <accept>` when given.
@@ -196,14 +203,28 @@ async fn copies_follow_the_clusters_with_the_purpose() {
     wait_cluster_rule(&h, "by-label", "True", "Synced").await;
     assert!(h.secrets("ws-b").get_opt("labelled").await.unwrap().is_some());
     assert!(h.secrets("ws-a").get_opt("labelled").await.unwrap().is_none());
-    kubectl_apply(
-        &h,
-        &format!(
-            "apiVersion: mimeo.dev/v1alpha1\nkind: ClusterSyncRule\nmetadata:\n  name: creds\nspec:\n  \
-             source: {{kind: Secret, namespace: platform, name: creds}}\n  targets:\n  - name: registry-credentials\n    \
-             nextTo:\n      apiVersion: clusters.openmcp.cloud/v1alpha1\n      kind: Cluster{WORKLOAD}\n"
-        ),
+    let creds = format!(
+        "apiVersion: mimeo.dev/v1alpha1\nkind: ClusterSyncRule\nmetadata:\n  name: creds\nspec:\n  \
+         source: {{kind: Secret, namespace: platform, name: creds}}\n  targets:\n  - name: registry-credentials\n    \
+         nextTo:\n      apiVersion: clusters.openmcp.cloud/v1alpha1\n      kind: Cluster{WORKLOAD}\n"
     );
+    // mimeo diff first: it lists the Clusters as the controller would follow them.
+    let admin = h.plane.kubeconfig_yaml().to_owned();
+    let (code, text) = mimeo_diff(
+        &admin,
+        &creds,
+        &["--next-to-kinds", "Cluster.clusters.openmcp.cloud"],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("+ create Secret ws-a/registry-credentials (from platform/creds)"),
+        "{text}"
+    );
+    assert!(!text.contains("ws-b/registry-credentials"), "{text}");
+    let (code, text) = mimeo_diff(&admin, &creds, &[]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("NextToKindNotAllowed"), "{text}");
+    kubectl_apply(&h, &creds);
     wait_cluster_rule(&h, "creds", "True", "Synced").await;
     let copy = |ns: &str| {
         let api = h.secrets(ns);
@@ -301,7 +322,20 @@ async fn a_tenant_rule_next_to_clusters_still_needs_consent() {
     )
     .await
     .unwrap();
-    h.wait_ready("team", "creds", "False", "NotAccepted").await;
+    let rule = h.wait_ready("team", "creds", "False", "NotAccepted").await;
+    // The status names the namespace that does not consent: this is what following a kind tells
+    // a tenant, and why only the kinds of --next-to-kinds may be followed.
+    let states: Vec<(String, mimeo::api::CopyState)> = rule
+        .status
+        .unwrap()
+        .targets
+        .into_iter()
+        .map(|c| (c.namespace.unwrap_or_default(), c.state))
+        .collect();
+    assert!(
+        states.contains(&("private".to_owned(), mimeo::api::CopyState::NotAccepted)),
+        "{states:?}"
+    );
     assert!(h.secrets("welcoming").get_opt("creds").await.unwrap().is_some());
     stays(
         "no copy where the namespace does not consent",
@@ -365,4 +399,54 @@ async fn kinds_that_cannot_be_followed_are_clear_conditions_and_other_targets_go
     }
     // A kind not allowed refuses the rule: nothing is written for it.
     assert!(h.secrets("named").get_opt("secrets").await.unwrap().is_none());
+}
+
+/// A ClusterSyncRule next to workload Clusters, into `ws` (which holds one) and `named`.
+fn workload_rule(h: &Harness) {
+    kubectl_apply(
+        h,
+        &format!(
+            "apiVersion: mimeo.dev/v1alpha1\nkind: ClusterSyncRule\nmetadata:\n  name: creds\nspec:\n  \
+             source: {{kind: Secret, namespace: platform, name: creds}}\n  targets:\n  - namespace: named\n  \
+             - nextTo:\n      apiVersion: clusters.openmcp.cloud/v1alpha1\n      kind: Cluster{WORKLOAD}\n"
+        ),
+    );
+}
+
+#[tokio::test]
+async fn the_chart_grants_what_next_to_needs_and_no_more() {
+    // The chart's RBAC with nextTo.kinds: the Clusters are read, the copy follows.
+    let values = ["--set-json", r#"nextTo.kinds=["Cluster.clusters.openmcp.cloud"]"#];
+    let h = Harness::start_with_chart_values(config(&[]), &values).await;
+    install_cluster_crd(&h);
+    for ns in ["platform", "named", "ws"] {
+        namespace(&h, ns, None);
+    }
+    h.put_secret("platform", "creds", &[("token", "t")]).await;
+    cluster(&h, "ws", "c1", &["workload"]);
+    workload_rule(&h);
+    wait_cluster_rule(&h, "creds", "True", "Synced").await;
+    assert!(h.secrets("ws").get_opt("creds").await.unwrap().is_some());
+
+    // The chart's defaults grant no Cluster: the flag alone cannot read them. The target is
+    // unreadable, said so; the other target goes on.
+    let h = Harness::start_with_chart_rbac(config(&[])).await;
+    install_cluster_crd(&h);
+    for ns in ["platform", "named", "ws"] {
+        namespace(&h, ns, None);
+    }
+    h.put_secret("platform", "creds", &[("token", "t")]).await;
+    cluster(&h, "ws", "c1", &["workload"]);
+    workload_rule(&h);
+    let unreadable = wait_cluster_rule(&h, "creds", "False", "NextToKindUnreadable").await;
+    assert!(unreadable.message.contains("forbidden"), "{}", unreadable.message);
+    assert!(
+        unreadable
+            .message
+            .contains("the rule's other targets: 1/1 copies in sync"),
+        "{}",
+        unreadable.message
+    );
+    assert!(h.secrets("named").get_opt("creds").await.unwrap().is_some());
+    assert!(h.secrets("ws").get_opt("creds").await.unwrap().is_none());
 }

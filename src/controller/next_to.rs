@@ -138,11 +138,6 @@ impl NextToWatches {
         }
     }
 
-    /// How many followed kinds are watched now (for tests).
-    pub fn watch_count(&self) -> usize {
-        lock(&self.watches).len()
-    }
-
     /// The watch of a kind, started (or restarted whole, when a rule now asks about purposes).
     fn acquire(&self, resource: &ApiResource) -> Found {
         let key = kind_key(resource);
@@ -285,5 +280,29 @@ fn held_event<K>(event: watcher::Event<K>, entry: impl Fn(K) -> Entry) -> watche
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitApply(o) => watcher::Event::InitApply(entry(o)),
         watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_is_kept_as_its_place_labels_and_purposes() {
+        let cluster: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ws", "labels": {"tier": "prod"}},
+            "spec": {"profile": "gardener", "tenancy": "Exclusive", "purposes": ["workload"]},
+            "status": {"phase": "Ready"},
+        }))
+        .unwrap();
+        let (at, held) = held_of(cluster.metadata.clone(), &cluster.data);
+        assert_eq!(at, ("ws".to_owned(), "c1".to_owned()));
+        assert_eq!(held.labels.get("tier").map(String::as_str), Some("prod"));
+        assert_eq!(held.purposes, ["workload"]);
+        // Metadata only: no purposes to read.
+        let (_, meta_only) = held_of(cluster.metadata, &serde_json::Value::Null);
+        assert!(meta_only.purposes.is_empty());
     }
 }

@@ -29,8 +29,9 @@ pub struct Harness {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     config: ControllerConfig,
-    /// The controller holds only the Helm chart's RBAC, whatever `MIMEO_TEST_CONTROLLER_RBAC` says.
-    chart_rbac: bool,
+    /// The controller holds only the Helm chart's RBAC, rendered with these values (`--set`
+    /// arguments), whatever `MIMEO_TEST_CONTROLLER_RBAC` says.
+    chart_rbac: Option<Vec<String>>,
     running: Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>,
     /// The key the controller seals copies with, the same across its restarts.
     pub seal_key: mimeo::sync::seal::SealKey,
@@ -53,9 +54,15 @@ impl Harness {
     /// Like [`Harness::start_with`], the controller holding only the Helm chart's RBAC: for tests
     /// of what a tenant can make mimeo do with the rights an installation gives it.
     pub async fn start_with_chart_rbac(config: ControllerConfig) -> Self {
+        Self::start_with_chart_values(config, &[]).await
+    }
+
+    /// Like [`Harness::start_with_chart_rbac`], the chart rendered with these `helm template`
+    /// arguments (`--set-json`, `nextTo.kinds=[...]`).
+    pub async fn start_with_chart_values(config: ControllerConfig, values: &[&str]) -> Self {
         let mut h = Self::without_controller().await;
         h.config = config;
-        h.chart_rbac = true;
+        h.chart_rbac = Some(values.iter().map(|v| v.to_string()).collect());
         h.start_controller().await;
         h
     }
@@ -75,7 +82,7 @@ impl Harness {
             metrics: Arc::new(Metrics::new()),
             running: None,
             config: ControllerConfig::default(),
-            chart_rbac: false,
+            chart_rbac: None,
             seal_key: mimeo::sync::seal::SealKey::generate().unwrap(),
         }
     }
@@ -87,9 +94,9 @@ impl Harness {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         self.metrics = Arc::new(Metrics::new());
-        let client = match self.chart_rbac {
-            true => chart_client(&self.plane).await,
-            false => controller_client(&self.plane).await,
+        let client = match &self.chart_rbac {
+            Some(values) => chart_client(&self.plane, values).await,
+            None => controller_client(&self.plane).await,
         };
         let metrics = self.metrics.clone();
         let mut config = self.config.clone();
@@ -350,13 +357,13 @@ pub async fn apiserver_write_lines(client: &Client, resources: &[&str]) -> Vec<S
 /// applied here), so that a test run proves the chart's RBAC enough for what the test does.
 pub async fn controller_client(plane: &ControlPlane) -> Client {
     match std::env::var("MIMEO_TEST_CONTROLLER_RBAC").as_deref() {
-        Ok("chart") => chart_client(plane).await,
+        Ok("chart") => chart_client(plane, &[]).await,
         Ok(other) if !other.is_empty() => panic!("MIMEO_TEST_CONTROLLER_RBAC={other}: only `chart` is known"),
         _ => plane.client().await.unwrap(),
     }
 }
 
-async fn chart_client(plane: &ControlPlane) -> Client {
+async fn chart_client(plane: &ControlPlane, values: &[String]) -> Client {
     const NAMESPACE: &str = "mimeo-system";
     let admin = plane.client().await.unwrap();
     let helm = mimeo_envtest::helm().unwrap_or_else(|e| panic!("{e}"));
@@ -365,6 +372,7 @@ async fn chart_client(plane: &ControlPlane) -> Client {
         .args(["template", "mimeo"])
         .arg(&chart)
         .args(["--namespace", NAMESPACE])
+        .args(values)
         .output()
         .expect("running helm template");
     assert!(
