@@ -935,3 +935,161 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
     )
     .await;
 }
+
+/// `kubectl apply -f FILE` (client-side) of a file in the repository.
+fn kubectl_apply_file(plane: &ControlPlane, file: &str) {
+    let out = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
+        .args(["apply", "-f"])
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file))
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+async fn secret_exists(client: &Client, ns: &str, name: &str) -> bool {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+async fn secret_data(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    common::secret_value(&secret, ".dockerconfigjson")
+}
+
+/// openMCP HelmDeployer's two secret-copying scenarios, as `examples/helmdeployer-*.yaml` write
+/// them: registry credentials next to every workload `Cluster` on the platform cluster, and a
+/// pull secret into `helm` on each workload cluster itself; a third Cluster appears later and
+/// gets both, a rotation reaches all, and a Cluster that loses its purpose loses both copies and
+/// its AccessRequest (which HelmDeployer's own copying never did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_helmdeployer_scenarios_as_the_examples_write_them() {
+    let config = mimeo::controller::ControllerConfig {
+        next_to_kinds: vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()],
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane
+        .install_crds(&[
+            fixture("openmcp/clusters.openmcp.cloud_clusters.yaml"),
+            fixture("openmcp/clusters.openmcp.cloud_accessrequests.yaml"),
+        ])
+        .await
+        .unwrap();
+    let (b, c, d) = tokio::join!(
+        ControlPlane::start(),
+        ControlPlane::start(),
+        ControlPlane::start()
+    );
+    let planes: Vec<Arc<ControlPlane>> = [b, c, d].into_iter().map(|p| Arc::new(p.unwrap())).collect();
+    let mut clients = Vec::new();
+    for plane in &planes {
+        clients.push(plane.client().await.unwrap());
+    }
+    let by_cluster = ["c1", "c2", "c3"]
+        .iter()
+        .zip(planes.iter().zip(&clients))
+        .map(|(name, (plane, client))| ((*name).to_owned(), (plane.clone(), client.clone())))
+        .collect();
+    run_provider(
+        h.client.clone(),
+        Arc::new(by_cluster),
+        Arc::new(Mutex::new(ProviderRules::default())),
+    );
+    for ns in ["test-0", "test-1", "test-2"] {
+        kubectl_apply(
+            &h.plane,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    kubectl_apply(&h.plane, &openmcp_cluster("test-0", "c1", &["workload"]));
+    kubectl_apply(
+        &h.plane,
+        &openmcp_cluster("test-1", "c2", &["workload", "single"]),
+    );
+    kubectl_apply(&h.plane, &openmcp_cluster("test-2", "mcp-1", &["mcp"]));
+    kubectl_apply_file(&h.plane, "examples/helmdeployer-registry-credentials.yaml");
+    kubectl_apply_file(&h.plane, "examples/helmdeployer-pull-secret.yaml");
+
+    for ns in ["test-0", "test-1"] {
+        eventually("registry credentials next to a workload Cluster", || async {
+            secret_exists(&h.client, ns, "chart-registry").await.then_some(())
+        })
+        .await;
+    }
+    for client in &clients[..2] {
+        eventually("the pull secret in helm on a workload cluster", || async {
+            secret_exists(client, "helm", "image-pull").await.then_some(())
+        })
+        .await;
+    }
+    assert!(
+        !secret_exists(&h.client, "test-2", "chart-registry").await,
+        "mcp-1 is not a workload Cluster"
+    );
+    assert!(!secret_exists(&clients[2], "helm", "image-pull").await);
+
+    // A third Cluster appears: both copies follow it.
+    let started = Instant::now();
+    kubectl_apply(&h.plane, &openmcp_cluster("test-2", "c3", &["workload"]));
+    eventually("registry credentials next to the new Cluster", || async {
+        secret_exists(&h.client, "test-2", "chart-registry")
+            .await
+            .then_some(())
+    })
+    .await;
+    let beside = started.elapsed();
+    eventually("the pull secret on the new cluster", || async {
+        secret_exists(&clients[2], "helm", "image-pull")
+            .await
+            .then_some(())
+    })
+    .await;
+    println!(
+        "a new workload Cluster: credentials beside it after {beside:?}, pull secret in it after {:?}",
+        started.elapsed()
+    );
+
+    // The pull secret rotates: every cluster follows.
+    let rotated = r#"{"auths":{"images.example.com":{"auth":"cm90YXRlZDpzZWNyZXQ="}}}"#;
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "image-pull", "namespace": "openmcp-system"},
+                   "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": rotated}}))
+    .await;
+    for client in &clients {
+        eventually("the rotation on every cluster", || async {
+            (secret_data(client, "helm", "image-pull").await.as_deref() == Some(rotated)).then_some(())
+        })
+        .await;
+    }
+
+    // c1 stops being a workload cluster: both copies go, and so does mimeo's AccessRequest.
+    kubectl_apply(&h.plane, &openmcp_cluster("test-0", "c1", &["mcp"]));
+    eventually("the credentials beside c1 removed", || async {
+        (!secret_exists(&h.client, "test-0", "chart-registry").await).then_some(())
+    })
+    .await;
+    eventually("the pull secret on c1 removed", || async {
+        (!secret_exists(&clients[0], "helm", "image-pull").await).then_some(())
+    })
+    .await;
+    let requests = Api::<DynamicObject>::namespaced_with(h.client.clone(), "test-0", &access_requests());
+    eventually("c1's AccessRequest deleted", || async {
+        requests
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    assert!(secret_exists(&h.client, "test-1", "chart-registry").await);
+    assert!(secret_exists(&clients[1], "helm", "image-pull").await);
+}
