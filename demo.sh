@@ -403,7 +403,8 @@ up() {
   step "Starting mimeo (log: .demo/mimeo.log, JSON)"
   started="$(now_ms)"
   KUBECONFIG="$KUBECONFIG_PATH" launch "$STATE/mimeo.log" \
-    "$MIMEO" run --log-format json --http-addr "$HTTP_ADDR" --plugin-dir "$PLUGIN_DIR"
+    "$MIMEO" run --log-format json --http-addr "$HTTP_ADDR" --plugin-dir "$PLUGIN_DIR" \
+    --next-to-kinds Cluster.clusters.openmcp.cloud
   MIMEO_PID=$!
   printf '%s\n' "$MIMEO_PID" >"$STATE/mimeo.pid"
   wait_for "mimeo to listen on $HTTP_ADDR" bash -c "exec 3<>/dev/tcp/$host/$port"
@@ -418,11 +419,13 @@ up() {
   scenario_relabel
   scenario_remote_pull_secret
   scenario_remote_rotation
+  scenario_helmdeployer
 
   step "Where things stand"
   show get syncrules -A
   show get clustersyncrules
   show get remoteclusters
+  show get clusterinventories
   show get secrets,configmaps -A -l mimeo.dev/managed-by=mimeo
   show_b get secrets -A -l mimeo.dev/managed-by=mimeo
 
@@ -632,6 +635,104 @@ its status is: $(kc get remotecluster workload-b -o 'jsonpath={.status}' 2>&1)" 
   show get clustersyncrules
   show_b get namespace apps
   show_b -n apps get secret image-pull-creds
+}
+
+# Minimal stand-ins for openMCP's Cluster and AccessRequest CRDs (any object, with a status), for
+# the demo only: a platform running openMCP has openMCP's own.
+openmcp_standin_crds() {
+  local kind plural
+  for kind in Cluster AccessRequest; do
+    plural="$(printf '%ss' "$kind" | tr '[:upper:]' '[:lower:]')"
+    cat <<EOF
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: $plural.clusters.openmcp.cloud}
+spec:
+  group: clusters.openmcp.cloud
+  scope: Namespaced
+  names: {kind: $kind, plural: $plural, singular: $(printf '%s' "$kind" | tr '[:upper:]' '[:lower:]')}
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+EOF
+  done
+}
+
+# Plays openMCP's cluster provider for AccessRequest test-0/NAME: a ServiceAccount in workload-b
+# with a ClusterRole of exactly the requested rules, a kubeconfig Secret beside the request with
+# a token of that ServiceAccount, and status Granted.
+grant_access_request() {
+  local name="$1" rules token kubeconfig="$STATE/openmcp-access.kubeconfig"
+  rules="$(kc get accessrequest "$name" -n test-0 -o 'jsonpath={.spec.token.permissions[0].rules}')"
+  [[ -n "$rules" ]] || die "AccessRequest test-0/$name asks for no rules"
+  kcb create namespace openmcp-access >/dev/null 2>&1 || true
+  kcb create serviceaccount mimeo -n openmcp-access >/dev/null 2>&1 || true
+  kcb apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: openmcp-access-mimeo}
+rules: $rules
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: openmcp-access-mimeo}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: openmcp-access-mimeo}
+subjects: [{kind: ServiceAccount, name: mimeo, namespace: openmcp-access}]
+EOF
+  token="$(kcb create token mimeo -n openmcp-access --duration 24h)"
+  cp "$KUBECONFIG_B" "$kubeconfig"
+  "$KUBECTL" --kubeconfig "$kubeconfig" config set-credentials openmcp-access --token "$token" >/dev/null
+  "$KUBECTL" --kubeconfig "$kubeconfig" config set-context --current --user openmcp-access >/dev/null
+  kc create secret generic "$name-access" -n test-0 --from-file=kubeconfig="$kubeconfig" >/dev/null
+  rm -f "$kubeconfig"
+  kc patch accessrequest "$name" -n test-0 --subresource=status --type=merge \
+    -p "{\"status\":{\"phase\":\"Granted\",\"secretRef\":{\"name\":\"$name-access\"}}}" >/dev/null
+}
+
+scenario_helmdeployer() {
+  step "openMCP's HelmDeployer: next to every workload Cluster, and into each (examples/helmdeployer-*.yaml)"
+  say "HelmDeployer copies Secrets by hand: registry credentials next to each selected openMCP Cluster"
+  say "on the platform cluster, and an image pull secret into the HelmDeployment's namespace (helm) on"
+  say "each selected cluster itself; it never deletes them. Here mimeo does both, for an openMCP"
+  say "Cluster that stands for workload-b. The demo plays openMCP's cluster provider: it answers"
+  say "mimeo's AccessRequest with a ServiceAccount in workload-b holding exactly the rules asked for."
+  local started request
+  openmcp_standin_crds | kc apply -f - >/dev/null || die "installing the openMCP stand-in CRDs failed"
+  kc wait --for condition=established --timeout "${TIMEOUT}s" \
+    crd/clusters.clusters.openmcp.cloud crd/accessrequests.clusters.openmcp.cloud >/dev/null ||
+    die "the openMCP stand-in CRDs were not established"
+  show create namespace test-0
+  kc apply -f - >/dev/null <<'EOF' || die "creating the openMCP Cluster failed"
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: Cluster
+metadata: {name: workload-b, namespace: test-0}
+spec: {profile: demo, tenancy: Shared, purposes: [workload]}
+EOF
+  say "An openMCP Cluster test-0/workload-b with purpose workload."
+  show apply -f examples/helmdeployer-registry-credentials.yaml
+  started="$(now_ms)"
+  wait_for "the registry credentials next to the Cluster (test-0/chart-registry)" \
+    kc get secret chart-registry -n test-0 -o name
+  say "test-0/chart-registry is there $(since "$started") after the rule, next to the Cluster."
+  show apply -f examples/helmdeployer-pull-secret.yaml
+  started="$(now_ms)"
+  wait_for "mimeo's AccessRequest for the Cluster" kc get accessrequest -n test-0 -o name
+  request="$(kc get accessrequest -n test-0 -o 'jsonpath={.items[0].metadata.name}')"
+  say "mimeo asked for access with AccessRequest test-0/$request $(since "$started") after the rule, for:"
+  kc get accessrequest "$request" -n test-0 \
+    -o 'jsonpath={range .spec.token.permissions[0].rules[*]}{.resources}: {.verbs}{"\n"}{end}' | indent
+  grant_access_request "$request"
+  say "The demo's provider granted it; the copy follows:"
+  wait_for "the pull secret in helm on workload-b" kcb get secret image-pull -n helm -o name
+  say "workload-b:helm/image-pull is there $(since "$started") after the rule."
+  wait_cluster_rule helmdeployer-image-pull 1/1
+  show get clusterinventory workload
+  show get remoteclusters -l mimeo.dev/inventory=workload
+  show_b -n helm get secret image-pull
 }
 
 scenario_remote_rotation() {

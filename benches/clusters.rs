@@ -10,6 +10,8 @@
 
 #[path = "support/processes.rs"]
 mod processes;
+#[path = "support/reach.rs"]
+mod reach;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Secret;
@@ -17,8 +19,9 @@ use kube::Client;
 use kube::api::Api;
 use mimeo_envtest::ControlPlane;
 use processes::{Mimeo, Process, apply};
+use reach::{connections_by_port, port_of, watches};
 use serde_json::json;
-use std::collections::{BTreeMap, HashSet};
+
 use std::time::{Duration, Instant};
 
 fn arg(name: &str, default: &str) -> String {
@@ -57,62 +60,6 @@ async fn all_hold(clients: &[Client], value: &str) -> Duration {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// WATCH requests the apiserver is serving now, from its own metrics.
-async fn watches(client: &Client) -> f64 {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// The process's established TCP connections, by remote port (from /proc: its socket inodes,
-/// matched against the kernel's table).
-fn connections_by_port(pid: u32) -> BTreeMap<u16, usize> {
-    let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|dir| {
-            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter_map(|link| {
-                    let link = link.to_string_lossy().into_owned();
-                    Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = BTreeMap::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let text = std::fs::read_to_string(table).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // remote address is field 2 (hex ip:port), state field 3 (01 = established), inode 9.
-            let (Some(remote), Some(state), Some(inode)) = (fields.get(2), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            if *state != "01" || !inodes.contains(*inode) {
-                continue;
-            }
-            if let Some(port) = remote
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok())
-            {
-                *out.entry(port).or_insert(0) += 1;
-            }
-        }
-    }
-    out
-}
-
-fn port_of(server: &str) -> u16 {
-    server
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .unwrap_or(0)
 }
 
 fn median(mut times: Vec<Duration>) -> Duration {

@@ -175,7 +175,8 @@ async fn reconcile(
         .filter_map(|o| Entry::from_json(serde_json::to_value(&**o).ok()?))
         .filter(|e| entry::is_selected(&inventory.spec, &matcher, e))
         .collect();
-    let requests = if kind == Kind::OpenMcp && !selected.is_empty() {
+    // Also with nothing selected: the requests of entries that went are deleted.
+    let requests = if kind == Kind::OpenMcp {
         match ctx.watches.objects(Watched::AccessRequests).await {
             Ok(requests) => requests,
             Err(e) => {

@@ -45,6 +45,18 @@ pub(super) async fn record<R: RuleResource>(
         ..
     } = outcome;
     let (inventory, event_notes) = plan.inventory(leftovers);
+    // A cluster the rule no longer targets and now holds nothing in is let go at once, not at the
+    // rule's next look: an inventory gives its access back when no rule uses a cluster.
+    let still_used: std::collections::BTreeSet<String> = gathered
+        .clusters
+        .iter()
+        .filter(|c| !c.targets.is_empty())
+        .filter_map(|c| c.name.clone())
+        .chain(inventory.iter().filter_map(|c| c.cluster.clone()))
+        .chain(gathered.source_cluster.iter().cloned())
+        .collect();
+    let selects = gathered.spec.targets.iter().any(|t| t.cluster_selector.is_some());
+    ctx.fleet.uses(&gathered.key, still_used, selects);
     let ready = readiness(gathered, &inventory);
     let mut by_state: HashMap<String, i64> = HashMap::new();
     for copy in &inventory {
