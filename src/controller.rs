@@ -299,19 +299,7 @@ pub async fn run(
                         tracing::debug!(error = %e, "ClusterSyncRule controller");
                     }
                 });
-            // The fleet's RemoteCluster watch fills the cache and triggers this controller.
-            let remote_loop = Controller::for_stream(
-                futures::stream::pending::<Result<RemoteCluster, watcher::Error>>(),
-                ctx.fleet.remote_clusters(),
-            )
-            .reconcile_on(streams.remote_clusters)
-            .graceful_shutdown_on(stopped())
-            .run(remote::reconcile, remote::error_policy, ctx.clone())
-            .for_each(|result| async move {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "RemoteCluster controller");
-                }
-            });
+            let remote_loop = remote_cluster_loop(&ctx, streams.remote_clusters, stopped());
             let inventory_loop = inventory::run(
                 client.clone(),
                 config.inventory.clone(),
@@ -327,6 +315,27 @@ pub async fn run(
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The `RemoteCluster` status controller: the fleet's `RemoteCluster` watch fills its cache and
+/// triggers it.
+fn remote_cluster_loop(
+    ctx: &Arc<Context>,
+    triggers: impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<RemoteCluster>> + Send + 'static,
+    stopped: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    Controller::for_stream(
+        futures::stream::pending::<Result<RemoteCluster, watcher::Error>>(),
+        ctx.fleet.remote_clusters(),
+    )
+    .reconcile_on(triggers)
+    .graceful_shutdown_on(stopped)
+    .run(remote::reconcile, remote::error_policy, ctx.clone())
+    .for_each(|result| async move {
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "RemoteCluster controller");
+        }
+    })
 }
 
 /// The cache of one rule kind, and the changes to its rules that call for a look
