@@ -268,12 +268,11 @@ impl Fleet {
     }
 
     /// What the named cluster is (the uid of its `kube-system` namespace), once learnt: of a
-    /// deleted `RemoteCluster`, what it was. `None` while not known or not readable.
+    /// deleted `RemoteCluster`, what it was. `None` while not known, empty when not readable.
     pub fn identity(&self, name: &str) -> Option<String> {
         lock(&self.identities)
             .get(name)
             .or(lock(&self.departed).get(name))
-            .filter(|uid| !uid.is_empty())
             .cloned()
     }
 

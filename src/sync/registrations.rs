@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registration {
     pub name: String,
-    /// The uid of the cluster's `kube-system` namespace; `None` while not known (or not
-    /// readable), and then the registration stands alone.
+    /// The uid of the cluster's `kube-system` namespace; `None` while not known, empty when its
+    /// identity may not read it (the registration then stands alone).
     pub identity: Option<String>,
     /// When it was created (RFC 3339, whole seconds), to choose stably.
     pub created: Option<String>,
@@ -36,6 +36,9 @@ pub enum Role {
     /// No targets through it, and its cluster is reached through `into`: its copies are
     /// `into`'s.
     Folded { into: String },
+    /// No targets through it, and the cluster of `until`, which the rule targets, is not known
+    /// yet: it may be this one's, so nothing is removed through this one until it is.
+    Held { until: String },
 }
 
 /// The role of each registration. Among those naming one cluster the rule uses the one it
@@ -76,7 +79,26 @@ pub fn roles(registrations: &[Registration]) -> BTreeMap<String, Role> {
             roles.insert(other.name.clone(), role);
         }
     }
+    let unknown = registrations
+        .iter()
+        .find(|r| r.targeted && r.usable && r.identity.is_none());
+    if let Some(unknown) = unknown {
+        for held in registrations.iter().filter(|r| !r.targeted && r.usable) {
+            if roles.get(&held.name) == Some(&Role::Used) {
+                let until = unknown.name.clone();
+                roles.insert(held.name.clone(), Role::Held { until });
+            }
+        }
+    }
     roles
+}
+
+/// What the copies through a registration say while it is held.
+pub fn held_message(name: &str, until: &str) -> String {
+    format!(
+        "kept as they are: mimeo does not know yet which cluster RemoteCluster {until} is, and if it \
+         is the one RemoteCluster {name} names, these copies are wanted through it"
+    )
 }
 
 /// What the copies a rule reaches through `name` say when `first` is used for that cluster.
@@ -145,6 +167,22 @@ mod tests {
         gone.created = None;
         let roles_now = roles(&[gone, registration("b", Some("uid"), NEW, true)]);
         assert_eq!(roles_now["a"], Role::Folded { into: "b".into() });
+    }
+
+    #[test]
+    fn nothing_is_removed_through_a_registration_while_a_targeted_one_is_not_known() {
+        let found = roles(&[
+            registration("a", Some("uid"), OLD, false),
+            registration("b", None, NEW, true),
+        ]);
+        assert_eq!(found["a"], Role::Held { until: "b".into() });
+        assert_eq!(found["b"], Role::Used);
+        // One that may not read kube-system is known to stand alone.
+        let found = roles(&[
+            registration("a", Some("uid"), OLD, false),
+            registration("b", Some(""), NEW, true),
+        ]);
+        assert_eq!(found["a"], Role::Used);
     }
 
     #[test]

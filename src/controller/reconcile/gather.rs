@@ -562,12 +562,21 @@ fn one_registration_per_cluster(
         )
     });
     for cluster in clusters.iter_mut() {
-        if let (Some(name), Some(first)) = (&cluster.name, used_instead(&cluster.name)) {
-            cluster.usable = Err(ClusterProblem {
+        let Some(name) = &cluster.name else { continue };
+        let problem = match roles.get(name) {
+            Some(Role::Duplicate { of }) => ClusterProblem {
                 state: CopyState::DuplicateCluster,
-                message: registrations::duplicate_message(name, &first),
-            });
-        }
+                message: registrations::duplicate_message(name, of),
+            },
+            // Looked at again when that cluster answers (its prober wakes the rule) or after
+            // the rule's retry.
+            Some(Role::Held { until }) => ClusterProblem {
+                state: CopyState::Unreachable,
+                message: registrations::held_message(name, until),
+            },
+            _ => continue,
+        };
+        cluster.usable = Err(problem);
     }
 }
 
