@@ -16,6 +16,7 @@ pub mod object_selector;
 pub mod ownership;
 pub mod plan;
 pub mod protected;
+pub mod registrations;
 pub mod scope;
 pub mod seal;
 pub mod secret_types;

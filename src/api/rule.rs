@@ -588,8 +588,8 @@ pub enum CopyState {
     Unauthorized,
     /// The `RemoteCluster` named for the copy does not exist; copies there are left as they are.
     ClusterMissing,
-    /// The `RemoteCluster` named for the copy names the same cluster as an older one, which mimeo
-    /// uses instead; `message` names it. Copies there are left as they are.
+    /// The rule reaches the copy's cluster through two `RemoteCluster`s (the same uid of
+    /// `kube-system`): it writes through the one `message` names (the older) alone, not this one.
     DuplicateCluster,
     /// The copy's cluster does not serve the kind (its CRD is not installed there); the copy is
     /// written once it is.

@@ -50,16 +50,6 @@ pub struct ClusterProblem {
     pub message: String,
 }
 
-/// What a `RemoteCluster` (and its copies) say when another names the same cluster.
-pub fn duplicate_message(name: &str, first: &str) -> String {
-    format!(
-        "RemoteCluster {name} names the same cluster as RemoteCluster {first} (the uid of their \
-         kube-system namespaces is the same): mimeo writes and reads that cluster through {first} \
-         alone, so that copies through one are not taken for unwanted ones through the other; \
-         delete one of the two, or give rules the one that stays"
-    )
-}
-
 impl ClusterProblem {
     fn from_kubeconfig(cluster: &str, problem: KubeconfigProblem) -> Self {
         let state = match problem.reason {
@@ -125,8 +115,11 @@ pub struct Fleet {
     health: Mutex<Option<AbortHandle>>,
     /// What each connected cluster is: the uid of its `kube-system` namespace, the usual
     /// cluster ID; empty when the identity may not read it. Two `RemoteCluster`s with one uid
-    /// are one cluster, and only the first is used.
+    /// are one cluster: a rule's copies there are the same objects through either.
     identities: Mutex<HashMap<String, String>>,
+    /// The identities of deleted `RemoteCluster`s that rules still hold copies through: those
+    /// copies are in that cluster still, and another registration of it reaches them.
+    departed: Mutex<HashMap<String, String>>,
 }
 
 impl Drop for Fleet {
@@ -183,6 +176,7 @@ impl Fleet {
             task: Mutex::new(None),
             health: Mutex::new(None),
             identities: Mutex::new(HashMap::new()),
+            departed: Mutex::new(HashMap::new()),
         });
         if !remote_clusters_enabled {
             // Nothing to list: the cache stays empty and counts as listed.
@@ -263,7 +257,7 @@ impl Fleet {
                 .map(|(other, _)| other.clone())
                 .collect()
         };
-        // The status of each says which one mimeo uses.
+        // A rule reaching the cluster through both uses one; the status of each names the other.
         if others.is_empty() {
             return;
         }
@@ -273,24 +267,39 @@ impl Fleet {
         }
     }
 
-    /// The `RemoteCluster` mimeo uses for the physical cluster that `name` names too, when that
-    /// is another one: the oldest of those with the same identity (by creation, then name).
-    pub fn duplicate_of(&self, name: &str) -> Option<String> {
+    /// What the named cluster is (the uid of its `kube-system` namespace), once learnt: of a
+    /// deleted `RemoteCluster`, what it was. `None` while not known, empty when not readable.
+    pub fn identity(&self, name: &str) -> Option<String> {
+        lock(&self.identities)
+            .get(name)
+            .or(lock(&self.departed).get(name))
+            .cloned()
+    }
+
+    /// When the named `RemoteCluster` was created (RFC 3339), while it exists.
+    pub fn created(&self, name: &str) -> Option<String> {
+        let remote = self.remote_clusters.get(&ObjectRef::new(name))?;
+        remote
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+    }
+
+    /// The other `RemoteCluster`s that name the cluster `name` names, sorted: for its status.
+    pub fn same_cluster_as(&self, name: &str) -> Vec<String> {
         let identities = lock(&self.identities);
-        let uid = identities.get(name).filter(|uid| !uid.is_empty())?;
-        let created = |cluster: &str| {
-            self.remote_clusters
-                .get(&ObjectRef::new(cluster))
-                .and_then(|rc| rc.metadata.creation_timestamp.clone())
+        let Some(uid) = identities.get(name).filter(|uid| !uid.is_empty()) else {
+            return Vec::new();
         };
-        let first = identities
+        let mut others: Vec<String> = identities
             .iter()
-            .filter(|(_, id)| *id == uid)
-            .filter(|(cluster, _)| self.remote_clusters.get(&ObjectRef::new(cluster)).is_some())
-            .map(|(cluster, _)| (created(cluster).map(|t| t.0), cluster.clone()))
-            .min()?
-            .1;
-        (first != name).then_some(first)
+            .filter(|(other, id)| *other != name && *id == uid)
+            .filter(|(other, _)| self.remote_clusters.get(&ObjectRef::new(other)).is_some())
+            .map(|(other, _)| other.clone())
+            .collect();
+        others.sort();
+        others
     }
 
     /// Why the named cluster is marked down, while it is.
@@ -414,12 +423,6 @@ impl Fleet {
             .await
             .map_err(|p| ClusterProblem::from_kubeconfig(name, p))?;
         self.learn_identity(name, &handle).await;
-        if let Some(first) = self.duplicate_of(name) {
-            return Err(ClusterProblem {
-                state: CopyState::DuplicateCluster,
-                message: duplicate_message(name, &first),
-            });
-        }
         if !needs_namespaces {
             return Ok(handle);
         }
@@ -607,6 +610,7 @@ impl Fleet {
             .flat_map(|u| u.names.iter().cloned())
             .collect();
         lock(&self.identities).retain(|name, _| used.contains(name));
+        lock(&self.departed).retain(|name, _| used.contains(name));
         lock(&self.connections).retain(|name, _| {
             let keep = used.contains(name);
             if !keep {
@@ -639,6 +643,17 @@ impl Fleet {
                 .as_ref()
                 .is_none_or(|rc| rc.spec.kubeconfig_secret_ref.as_ref() != Some(&c.reference))
         });
+        match &current {
+            // Its copies stay where they are: remember which cluster that is.
+            None => {
+                if let Some(uid) = lock(&self.identities).get(name).filter(|uid| !uid.is_empty()) {
+                    lock(&self.departed).insert(name.to_owned(), uid.clone());
+                }
+            }
+            Some(_) => {
+                lock(&self.departed).remove(name);
+            }
+        }
         if stale {
             self.disconnect(name);
         }

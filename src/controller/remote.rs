@@ -23,15 +23,7 @@ const RECHECK_NOT_READY: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let down = ctx.fleet.down_because(&cluster.name_any());
-    let duplicate = ctx.fleet.duplicate_of(&cluster.name_any());
     let checked = match down {
-        _ if duplicate.is_some() => Err(KubeconfigProblem {
-            reason: "DuplicateCluster",
-            message: super::fleet::duplicate_message(
-                &cluster.name_any(),
-                duplicate.as_deref().unwrap_or_default(),
-            ),
-        }),
         // The fleet's own requests and watches do not reach it: no need to try a third way.
         Some(error) => Err(KubeconfigProblem {
             reason: "Unreachable",
@@ -44,7 +36,7 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             Readiness {
                 ready: true,
                 reason: "Connected".into(),
-                message: format!("reached; Kubernetes {version}"),
+                message: connected_message(&version, &ctx.fleet.same_cluster_as(&cluster.name_any())),
             },
             Some(version),
         ),
@@ -90,6 +82,19 @@ pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context
         .reconcile_failed("RemoteCluster", error.metric_label());
     tracing::warn!(cluster = %cluster.name_any(), error = %error, "reconcile failed");
     Action::requeue(error.retry_after())
+}
+
+/// What a reached cluster says, naming the other `RemoteCluster`s of the same cluster: each rule
+/// writes through the one it names, so they are no fault, but worth knowing of.
+fn connected_message(version: &str, same_cluster: &[String]) -> String {
+    if same_cluster.is_empty() {
+        return format!("reached; Kubernetes {version}");
+    }
+    format!(
+        "reached; Kubernetes {version}; the same cluster as RemoteCluster {} (the uid of their \
+         kube-system namespaces is the same): each rule writes through the one it names",
+        same_cluster.join(", ")
+    )
 }
 
 /// Reads the kubeconfig and asks the cluster for its version.

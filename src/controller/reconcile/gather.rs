@@ -23,6 +23,7 @@ use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
 use crate::sync::next_to::Holders;
 use crate::sync::ownership::{PREFIX, RuleKey, RuleKind};
+use crate::sync::registrations::{self, Registration, Role};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{placements, selector, targets_by_cluster};
 use crate::sync::validate::RuleProblem;
@@ -176,7 +177,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
     let kind = checked_kind(ctx, &key, spec, previous)?;
     let chain = resolve_chain(rule, ctx, &key).await?;
     let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
-    let (by_cluster, previous_copies) = choose_clusters(rule, ctx, &key, &source_cluster);
+    let (by_cluster, mut previous_copies) = choose_clusters(rule, ctx, &key, &source_cluster);
     let source_side = source_side(ctx, &key, &source_cluster, previous).await?;
     let (resource, namespaced) =
         source_kind(ctx, &key, &kind, &source_side, &source_cluster, previous).await?;
@@ -204,6 +205,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         previous,
     )?;
     let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &previous_copies).await;
+    one_registration_per_cluster(ctx, &mut clusters, &mut previous_copies);
     let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
     let source_interest = SourceInterest {
         watch: SourceWatchKey::new(&resource, &source_ns),
@@ -519,6 +521,63 @@ async fn target_clusters(
         }
     }))
     .await
+}
+
+/// Registrations of one physical cluster, as this rule sees them (`sync::registrations`): the
+/// targets through a duplicate get no copies, a registration folded into another is dropped, and
+/// the copies recorded through either are the used one's, so that none is removed as unwanted
+/// through one registration while wanted through the other.
+fn one_registration_per_cluster(
+    ctx: &Context,
+    clusters: &mut Vec<TargetCluster>,
+    previous_copies: &mut [CopyStatus],
+) {
+    let found: Vec<Registration> = clusters
+        .iter()
+        .filter_map(|c| {
+            let name = c.name.clone()?;
+            Some(Registration {
+                identity: ctx.fleet.identity(&name),
+                created: ctx.fleet.created(&name),
+                targeted: !c.targets.is_empty(),
+                usable: c.usable.is_ok(),
+                name,
+            })
+        })
+        .collect();
+    let roles = registrations::roles(&found);
+    let used_instead = |name: &Option<String>| match name.as_ref().and_then(|n| roles.get(n)) {
+        Some(Role::Duplicate { of } | Role::Folded { into: of }) => Some(of.clone()),
+        _ => None,
+    };
+    for copy in previous_copies.iter_mut() {
+        if let Some(used) = used_instead(&copy.cluster) {
+            copy.cluster = Some(used);
+        }
+    }
+    clusters.retain(|c| {
+        !matches!(
+            c.name.as_ref().and_then(|n| roles.get(n)),
+            Some(Role::Folded { .. })
+        )
+    });
+    for cluster in clusters.iter_mut() {
+        let Some(name) = &cluster.name else { continue };
+        let problem = match roles.get(name) {
+            Some(Role::Duplicate { of }) => ClusterProblem {
+                state: CopyState::DuplicateCluster,
+                message: registrations::duplicate_message(name, of),
+            },
+            // Looked at again when that cluster answers (its prober wakes the rule) or after
+            // the rule's retry.
+            Some(Role::Held { until }) => ClusterProblem {
+                state: CopyState::Unreachable,
+                message: registrations::held_message(name, until),
+            },
+            _ => continue,
+        };
+        cluster.usable = Err(problem);
+    }
 }
 
 /// The copied kind as a target cluster serves it. A cluster that does not serve it (its CRD is
