@@ -779,7 +779,7 @@ async fn cluster_profiles_are_reached_with_the_installations_provider_plugin() {
         "token-plugin",
         r#"echo "$@" >> "$2"
 test -n "$KUBERNETES_EXEC_INFO" || { echo "no cluster info" >&2; exit 2; }
-printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s"}}' "$(cat "$1")""#,
+printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"%s"}}' "$(cat "$1")" "$(date -u -d '+125 seconds' +%Y-%m-%dT%H:%M:%SZ)""#,
     );
     script(
         dir.path(),
@@ -912,6 +912,28 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
     );
     assert!(!common::logged().contains(&token), "a token in the log");
 
+    // The credential says it expires in 125 s, so it is renewed 2 minutes before: about 5 s on
+    // (10 s at the least). The provider now hands out another token and the old one is revoked;
+    // copies keep following through the renewed credential.
+    let kubeconfig = grant_in(&b, &b_client, "profile-2", &everything()).await;
+    let parsed: Value = serde_yaml_ng::from_str(&kubeconfig).unwrap();
+    let token = parsed["users"][0]["user"]["token"].as_str().unwrap().to_owned();
+    std::fs::write(&token_file, &token).unwrap();
+    Api::<ServiceAccount>::namespaced(b_client.clone(), "access")
+        .delete("profile-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let renewals = std::fs::read_to_string(&args_log).unwrap().lines().count();
+    eventually("the credential renewed before it expires", || async {
+        (std::fs::read_to_string(&args_log).unwrap().lines().count() > renewals).then_some(())
+    })
+    .await;
+    put_source(&h, "two").await;
+    eventually("the copy rotated with the renewed credential", || async {
+        (value_in(&b_client, "apps", "pull").await.as_deref() == Some("two")).then_some(())
+    })
+    .await;
+
     // A tenant's own profile, pointing anywhere, is not read.
     let tenant = common::tenant_client(&h, "tenant").await;
     h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -933,6 +955,26 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
         Duration::from_secs(2),
         || async { remote_cluster(&h, "token-tenant-p1").await.is_none() },
     )
+    .await;
+
+    // The profile is deleted: its copy goes, then its RemoteCluster and its credentials.
+    Api::<DynamicObject>::namespaced_with(h.client.clone(), "fleet", &profiles)
+        .delete("p1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the copy removed", || async {
+        value_in(&b_client, "apps", "pull").await.is_none().then_some(())
+    })
+    .await;
+    eventually("the RemoteCluster and credentials removed", || async {
+        let gone = remote_cluster(&h, "token-fleet-p1").await.is_none()
+            && h.secrets("mimeo-system")
+                .get_opt("mimeo-inventory-token-fleet-p1")
+                .await
+                .unwrap()
+                .is_none();
+        gone.then_some(())
+    })
     .await;
 }
 
