@@ -29,26 +29,7 @@ fn fixture(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// `kubectl apply -f -` (client-side), as users and cluster managers' manifests are applied.
-fn kubectl_apply(plane: &ControlPlane, object: &Value) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(["apply", "-f", "-", "--kubeconfig"])
-        .arg(plane.kubeconfig_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(object.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
+use common::kubectl_apply;
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -139,6 +120,24 @@ async fn grant_in(plane: &ControlPlane, client: &Client, name: &str, rules: &Val
                  "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "access"}]}))
     .await;
     service_account_kubeconfig(plane, client, "access", name).await
+}
+
+/// Lets the tenant of `tenant` (see `common::tenant_client`) do anything with these resources of
+/// `group` in its own namespace: what a platform gives a team that may make its own entries.
+async fn let_tenant_write(h: &Harness, group: &str, resources: &[&str]) {
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "entries", "namespace": "tenant"},
+                   "rules": [{"apiGroups": [group], "resources": resources, "verbs": ["*"]}]}),
+    )
+    .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "entries", "namespace": "tenant"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "entries"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "tenant"}]}),
+    )
+    .await;
 }
 
 /// The cluster provider's view of what to do with each Cluster's requests.
@@ -293,17 +292,7 @@ async fn openmcp_clusters_get_copies_through_access_requests() {
     kubectl_apply(&h.plane, &openmcp_cluster("platform", "m1", &["mcp"]));
     // A tenant who may create Clusters in its own namespace.
     let tenant = common::tenant_client(&h, "tenant").await;
-    h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": "clusters", "namespace": "tenant"},
-                   "rules": [{"apiGroups": ["clusters.openmcp.cloud"], "resources": ["clusters", "accessrequests"], "verbs": ["*"]}]}))
-    .await;
-    h.apply(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": "clusters", "namespace": "tenant"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "clusters"},
-                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "tenant"}]}),
-    )
-    .await;
+    let_tenant_write(&h, "clusters.openmcp.cloud", &["clusters", "accessrequests"]).await;
     common::apply_as(&tenant, openmcp_cluster("tenant", "t1", &["workload"]))
         .await
         .unwrap();
@@ -653,17 +642,7 @@ async fn cluster_api_clusters_are_used_once_their_control_plane_is_available() {
 
     // A tenant's own Cluster, however labelled, is not an entry.
     let tenant = common::tenant_client(&h, "tenant").await;
-    h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": "clusters", "namespace": "tenant"},
-                   "rules": [{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["*"]}]}))
-    .await;
-    h.apply(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": "clusters", "namespace": "tenant"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "clusters"},
-                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "tenant"}]}),
-    )
-    .await;
+    let_tenant_write(&h, "cluster.x-k8s.io", &["clusters"]).await;
     common::apply_as(
         &tenant,
         capi_cluster("v1beta2", "tenant", "c1", json!({"env": "prod"})),
@@ -936,15 +915,10 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
 
     // A tenant's own profile, pointing anywhere, is not read.
     let tenant = common::tenant_client(&h, "tenant").await;
-    h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": "profiles", "namespace": "tenant"},
-                   "rules": [{"apiGroups": ["multicluster.x-k8s.io"], "resources": ["clusterprofiles", "clusterprofiles/status"], "verbs": ["*"]}]}))
-    .await;
-    h.apply(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": "profiles", "namespace": "tenant"},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "profiles"},
-                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "tenant"}]}),
+    let_tenant_write(
+        &h,
+        "multicluster.x-k8s.io",
+        &["clusterprofiles", "clusterprofiles/status"],
     )
     .await;
     common::apply_as(&tenant, cluster_profile("tenant", "p1", json!({"env": "prod"})))

@@ -50,23 +50,7 @@ async fn apply_all(h: &Harness, yaml: &str) -> String {
 
 /// `kubectl apply -f -` (client-side, as users apply their files).
 fn kubectl_apply(h: &Harness, object: &Value) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(["apply", "-f", "-", "--kubeconfig"])
-        .arg(h.plane.kubeconfig_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(object.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    common::kubectl_apply(&h.plane, object);
 }
 
 /// Metadata with these annotations (none: no `annotations` field, which server-side apply would

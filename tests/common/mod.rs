@@ -515,6 +515,28 @@ async fn apply_with(client: &Client, manager: &str, object: Value) -> kube::Resu
     .map(|_| ())
 }
 
+/// `kubectl apply -f -` (client-side) of `object` on `plane`, as users apply their files and
+/// cluster managers their manifests.
+pub fn kubectl_apply(plane: &ControlPlane, object: &Value) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
+        .args(["apply", "-f", "-", "--kubeconfig"])
+        .arg(plane.kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(object.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Runs `mimeo diff -f` on `yaml` (one or more documents) as the user of the kubeconfig in
 /// `kubeconfig` (its YAML), with a fresh plugin cache: the exit code, and stdout then stderr.
 pub fn mimeo_diff(kubeconfig: &str, yaml: &str, extra: &[&str]) -> (i32, String) {
