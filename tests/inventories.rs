@@ -984,14 +984,22 @@ async fn secret_data(client: &Client, ns: &str, name: &str) -> Option<String> {
 /// them: registry credentials next to every workload `Cluster` on the platform cluster, and a
 /// pull secret into `helm` on each workload cluster itself; a third Cluster appears later and
 /// gets both, a rotation reaches all, and a Cluster that loses its purpose loses both copies and
-/// its AccessRequest (which HelmDeployer's own copying never did).
+/// its AccessRequest (which HelmDeployer's own copying never did). The controller holds only the
+/// chart's RBAC with `inventories.openMCP` and `nextTo.kinds` set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_helmdeployer_scenarios_as_the_examples_write_them() {
     let config = mimeo::controller::ControllerConfig {
         next_to_kinds: vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()],
         ..Default::default()
     };
-    let h = Harness::start_with(config).await;
+    // The controller holds only what the chart grants with these values.
+    let values = [
+        "--set",
+        "inventories.openMCP=true",
+        "--set-json",
+        r#"nextTo.kinds=["Cluster.clusters.openmcp.cloud"]"#,
+    ];
+    let h = Harness::start_with_chart_values(config, &values).await;
     h.plane
         .install_crds(&[
             fixture("openmcp/clusters.openmcp.cloud_clusters.yaml"),
