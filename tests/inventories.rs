@@ -568,7 +568,9 @@ async fn set_status(client: &Client, resource: &ApiResource, ns: &str, name: &st
 /// Cluster in its own namespace is ignored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_api_clusters_are_used_once_their_control_plane_is_available() {
-    let h = Harness::start().await;
+    // The controller holds only what the chart grants with inventories.clusterAPI.
+    let values = ["--set", "inventories.clusterAPI=true"];
+    let h = Harness::start_with_chart_values(Default::default(), &values).await;
     h.plane
         .install_crds(&[fixture("cluster-api/cluster.x-k8s.io_clusters.yaml")])
         .await
@@ -785,7 +787,15 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
         },
         ..Default::default()
     };
-    let h = Harness::start_with(config).await;
+    // The controller holds only what the chart grants with inventories.clusterProfile (the
+    // provider file is given to it directly; the chart would mount it from this ConfigMap).
+    let values = [
+        "--set",
+        "inventories.clusterProfile.enabled=true",
+        "--set",
+        "inventories.clusterProfile.providersConfigMap=providers",
+    ];
+    let h = Harness::start_with_chart_values(config, &values).await;
     h.plane
         .install_crds(&[fixture(
             "cluster-inventory-api/multicluster.x-k8s.io_clusterprofiles.yaml",
