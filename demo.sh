@@ -693,6 +693,11 @@ EOF
     -p "{\"status\":{\"phase\":\"Granted\",\"secretRef\":{\"name\":\"$name-access\"}}}" >/dev/null
 }
 
+# Whether mimeo has made an AccessRequest in test-0 (an empty list is not an error to kubectl).
+has_access_request() {
+  [[ -n "$(kc get accessrequest -n test-0 -o name 2>/dev/null)" ]]
+}
+
 scenario_helmdeployer() {
   step "openMCP's HelmDeployer: next to every workload Cluster, and into each (examples/helmdeployer-*.yaml)"
   say "HelmDeployer copies Secrets by hand: registry credentials next to each selected openMCP Cluster"
@@ -720,7 +725,7 @@ EOF
   say "test-0/chart-registry is there $(since "$started") after the rule, next to the Cluster."
   show apply -f examples/helmdeployer-pull-secret.yaml
   started="$(now_ms)"
-  wait_for "mimeo's AccessRequest for the Cluster" kc get accessrequest -n test-0 -o name
+  wait_for "mimeo's AccessRequest for the Cluster" has_access_request
   request="$(kc get accessrequest -n test-0 -o 'jsonpath={.items[0].metadata.name}')"
   say "mimeo asked for access with AccessRequest test-0/$request $(since "$started") after the rule, for:"
   kc get accessrequest "$request" -n test-0 \
