@@ -20,9 +20,9 @@ pub use remote_cluster::{
     KubeconfigSecretRef, Origin, RemoteCluster, RemoteClusterSpec, RemoteClusterStatus,
 };
 pub use rule::{
-    ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, Input,
-    InputRef, KeyFilter, MetadataPolicy, NextTo, PluginPin, PullSecretRef, RuleSpec, RuleStatus, SecretType,
-    Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
+    ClusterCopies, ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus,
+    DeletionPolicy, Input, InputRef, KeyFilter, MetadataPolicy, NextTo, PluginPin, PullSecretRef, RuleSpec,
+    RuleStatus, SecretType, Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
 };
 
 /// The API group of every mimeo resource.

@@ -556,6 +556,12 @@ pub struct LeaderArgs {
         value_name = "SECONDS"
     )]
     pub leader_elect_lease_seconds: u64,
+    /// Split the rules into this many shards, each a Lease named after --leader-elect-lease-name
+    /// (`<name>-shard-<i>`), and let every replica work on its share of them: all replicas are
+    /// active. With 1 (the default), one replica works, as --leader-elect says.
+    #[arg(long, env = "MIMEO_SHARDS", default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub shards: u32,
 }
 
 /// How the controller fetches `oci://` plugins, and what it allows of them.

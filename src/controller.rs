@@ -80,6 +80,8 @@ pub struct ControllerConfig {
     pub seal_key: SealKeySource,
     /// How `ClusterInventory`s get credentials, and where mimeo keeps them.
     pub inventory: InventorySettings,
+    /// The shards this replica holds (`crate::shards`): all of one, by default.
+    pub shards: crate::shards::Shards,
 }
 
 /// Where the seal key comes from.
@@ -133,6 +135,8 @@ pub struct Context {
     pub(crate) seal_key: Arc<SealKey>,
     /// Copies that churn, and those held for it.
     flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
+    /// The shards this replica holds: it reconciles and writes for their rules alone.
+    pub(crate) shards: crate::shards::Shards,
 }
 
 /// Fails with a clear message when the CRDs are not installed. Limited to namespaces, mimeo
@@ -232,6 +236,7 @@ pub async fn run(
         flaps: Default::default(),
         retries: Default::default(),
         seal_key,
+        shards: config.shards.clone(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -246,12 +251,7 @@ pub async fn run(
         }
     };
 
-    let ready_fleet = fleet.clone();
-    tokio::spawn(async move {
-        if ready_fleet.wait_ready().await.is_ok() {
-            readiness.set_ready();
-        }
-    });
+    report(&ctx, fleet.clone(), readiness);
 
     // One SyncRule controller over all namespaces, or one per namespace of the scope: a Role
     // grants list and watch in one namespace only.
@@ -264,6 +264,7 @@ pub async fn run(
             let (rules, changes) = rule_changes(sync_rules);
             Controller::for_stream(changes, rules)
                 .reconcile_on(triggers)
+                .reconcile_all_on(shards_changed(&config.shards))
                 .graceful_shutdown_on(stopped())
                 .run(
                     reconcile::reconcile::<SyncRule>,
@@ -288,6 +289,7 @@ pub async fn run(
             let (rules, changes) = rule_changes(Api::<ClusterSyncRule>::all(client.clone()));
             let cluster_loop = Controller::for_stream(changes, rules)
                 .reconcile_on(streams.cluster_sync_rules)
+                .reconcile_all_on(shards_changed(&config.shards))
                 .graceful_shutdown_on(stopped())
                 .run(
                     reconcile::reconcile::<ClusterSyncRule>,
@@ -305,6 +307,7 @@ pub async fn run(
                 config.inventory.clone(),
                 ctx.allowed_kinds.clone(),
                 ctx.fleet.remote_clusters(),
+                config.shards.clone(),
                 stopped(),
             );
             let loops = async {
@@ -315,6 +318,36 @@ pub async fn run(
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// Reports what the controller holds as it changes: readiness once the fleet's caches are filled,
+/// and the shards held in the metrics.
+fn report(ctx: &Context, fleet: Arc<Fleet>, readiness: Readiness) {
+    let (metrics, shards) = (ctx.metrics.clone(), ctx.shards.clone());
+    tokio::spawn(async move {
+        let mut held = shards.subscribe();
+        loop {
+            let now = held.borrow_and_update().clone();
+            metrics.set_shards(shards.count(), &now);
+            if held.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        if fleet.wait_ready().await.is_ok() {
+            readiness.set_ready();
+        }
+    });
+}
+
+/// A tick each time the shards this replica holds change: every rule is looked at again, and
+/// those of shards it no longer holds are let go.
+fn shards_changed(shards: &crate::shards::Shards) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(shards.subscribe(), |mut held| async move {
+        held.changed().await.ok()?;
+        Some(((), held))
+    })
 }
 
 /// The `RemoteCluster` status controller: the fleet's `RemoteCluster` watch fills its cache and

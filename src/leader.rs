@@ -202,10 +202,35 @@ impl Elector {
         Ok(())
     }
 
+    /// Whether the Lease is free to take: missing, released, seen unchanged for a whole duration,
+    /// or still naming this candidate (which let it go after a failed renewal: no one else can
+    /// have taken it). Writes nothing.
+    pub(crate) async fn is_free(&self) -> Result<bool, LeaderError> {
+        let current = self.api.get_opt(&self.name).await.map_err(|e| self.error(e))?;
+        let version = current
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone())
+            .unwrap_or_default();
+        let decision = decide(
+            current
+                .as_ref()
+                .and_then(|l| l.spec.as_ref())
+                .map(|s| (s, version.as_str())),
+            &self.identity,
+            &mut self.observed.lock().unwrap_or_else(|p| p.into_inner()),
+            std::time::Instant::now(),
+            self.duration,
+        );
+        Ok(matches!(
+            decision,
+            Decision::Create | Decision::TakeOver | Decision::Renew
+        ))
+    }
+
     /// One round: reads the Lease and creates, renews or takes it over if [`decide`] says so.
     /// `Ok(Ok(()))` when this candidate holds it afterwards, `Ok(Err(left))` when another holds
     /// it for at most `left` more.
-    async fn try_hold(&self) -> Result<Result<(), Duration>, LeaderError> {
+    pub(crate) async fn try_hold(&self) -> Result<Result<(), Duration>, LeaderError> {
         let current = self.api.get_opt(&self.name).await.map_err(|e| self.error(e))?;
         let now = Timestamp::now();
         let version = current
@@ -245,7 +270,7 @@ impl Elector {
                     .create(&PostParams::default(), &lease)
                     .await
                     .map_err(|e| self.error(e))?;
-                tracing::info!(lease = %self.name, identity = %self.identity, "became the leader (created the Lease)");
+                tracing::info!(lease = %self.name, identity = %self.identity, "holds the Lease (created it)");
                 Ok(Ok(()))
             }
             (decision, Some(mut lease)) => {
@@ -264,7 +289,7 @@ impl Elector {
                     .await
                     .map_err(|e| self.error(e))?;
                 if taking_over {
-                    tracing::info!(lease = %self.name, identity = %self.identity, "became the leader (took the Lease over)");
+                    tracing::info!(lease = %self.name, identity = %self.identity, "holds the Lease (took it over)");
                 }
                 Ok(Ok(()))
             }

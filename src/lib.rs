@@ -19,5 +19,6 @@ pub mod migrate;
 pub mod plugin;
 pub mod remote_rbac;
 pub mod server;
+pub mod shards;
 pub mod sync;
 pub mod telemetry;

@@ -263,7 +263,41 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             exec_timeout: std::time::Duration::from_secs(args.cluster_profile_exec_timeout_secs),
             namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into()),
         },
+        shards: match args.leader.shards {
+            1 => mimeo::shards::Shards::default(),
+            count => mimeo::shards::Shards::new(count),
+        },
     };
+    if args.leader.shards > 1 {
+        let leader = &args.leader;
+        let settings = mimeo::shards::ShardSettings {
+            count: leader.shards,
+            namespace: leader
+                .leader_elect_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".to_owned()),
+            prefix: format!("{}-shard", leader.leader_elect_lease_name),
+            identity: identity(),
+            duration: std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1)),
+        };
+        tracing::info!(shards = settings.count, identity = %settings.identity, "sharing the rules with the other replicas");
+        readiness.set_shards(config.shards.clone());
+        let (stop_keeping, keeping_stopped) = tokio::sync::oneshot::channel::<()>();
+        let keeper = tokio::spawn(mimeo::shards::keep(
+            client.clone(),
+            settings,
+            config.shards.clone(),
+            async move {
+                let _ = keeping_stopped.await;
+            },
+        ));
+        controller::run(client, config, metrics, readiness, stopped()).await?;
+        let _ = stop_keeping.send(());
+        let _ = keeper.await;
+        let _ = server.await;
+        return Ok(());
+    }
     if !args.leader.leader_elect {
         controller::run(client, config, metrics, readiness, stopped()).await?;
         let _ = server.await;

@@ -32,6 +32,11 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerbLabels {
     verb: String,
 }
@@ -51,6 +56,7 @@ pub struct Metrics {
     writes: Family<VerbLabels, Counter>,
     propagation: Histogram,
     source_watches: Gauge,
+    shards_held: Family<ShardLabels, Gauge>,
     plugin_failures: Family<ErrorReason, Counter>,
     plugin_chains: Family<ChainLabels, Counter>,
     copy_flaps: Counter,
@@ -112,6 +118,12 @@ impl Metrics {
              remembered (the outcome for the same input was reused)",
             plugin_chains.clone(),
         );
+        let shards_held = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "shard_held",
+            "1 for each shard of the rules this replica holds now, 0 for the others",
+            shards_held.clone(),
+        );
         let copy_flaps = Counter::default();
         registry.register(
             "copy_flaps",
@@ -131,11 +143,23 @@ impl Metrics {
             writes,
             propagation,
             source_watches,
+            shards_held,
             copies_by_rule: Mutex::new(HashMap::new()),
         };
         // Every state is exposed from the start, at zero, so dashboards need no special case.
         metrics.set_copies("", None);
         metrics
+    }
+
+    /// Records which of `count` shards this replica holds.
+    pub fn set_shards(&self, count: u32, held: &std::collections::BTreeSet<u32>) {
+        for shard in 0..count {
+            self.shards_held
+                .get_or_create(&ShardLabels {
+                    shard: shard.to_string(),
+                })
+                .set(i64::from(held.contains(&shard)));
+        }
     }
 
     pub fn reconciled(&self, kind: &str, took: Duration) {

@@ -442,7 +442,6 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
     let identity = options.identity.describe();
     let kinds = plurals(&plan.kinds);
     let namespaced = plan.namespaced();
-    let cluster_scoped = plan.cluster_scoped();
     let discovered = plan.discovered();
     let mut documents = Vec::new();
     // The header goes on the first document, whichever that is.
@@ -489,71 +488,7 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
     }
 
     // The cluster-wide grants: a comment line and the verbs per kind, then the extra rules.
-    let mut comment = Vec::new();
-    let mut kind_verbs: Vec<(KnownKind, Vec<&str>)> = Vec::new();
-    let mut rules = Vec::new();
-    match options.usage {
-        Use::Target => {
-            comment.push("Cluster-wide, for mimeo's watches in this cluster:".into());
-            let mut namespace_verbs = NAMESPACE_WATCH_VERBS.to_vec();
-            comment.push(format!(
-                "- {} on namespaces: one metadata-only watch on namespaces.",
-                NAMESPACE_WATCH_VERBS.join(", ")
-            ));
-            if options.create_namespaces {
-                namespace_verbs.push("create");
-                comment.push("- create on namespaces: creating target namespaces that do not exist.".into());
-            }
-            rules.push(rule(&[""], &["namespaces"], &namespace_verbs));
-            comment.push(format!(
-                "- {} on {kinds}: one watch per kind across the cluster, selected by the label \
-                 {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}. A label selector does not narrow RBAC: this lets the \
-                 {identity} list and watch every object of these kinds in the cluster, contents included.",
-                TARGET_WATCH_VERBS.join(", ")
-            ));
-            let writes_everywhere = plan.namespaces.is_empty();
-            for kind in &plan.kinds {
-                let verbs = if writes_everywhere || !kind.namespaced {
-                    ordered_verbs(&[&TARGET_WATCH_VERBS[..], &TARGET_WRITE_VERBS[..]].concat())
-                } else {
-                    TARGET_WATCH_VERBS.to_vec()
-                };
-                kind_verbs.push((*kind, verbs));
-            }
-            if writes_everywhere && !namespaced.is_empty() {
-                comment.push(format!(
-                    "- {} on {}: writing copies. No namespace was given, so this grants them in every \
-                     namespace of the cluster; name the target namespaces (--namespace) to grant them there alone.",
-                    TARGET_WRITE_VERBS.join(", "),
-                    plurals(&namespaced)
-                ));
-            }
-            if !cluster_scoped.is_empty() {
-                comment.push(format!(
-                    "- {} on {}: writing copies. These kinds are cluster-scoped: a copy has no namespace, so \
-                     writing it needs these verbs cluster-wide, which no Role can grant.",
-                    TARGET_WRITE_VERBS.join(", "),
-                    plurals(&cluster_scoped)
-                ));
-            }
-        }
-        Use::Source => {
-            if !cluster_scoped.is_empty() {
-                comment.push("Cluster-wide, for mimeo's reads in this cluster:".into());
-                comment.push(format!(
-                    "- {} on {}: reading and watching the objects mimeo copies. These kinds are \
-                     cluster-scoped, so this is granted cluster-wide.",
-                    SOURCE_VERBS.join(", "),
-                    plurals(&cluster_scoped)
-                ));
-                for kind in &cluster_scoped {
-                    kind_verbs.push((*kind, SOURCE_VERBS.to_vec()));
-                }
-            } else if !discovered.is_empty() {
-                comment.push("Cluster-wide, for mimeo's discovery in this cluster:".into());
-            }
-        }
-    }
+    let (mut comment, kind_verbs, mut rules) = cluster_wide(options, &plan, &identity);
     rules.extend(rules_for(&kind_verbs));
     if !discovered.is_empty() {
         comment.push(format!(
@@ -619,6 +554,88 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
         });
     }
     Ok(documents)
+}
+
+/// The verbs granted on each kind.
+type KindVerbs = Vec<(KnownKind, Vec<&'static str>)>;
+
+/// The cluster-wide grants of `plan`: the comment lines saying why, the verbs per kind, and the
+/// rules beyond those (namespaces).
+fn cluster_wide(
+    options: &RbacOptions,
+    plan: &Plan,
+    identity: &str,
+) -> (Vec<String>, KindVerbs, Vec<PolicyRule>) {
+    let kinds = plurals(&plan.kinds);
+    let namespaced = plan.namespaced();
+    let cluster_scoped = plan.cluster_scoped();
+    let discovered = plan.discovered();
+    let mut comment = Vec::new();
+    let mut kind_verbs: Vec<(KnownKind, Vec<&str>)> = Vec::new();
+    let mut rules = Vec::new();
+    match options.usage {
+        Use::Target => {
+            comment.push("Cluster-wide, for mimeo's watches in this cluster:".into());
+            let mut namespace_verbs = NAMESPACE_WATCH_VERBS.to_vec();
+            comment.push(format!(
+                "- {} on namespaces: one metadata-only watch on namespaces.",
+                NAMESPACE_WATCH_VERBS.join(", ")
+            ));
+            if options.create_namespaces {
+                namespace_verbs.push("create");
+                comment.push("- create on namespaces: creating target namespaces that do not exist.".into());
+            }
+            rules.push(rule(&[""], &["namespaces"], &namespace_verbs));
+            comment.push(format!(
+                "- {} on {kinds}: one watch per kind across the cluster, selected by the label \
+                 {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}. A label selector does not narrow RBAC: this lets the \
+                 {identity} list and watch every object of these kinds in the cluster, contents included.",
+                TARGET_WATCH_VERBS.join(", ")
+            ));
+            let writes_everywhere = plan.namespaces.is_empty();
+            for kind in &plan.kinds {
+                let verbs = if writes_everywhere || !kind.namespaced {
+                    ordered_verbs(&[&TARGET_WATCH_VERBS[..], &TARGET_WRITE_VERBS[..]].concat())
+                } else {
+                    TARGET_WATCH_VERBS.to_vec()
+                };
+                kind_verbs.push((*kind, verbs));
+            }
+            if writes_everywhere && !namespaced.is_empty() {
+                comment.push(format!(
+                    "- {} on {}: writing copies. No namespace was given, so this grants them in every \
+                     namespace of the cluster; name the target namespaces (--namespace) to grant them there alone.",
+                    TARGET_WRITE_VERBS.join(", "),
+                    plurals(&namespaced)
+                ));
+            }
+            if !cluster_scoped.is_empty() {
+                comment.push(format!(
+                    "- {} on {}: writing copies. These kinds are cluster-scoped: a copy has no namespace, so \
+                     writing it needs these verbs cluster-wide, which no Role can grant.",
+                    TARGET_WRITE_VERBS.join(", "),
+                    plurals(&cluster_scoped)
+                ));
+            }
+        }
+        Use::Source => {
+            if !cluster_scoped.is_empty() {
+                comment.push("Cluster-wide, for mimeo's reads in this cluster:".into());
+                comment.push(format!(
+                    "- {} on {}: reading and watching the objects mimeo copies. These kinds are \
+                     cluster-scoped, so this is granted cluster-wide.",
+                    SOURCE_VERBS.join(", "),
+                    plurals(&cluster_scoped)
+                ));
+                for kind in &cluster_scoped {
+                    kind_verbs.push((*kind, SOURCE_VERBS.to_vec()));
+                }
+            } else if !discovered.is_empty() {
+                comment.push("Cluster-wide, for mimeo's discovery in this cluster:".into());
+            }
+        }
+    }
+    (comment, kind_verbs, rules)
 }
 
 fn to_value(object: impl serde::Serialize) -> Result<Value, RbacError> {

@@ -9,17 +9,37 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether the controller's caches are filled and it is reconciling.
+/// Whether the controller's caches are filled and it is reconciling, and which shards it holds
+/// when the rules are shared between replicas.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness {
+    ready: Arc<AtomicBool>,
+    shards: Arc<std::sync::OnceLock<crate::shards::Shards>>,
+}
 
 impl Readiness {
     pub fn set_ready(&self) {
-        self.0.store(true, Ordering::Release);
+        self.ready.store(true, Ordering::Release);
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The shards `/readyz` names.
+    pub fn set_shards(&self, shards: crate::shards::Shards) {
+        let _ = self.shards.set(shards);
+    }
+
+    /// What `/readyz` says when ready: `ok`, and with shards, which this replica holds.
+    fn said(&self) -> String {
+        match self.shards.get() {
+            None => "ok".to_owned(),
+            Some(shards) => {
+                let held: Vec<String> = shards.held_now().iter().map(u32::to_string).collect();
+                format!("ok: shards [{}] of {}", held.join(","), shards.count())
+            }
+        }
     }
 }
 
@@ -56,10 +76,13 @@ async fn metrics_text(State(state): State<AppState>) -> ([(&'static str, &'stati
     )
 }
 
-async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
+async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
     if state.readiness.is_ready() {
-        (StatusCode::OK, "ok")
+        (StatusCode::OK, state.readiness.said())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not synced yet".to_owned(),
+        )
     }
 }

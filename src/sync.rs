@@ -20,5 +20,6 @@ pub mod registrations;
 pub mod scope;
 pub mod seal;
 pub mod secret_types;
+pub mod shards;
 pub mod targets;
 pub mod validate;

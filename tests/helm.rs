@@ -1724,9 +1724,10 @@ async fn mimeo_runs_with_the_chart_rbac() {
     );
 }
 
-/// The state of the copy in `namespace` in a rule's status, if the status lists it.
+/// The state of the copy in `namespace` in a rule's status, if the status lists it (as a copy
+/// that is not in sync).
 fn copy_state(status: &Value, namespace: &str) -> Option<String> {
-    status["targets"]
+    status["problems"]
         .as_array()?
         .iter()
         .find(|c| c["namespace"] == namespace)
@@ -1962,14 +1963,19 @@ async fn wait_for_status(
     .unwrap_or_else(|_| panic!("{what} did not come; mimeo's log:\n{}", controller.log()))
 }
 
-async fn lease_holder(admin: &Client) -> Option<String> {
+async fn shard_holders(admin: &Client) -> Vec<Option<String>> {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NAMESPACE);
-    leases.get_opt("mimeo").await.unwrap()?.spec?.holder_identity
+    let mut holders = Vec::new();
+    for shard in 0..2 {
+        let lease = leases.get_opt(&format!("mimeo-shard-2-{shard}")).await.unwrap();
+        holders.push(lease.and_then(|l| l.spec?.holder_identity));
+    }
+    holders
 }
 
-/// replicas: 2 under the chart's RBAC: one replica holds the Lease; when it dies without
-/// releasing it, the other takes the Lease over once it expires (an update of a Lease it did
-/// not create) and does the work.
+/// replicas: 2 under the chart's RBAC: both replicas work, one shard of the rules each; when one
+/// dies without releasing its shard, the other takes it over once it expires (an update of a
+/// Lease it did not create) and does its work too.
 #[tokio::test]
 async fn a_second_replica_takes_over_under_the_chart_rbac() {
     let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
@@ -1980,38 +1986,56 @@ async fn a_second_replica_takes_over_under_the_chart_rbac() {
         &plane,
         &["--set", "replicas=2", "--set", "leaderElection.leaseSeconds=3"],
     );
+    let rendered_args = args(&rendered);
     assert!(
-        args(&rendered)
+        rendered_args
             .iter()
             .any(|a| a == "--leader-elect-lease-seconds=3")
     );
+    assert!(
+        rendered_args.iter().any(|a| a == "--shards=2"),
+        "{rendered_args:?}"
+    );
     let (_, kubeconfig) = service_account_client(&plane, &admin).await;
     let mut first = run_as_deployed(&rendered, &kubeconfig, "mimeo-0");
-    tokio::time::timeout(
+    let second = run_as_deployed(&rendered, &kubeconfig, "mimeo-1");
+    let mut held: Vec<Option<String>> = Vec::new();
+    let shared = tokio::time::timeout(
         common::WAIT,
-        eventually("mimeo-0 holds the Lease", || {
+        eventually("one shard for each replica", || {
             let admin = admin.clone();
-            async move { (lease_holder(&admin).await.as_deref() == Some("mimeo-0")).then_some(()) }
+            async move {
+                let mut holders = shard_holders(&admin).await;
+                holders.sort();
+                (holders == [Some("mimeo-0".to_owned()), Some("mimeo-1".to_owned())]).then_some(holders)
+            }
         }),
     )
-    .await
-    .unwrap_or_else(|_| panic!("mimeo-0 did not lead; its log:\n{}", first.log()));
-    let second = run_as_deployed(&rendered, &kubeconfig, "mimeo-1");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        lease_holder(&admin).await.as_deref(),
-        Some("mimeo-0"),
-        "one leader at a time"
+    .await;
+    if let Ok(holders) = shared {
+        held = holders;
+    }
+    assert!(
+        !held.is_empty(),
+        "the replicas did not share the shards; logs:\n{}\n{}",
+        first.log(),
+        second.log()
     );
 
-    // SIGKILL: the Lease is not released; mimeo-1 waits for it to expire.
+    // SIGKILL: mimeo-0's shard is not released; mimeo-1 waits for it to expire.
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     tokio::time::timeout(
         common::WAIT,
-        eventually("mimeo-1 takes the Lease over", || {
+        eventually("mimeo-1 takes the other shard over", || {
             let admin = admin.clone();
-            async move { (lease_holder(&admin).await.as_deref() == Some("mimeo-1")).then_some(()) }
+            async move {
+                let holders = shard_holders(&admin).await;
+                holders
+                    .iter()
+                    .all(|h| h.as_deref() == Some("mimeo-1"))
+                    .then_some(())
+            }
         }),
     )
     .await

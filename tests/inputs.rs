@@ -217,7 +217,7 @@ async fn a_template_error_fails_only_that_copy() {
     let failed = h.wait_ready("team", "assembled", "False", "PluginFailed").await;
     let status = failed.status.unwrap();
     let copy = status
-        .targets
+        .problems
         .iter()
         .find(|c| c.namespace.as_deref() == Some("tenant-b"))
         .unwrap();
@@ -276,7 +276,7 @@ async fn a_declared_type_is_checked_before_the_write() {
     })))
     .await;
     let failed = h.wait_ready("team", "assembled", "False", "PluginFailed").await;
-    let message = failed.status.unwrap().targets[0].message.clone().unwrap();
+    let message = failed.status.unwrap().problems[0].message.clone().unwrap();
     assert!(
         message.contains("a Secret of type kubernetes.io/tls needs the key tls.key"),
         "{message}"

@@ -199,8 +199,8 @@ async fn cluster_policies_go_to_other_clusters_once_they_serve_the_kind() {
     // 3. Cluster B has no Kyverno CRDs yet.
     let waiting = eventually("ClusterPolicy copies KindNotServed in B", || async {
         let status = cluster_rule_status(&h, "cluster-policies").await?;
-        let first = status.targets.first()?.clone();
-        (first.state == CopyState::KindNotServed && status.targets.len() == sources.len()).then_some(first)
+        let first = status.problems.first()?.clone();
+        (first.state == CopyState::KindNotServed && status.problems.len() == sources.len()).then_some(first)
     })
     .await;
     let message = waiting.message.unwrap();
@@ -247,6 +247,41 @@ async fn cluster_policies_go_to_other_clusters_once_they_serve_the_kind() {
             .await
             .is_some()
     );
+
+    // The kind's CRD removed from B takes the copies with it: the rule says the kind is not
+    // served there, and deleting the rule does not wait on copies that cannot exist.
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(b_client.clone());
+    crds.delete("clusterpolicies.kyverno.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the ClusterPolicy CRD gone from B", || async {
+        crds.get_opt("clusterpolicies.kyverno.io")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("the copies KindNotServed in B again", || async {
+        let status = cluster_rule_status(&h, "cluster-policies").await?;
+        (status.counts.get("KindNotServed") == Some(&(sources.len() as i64 - 1))).then_some(())
+    })
+    .await;
+    let rules: Api<ClusterSyncRule> = Api::all(h.client.clone());
+    rules
+        .delete("cluster-policies", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the rule gone once the kind is gone from B", || async {
+        rules
+            .get_opt("cluster-policies")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 /// 5: a kind outside the allow-list is refused, a made-up kind says it does not exist, and a
@@ -307,7 +342,10 @@ async fn kinds_outside_the_allow_list_or_the_cluster_are_refused() {
     let rules: Api<SyncRule> = Api::namespaced(h.client.clone(), "team");
     for name in ["limits", "widgets", "roles"] {
         let status = rules.get(name).await.unwrap().status.unwrap();
-        assert!(status.targets.is_empty(), "{name} made copies");
+        assert!(
+            status.counts.is_empty() && status.clusters.is_empty(),
+            "{name} made copies"
+        );
     }
 }
 
@@ -498,7 +536,7 @@ async fn cel_policies_fan_out_with_their_namespace_literals_rewritten() {
         .await;
     let failed = eventually("the unparseable policy PluginFailed", || async {
         let rule = h.rule("test-namespace", "broken").await?;
-        let copy = rule.status?.targets.first()?.clone();
+        let copy = rule.status?.problems.first()?.clone();
         (copy.state == CopyState::PluginFailed).then_some(copy)
     })
     .await;
@@ -560,7 +598,11 @@ async fn a_copy_the_target_rejects_says_why_and_writes_nothing() {
     )
     .await;
     let failed = eventually("the rejected copy reported", || async {
-        let copy = cluster_rule_status(&h, "audited").await?.targets.first()?.clone();
+        let copy = cluster_rule_status(&h, "audited")
+            .await?
+            .problems
+            .first()?
+            .clone();
         (copy.state == CopyState::Failed).then_some(copy)
     })
     .await;
@@ -788,8 +830,7 @@ async fn rules_naming_two_versions_of_cluster_policies_leave_the_copies_idle() {
                 .iter()
                 .filter(|s| s["metadata"]["labels"]["half"] == half)
                 .count();
-            (status.targets.len() == want && status.targets.iter().all(|t| t.state == CopyState::Synced))
-                .then_some(())
+            (status.copies == Some(format!("{want}/{want}"))).then_some(())
         })
         .await;
     }
@@ -874,8 +915,7 @@ async fn rules_naming_two_versions_of_a_cel_policy_kind_leave_the_copies_idle() 
             .await;
         eventually(&format!("ClusterSyncRule half-{half} Synced"), || async {
             let status = cluster_rule_status(&h, &format!("half-{half}")).await?;
-            (status.targets.len() == 2 && status.targets.iter().all(|t| t.state == CopyState::Synced))
-                .then_some(())
+            (status.copies.as_deref() == Some("2/2")).then_some(())
         })
         .await;
     }
@@ -990,7 +1030,7 @@ async fn a_kind_that_appears_wakes_the_rules_waiting_on_it() {
     h.wait_ready("team", "policies", "False", "KindNotServed").await;
     eventually("the copy in B KindNotServed", || async {
         let status = cluster_rule_status(&h, "to-b").await?;
-        (status.targets.first()?.state == CopyState::KindNotServed).then_some(())
+        (status.problems.first()?.state == CopyState::KindNotServed).then_some(())
     })
     .await;
     // Long enough for both rules' retries to back off past half a minute.

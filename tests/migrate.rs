@@ -701,11 +701,13 @@ async fn an_adopt_by_mark_does_not_stand_in_for_consent() {
         .await;
     let states = eventually("both copies reported", || async {
         let status = h.rule("platform", "creds").await?.status?;
-        let states: Vec<String> = status
-            .targets
+        let mut states: Vec<String> = status
+            .problems
             .iter()
             .map(|t| format!("{} {:?}", t.namespace.clone().unwrap_or_default(), t.state))
             .collect();
+        // Problems are listed worst first, not by place.
+        states.sort();
         (states.len() == 2).then_some(states)
     })
     .await;

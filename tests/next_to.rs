@@ -328,7 +328,7 @@ async fn a_tenant_rule_next_to_clusters_still_needs_consent() {
     let states: Vec<(String, mimeo::api::CopyState)> = rule
         .status
         .unwrap()
-        .targets
+        .problems
         .into_iter()
         .map(|c| (c.namespace.unwrap_or_default(), c.state))
         .collect();

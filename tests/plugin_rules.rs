@@ -79,7 +79,7 @@ async fn a_skip_leaves_one_namespace_without_a_copy_and_says_why() {
     );
     let status = rule.status.unwrap();
     let skipped = status
-        .targets
+        .problems
         .iter()
         .find(|c| c.namespace.as_deref() == Some("tenant-b"))
         .unwrap();
@@ -114,7 +114,7 @@ async fn a_failing_plugin_leaves_the_previous_copy() {
     let failed = h
         .wait_ready("platform", "registry", "False", "PluginFailed")
         .await;
-    let message = failed.status.unwrap().targets[0].message.clone().unwrap();
+    let message = failed.status.unwrap().problems[0].message.clone().unwrap();
     assert!(message.contains("deadline"), "{message}");
     common::stays("the previous copy untouched", Duration::from_secs(1), || async {
         h.secrets("tenant-a")
@@ -473,7 +473,7 @@ async fn plugins_blocked_in_wasi_are_contained_and_other_rules_go_on() {
         let rule = h.wait_ready("platform", &name, "False", reason).await;
         let status = rule.status.unwrap();
         let message = match *reason {
-            "PluginFailed" => status.targets[0].message.clone().unwrap_or_default(),
+            "PluginFailed" => status.problems[0].message.clone().unwrap_or_default(),
             _ => status.conditions[0].message.clone(),
         };
         assert!(message.contains("ran past its deadline"), "{name}: {message}");

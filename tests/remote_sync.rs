@@ -149,14 +149,25 @@ async fn wait_copy_state(
     eventually(
         &format!("copy {copy:?} of rule {rule:?} in state {state:?}"),
         || async {
-            rule_status(h, rule.0, rule.1)
-                .await?
-                .targets
-                .into_iter()
-                .find(|c| {
-                    c.cluster.as_deref() == copy.0 && c.namespace.as_deref() == copy.1 && c.name == copy.2
-                })
-                .filter(|c| c.state == state)
+            let status = rule_status(h, rule.0, rule.1).await?;
+            if common::copy_state_in(&status, copy.0, copy.1, copy.2) != Some(state) {
+                return None;
+            }
+            let listed = status.problems.into_iter().find(|c| {
+                c.cluster.as_deref() == copy.0 && c.namespace.as_deref() == copy.1 && c.name == copy.2
+            });
+            Some(listed.unwrap_or_else(|| CopyStatus {
+                source: mimeo::api::SourceRef {
+                    namespace: None,
+                    name: String::new(),
+                },
+                cluster: copy.0.map(str::to_owned),
+                namespace: copy.1.map(str::to_owned),
+                name: copy.2.to_owned(),
+                state,
+                hash: None,
+                message: None,
+            }))
         },
     )
     .await
@@ -889,7 +900,7 @@ async fn uid_in(client: &Client, ns: &str, name: &str) -> Option<String> {
         .uid
 }
 
-/// The clusters the rule's inventory lists the copy `namespace/name` in, with their states.
+/// The clusters the rule's status counts the copy `namespace/name` in, with its state there.
 async fn listed_in(
     h: &Harness,
     rule: (Option<&str>, &str),
@@ -898,10 +909,12 @@ async fn listed_in(
 ) -> Vec<(Option<String>, CopyState)> {
     let status = rule_status(h, rule.0, rule.1).await.unwrap_or_default();
     status
-        .targets
-        .into_iter()
-        .filter(|c| c.namespace.as_deref() == Some(ns) && c.name == name)
-        .map(|c| (c.cluster, c.state))
+        .clusters
+        .iter()
+        .filter_map(|c| {
+            let state = common::copy_state_in(&status, c.cluster.as_deref(), Some(ns), name)?;
+            Some((c.cluster.clone(), state))
+        })
         .collect()
 }
 
@@ -1033,7 +1046,8 @@ async fn a_rule_moved_between_registrations_of_one_cluster_keeps_its_copy() {
         .await;
     wait_value(&b.client, "apps", "pull", "v1").await;
     let uid = uid_in(&b.client, "apps", "pull").await.unwrap();
-    let writes_before = apiserver_writes(&b.client, &["secrets"]).await;
+    // Writes carried out: a create-only request that finds the copy there changes nothing.
+    let writes_before = common::apiserver_writes_done(&b.client, &["secrets"]).await;
 
     // Moved by name: the copy is b-new's now, the same object.
     h.apply(rule(json!([{"cluster": "b-new", "namespace": "apps"}])))
@@ -1086,6 +1100,93 @@ async fn a_rule_moved_between_registrations_of_one_cluster_keeps_its_copy() {
     wait_value(&b.client, "apps", "pull", "v2").await;
     assert_eq!(uid_in(&b.client, "apps", "pull").await, Some(uid));
     // One write all along: the new value. Nothing was deleted or made again.
-    let writes = apiserver_writes(&b.client, &["secrets"]).await - writes_before;
+    let writes = common::apiserver_writes_done(&b.client, &["secrets"]).await - writes_before;
     assert_eq!(writes, 1, "writes of secrets in B while the rule moved");
+}
+
+/// What happened while mimeo was down is cleaned up once it is back, with nothing in the rules'
+/// status naming a single copy: a cluster that left a rule's `clusterSelector` loses its copy
+/// (the status's per-cluster counts keep the cluster's name), and a rule deleted meanwhile has
+/// its copy in another cluster removed before its finalizer lets it go.
+#[tokio::test]
+async fn what_changed_while_mimeo_was_down_is_cleaned_in_other_clusters() {
+    let mut h = Harness::start().await;
+    let (b, c) = tokio::join!(other(), other());
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    register(&h, "b", &token_kubeconfig(&b), json!({"env": "prod"}), None).await;
+    register(&h, "c", &token_kubeconfig(&c), json!({"env": "prod"}), None).await;
+    for client in [&b.client, &c.client] {
+        namespace_in(client, "apps", json!({})).await;
+    }
+    h.put_secret("platform", "pull", &[("value", "p1")]).await;
+    h.apply(cluster_rule(
+        "by-label",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}, "namespace": "apps"}]}),
+    ))
+    .await;
+    h.apply(cluster_rule(
+        "named",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"cluster": "c", "namespace": "apps", "name": "named"}]}),
+    ))
+    .await;
+    for client in [&b.client, &c.client] {
+        wait_value(client, "apps", "pull", "p1").await;
+    }
+    wait_value(&c.client, "apps", "named", "p1").await;
+    let status = eventually("both clusters counted", || async {
+        let status = rule_status(&h, None, "by-label").await?;
+        (status.copies.as_deref() == Some("2/2")).then_some(status)
+    })
+    .await;
+    assert!(
+        status.problems.is_empty() && status.targets.is_empty(),
+        "{status:?}"
+    );
+    let counted: Vec<Option<String>> = status.clusters.iter().map(|c| c.cluster.clone()).collect();
+    assert_eq!(counted, [Some("b".to_owned()), Some("c".to_owned())]);
+    let kept_in_b = uid_in(&b.client, "apps", "pull").await;
+
+    h.stop_controller().await;
+    Api::<RemoteCluster>::all(h.client.clone())
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"env": "dev"}}})),
+        )
+        .await
+        .unwrap();
+    Api::<ClusterSyncRule>::all(h.client.clone())
+        .delete("named", &DeleteParams::default())
+        .await
+        .unwrap();
+    h.start_controller().await;
+
+    eventually(
+        "the copy gone from the cluster that left the selector",
+        || async { value_in(&c.client, "apps", "pull").await.is_none().then_some(()) },
+    )
+    .await;
+    eventually("the deleted rule's copy gone from C, then the rule", || async {
+        let gone = value_in(&c.client, "apps", "named").await.is_none();
+        let rule = Api::<ClusterSyncRule>::all(h.client.clone())
+            .get_opt("named")
+            .await
+            .unwrap();
+        (gone && rule.is_none()).then_some(())
+    })
+    .await;
+    let status = eventually("the status counts B alone", || async {
+        let status = rule_status(&h, None, "by-label").await?;
+        (status.copies.as_deref() == Some("1/1")).then_some(status)
+    })
+    .await;
+    assert_eq!(status.clusters.len(), 1, "{status:?}");
+    assert_eq!(
+        uid_in(&b.client, "apps", "pull").await,
+        kept_in_b,
+        "B's copy was made again"
+    );
 }

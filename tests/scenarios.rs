@@ -5,8 +5,10 @@ mod common;
 
 use common::{Harness, eventually, secret, secret_value, stays};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 fn sync_rule(ns: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
@@ -94,13 +96,8 @@ async fn registry_credentials_follow_rotation() {
     let status = rule.status.unwrap();
     assert_eq!(status.copies.as_deref(), Some("1/1"));
     assert_eq!(status.observed_generation, rule.metadata.generation);
-    assert_eq!(status.targets.len(), 1);
-    assert!(
-        status.targets[0]
-            .hash
-            .as_deref()
-            .is_some_and(|h| h.starts_with("sha256:"))
-    );
+    assert_eq!(status.counts, BTreeMap::from([("Synced".to_owned(), 1)]));
+    assert!(status.problems.is_empty() && status.targets.is_empty());
 
     let rotated = secret(
         "platform-helm",
@@ -204,15 +201,9 @@ async fn fan_out_follows_namespace_labels() {
             .then_some(())
     })
     .await;
-    eventually("the inventory without the relabelled namespace", || async {
+    eventually("the status without the relabelled namespace", || async {
         let status = h.rule("platform-config", "ca-bundle").await?.status?;
-        let places: Vec<String> = status
-            .targets
-            .iter()
-            .filter_map(|c| c.namespace.clone())
-            .collect();
-        (places == ["payments-api", "payments-reports"] && status.copies.as_deref() == Some("2/2"))
-            .then_some(())
+        (status.copies.as_deref() == Some("2/2") && status.problems.is_empty()).then_some(())
     })
     .await;
 }
@@ -372,7 +363,7 @@ async fn conflicts_follow_the_rule() {
     ))
     .await;
     let failed = h.wait_ready("team", "adopt", "False", "Conflict").await;
-    let copy_status = &failed.status.unwrap().targets[0];
+    let copy_status = &failed.status.unwrap().problems[0];
     assert!(
         copy_status
             .message
@@ -445,7 +436,7 @@ async fn conflicts_follow_the_rule() {
         .await;
     let refused = h.wait_ready("team", "reach-out", "False", "Conflict").await;
     assert!(
-        refused.status.unwrap().targets[0]
+        refused.status.unwrap().problems[0]
             .message
             .as_deref()
             .unwrap()
@@ -481,7 +472,7 @@ async fn consent_is_required() {
         status.conditions[0].message
     );
     assert!(
-        status.targets[0]
+        status.problems[0]
             .message
             .as_deref()
             .unwrap()
@@ -548,7 +539,7 @@ async fn clean_up_leaves_cluster_and_inventory_agreeing() {
             let status = h.rule("platform", rule).await?.status?;
             if status.copies.as_deref() != Some("2/2")
                 || status
-                    .targets
+                    .problems
                     .iter()
                     .any(|c| c.namespace.as_deref() == Some("t3"))
             {
@@ -595,7 +586,11 @@ async fn clean_up_leaves_cluster_and_inventory_agreeing() {
     let rule = h
         .wait_ready("platform", "source-goes", "False", "SourceNotFound")
         .await;
-    assert!(rule.status.unwrap().targets.is_empty(), "the inventory is empty");
+    let status = rule.status.unwrap();
+    assert!(
+        status.counts.is_empty() && status.clusters.is_empty(),
+        "no copies counted: {status:?}"
+    );
     for ns in ["t1", "t2"] {
         assert!(
             h.secrets(ns).get_opt("c").await.unwrap().is_none(),
@@ -841,18 +836,22 @@ async fn cluster_rule_copies_everywhere() {
     let status = rule.status.unwrap();
     assert!(
         status
-            .targets
+            .problems
             .iter()
             .all(|c| c.namespace.as_deref() != Some("platform")),
         "the source is not its own copy"
+    );
+    let source = h.config_maps("platform").get("ca-bundle").await.unwrap();
+    assert!(
+        !source.labels().contains_key("mimeo.dev/managed-by"),
+        "the source was written as its own copy"
     );
 }
 
 /// A rule of 200 sources (a selector) and every namespace (`namespaceSelector: {}`), none of
 /// which accepts copies: about 40,000 `NotAccepted` copies. Listing each would put some 6 MB in
-/// the status, past what the apiserver takes in one request, and the status (the inventory that
-/// clean-up relies on included) could never be written again. The status lists the first 200
-/// and counts the rest by state; the Ready message counts them all.
+/// the status, past what the apiserver takes in one request. The status counts them by state
+/// and by cluster and names the first few; the Ready message counts them all.
 #[tokio::test]
 async fn a_rule_of_many_sources_and_namespaces_keeps_a_status_that_fits() {
     let h = Harness::start().await;
@@ -878,16 +877,23 @@ async fn a_rule_of_many_sources_and_namespaces_keeps_a_status_that_fits() {
         .wait_ready("platform", "everywhere", "False", "NotAccepted")
         .await;
     let status = rule.status.unwrap();
-    let total: i64 = status.targets.len() as i64 + status.not_listed.values().sum::<i64>();
+    let total: i64 = status.counts.values().sum();
+    let size = serde_json::to_vec(&status).unwrap().len();
     println!(
-        "{total} copies: {} listed, {:?} counted; status {} bytes, written {:?} after the rule",
-        status.targets.len(),
-        status.not_listed,
-        serde_json::to_vec(&status).unwrap().len(),
+        "{total} copies: {} named, {:?} counted; status {size} bytes, written {:?} after the rule",
+        status.problems.len(),
+        status.counts,
         started.elapsed()
     );
     assert!(total >= 200 * 200, "{total}");
-    assert_eq!(status.targets.len(), 200);
+    assert_eq!(status.counts.get("NotAccepted"), Some(&total));
+    assert_eq!(
+        status.problems.len() as i64 + status.more_problems.unwrap_or(0),
+        total
+    );
+    assert_eq!(status.clusters.len(), 1);
+    assert_eq!(status.clusters[0].copies, total);
+    assert!(size < 64 * 1024, "a status of {size} bytes");
     assert_eq!(status.copies.as_deref(), Some(format!("0/{total}").as_str()));
     assert!(
         status.conditions[0]

@@ -219,8 +219,8 @@ async fn a_kubeconfig_cannot_make_mimeo_send_its_credentials_or_read_its_files()
             .get("fan-out")
             .await
             .ok()?;
-        let targets = rule.status?.targets;
-        (targets.len() == attacks.len()).then_some(targets)
+        let problems = rule.status?.problems;
+        (problems.len() == attacks.len()).then_some(problems)
     })
     .await;
     for copy in &rule {
@@ -517,7 +517,7 @@ async fn a_plugin_cannot_publish_a_source_in_events() {
             .get("leak-skip")
             .await
             .ok()?;
-        let copy = rule.status?.targets.into_iter().next()?;
+        let copy = rule.status?.problems.into_iter().next()?;
         (copy.state == mimeo::api::CopyState::Skipped).then_some(())
     })
     .await;
@@ -1414,7 +1414,7 @@ async fn no_status_event_or_log_line_shows_a_secret() {
         let text = serde_json::to_string(&status).unwrap();
         messages.push(format!(
             "{name}: {}",
-            status.targets[0].message.clone().unwrap_or_default()
+            status.problems[0].message.clone().unwrap_or_default()
         ));
         for shown in [CANARY.to_owned(), b64(CANARY)] {
             assert!(!text.contains(&shown), "{name}'s status shows the secret: {text}");

@@ -103,6 +103,18 @@ impl Mimeo {
     /// `mimeo run` from the binary `bin`. MIMEO_BENCH_LOG sets its log filter (`warn` when unset),
     /// its log going to `mimeo.log` in `dir`.
     pub fn start_bin(bin: &std::path::Path, kubeconfig: &std::path::Path, dir: &std::path::Path) -> Self {
+        Self::start_with(bin, kubeconfig, dir, &[], &[])
+    }
+
+    /// `mimeo run` from `bin` with more arguments and environment, its log in `mimeo.log` of
+    /// `dir` (one directory per replica).
+    pub fn start_with(
+        bin: &std::path::Path,
+        kubeconfig: &std::path::Path,
+        dir: &std::path::Path,
+        extra: &[String],
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -127,6 +139,8 @@ impl Mimeo {
                 &format!("--plugin-cache-dir={}", dir.join("plugins").display()),
                 &format!("--artifact-cache-dir={}", dir.join("artifacts").display()),
             ])
+            .args(extra)
+            .envs(env.iter().copied())
             .env("KUBECONFIG", kubeconfig)
             .env_remove("MIMEO_WATCH_NAMESPACE")
             .env_remove("MIMEO_ALLOW_KINDS")
@@ -179,6 +193,18 @@ impl Mimeo {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmRSS in /proc/<pid>/status");
         kib / 1024.0
+    }
+
+    /// Sends a signal (`KILL`, `STOP`, `CONT`, ...).
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status();
+    }
+
+    /// Waits for the process after a SIGKILL.
+    pub fn reap(&mut self) {
+        let _ = self.child.wait();
     }
 
     pub fn stop(&mut self) {

@@ -93,4 +93,8 @@ pub struct RemoteClusterStatus {
     /// How many rules use this cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<i32>,
+    /// With the rules split into shards between replicas: how many rules of each shard use this
+    /// cluster, each written by the replica holding that shard; `rules` is their sum.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rules_by_shard: std::collections::BTreeMap<String, i32>,
 }

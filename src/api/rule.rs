@@ -504,17 +504,25 @@ pub struct RuleStatus {
     /// Copies in sync out of copies wanted, as `synced/total`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copies: Option<String>,
-    /// Every copy this rule owns: the inventory used for clean-up, even of copies whose target no
-    /// longer matches.
+    /// Copies by state (`Synced: 49990`, `Conflict: 3`), every state that has one. The status
+    /// never lists the copies in sync: a rule of any size has a status of about the same size.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub counts: std::collections::BTreeMap<String, i64>,
+    /// Each cluster the rule writes copies to or still holds copies in, with its counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterCopies>,
+    /// The copies not in sync, and why: the worst first (a copy the flap guard holds, then
+    /// failures, then copies blocked), at most a few dozen; `moreProblems` counts the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<CopyStatus>,
+    /// Copies not in sync beyond those `problems` lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub more_problems: Option<i64>,
+    /// Deprecated, written by no mimeo since: the inventory of every copy that earlier versions
+    /// kept here. Copies it lists that carry no seal yet (made before seals) are still trusted as
+    /// the rule's; each is sealed at its next write and then dropped from this list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<CopyStatus>,
-    /// Copies counted by state instead of listed in `targets`: past the first few hundred, those
-    /// in a state that holds no copy (`NotAccepted`, `NamespaceMissing`, `NotWatched`,
-    /// `Skipped`, `Conflict`, `KindNotServed`, `Refused`). A rule of many sources and namespaces
-    /// would otherwise outgrow what the apiserver stores, and its status, the inventory of the
-    /// copies it owns included, could no longer be written.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub not_listed: std::collections::BTreeMap<String, i64>,
     /// The digest each `oci://` plugin was resolved to, and when: the artifact that runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<PluginPin>,
@@ -537,7 +545,24 @@ pub struct PluginPin {
     pub refused: Option<String>,
 }
 
-/// One copy in a rule's inventory.
+/// A rule's copies in one cluster, counted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCopies {
+    /// The `RemoteCluster`; empty for the cluster the rule lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Copies wanted or held there.
+    pub copies: i64,
+    /// Of those, copies in sync.
+    pub synced: i64,
+    /// Why none of the copies there can be written now (the cluster does not answer, is
+    /// missing, ...); the counts are then those last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<CopyState>,
+}
+
+/// One copy the status names: a copy not in sync, or one of the deprecated `targets`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CopyStatus {

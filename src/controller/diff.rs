@@ -21,14 +21,17 @@ use crate::api::{
 use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{HostSettings, PluginHost};
 use crate::sync::copies::{
-    ClusterPlaces, LiveCopies, Made, Pending, Plan, Source, Wants, owned, place, unwanted,
+    ClusterPlaces, LiveCopies, Made, OwnedCopy, Pending, Plan, Read, Source, Wants, owned, place, unwanted,
 };
 use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
 use crate::sync::next_to::{self, Holders};
 use crate::sync::object_selector::{Matcher, purposes_of};
-use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION, RuleKey, RuleKind};
+use crate::sync::ownership::{
+    ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION,
+    RuleKey, RuleKind,
+};
 use crate::sync::plan::{Decision, Write};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{NamespaceInfo, placements, selector};
@@ -513,41 +516,7 @@ pub async fn diff(
     let source_ns = namespaced.then(|| rule.source_namespace().unwrap_or_default());
 
     // Inputs, as the controller places and checks them.
-    let mut resolved = Vec::with_capacity(spec.inputs.len());
-    for input in &spec.inputs {
-        resolved.push(
-            resolve(&client, &KindRef::of_input(&input.from))
-                .await
-                .map_err(|e| match e {
-                    DiffError::Api { source, .. } => source,
-                    other => kube::Error::Service(other.to_string().into()),
-                }),
-        );
-    }
-    let placed = match inputs::place(
-        &scope,
-        key,
-        spec,
-        resolved,
-        rule.source_namespace().as_deref(),
-        None,
-    ) {
-        Ok(placed) => placed,
-        Err(stop) => return refused_by(report, stop),
-    };
-    let mut found = Vec::with_capacity(placed.len());
-    for input in &placed {
-        found.push(
-            get(
-                &client,
-                &input.resource,
-                input.namespace.as_deref(),
-                &input.object_name,
-            )
-            .await?,
-        );
-    }
-    let read_inputs = match inputs::read(key, &placed, found, None, None) {
+    let read_inputs = match diff_inputs(&client, &scope, rule).await? {
         Ok(read) => read,
         Err(stop) => return refused_by(report, stop),
     };
@@ -583,25 +552,11 @@ pub async fn diff(
     // Sources, namespaces and places.
     let sources = read_sources(&client, key, spec, &resource, source_ns.as_deref()).await?;
     report.notes.extend(remote_notes(&client, key, spec).await?);
-    let local_targets: Vec<_> = spec
-        .targets
-        .iter()
-        .filter(|t| t.cluster.as_deref().is_none_or(str::is_empty) && t.cluster_selector.is_none())
-        .cloned()
-        .collect();
-    let namespaces = overlay.namespaces(read_namespaces(&client, &local_targets).await?);
-    let holders = read_holders(&client, &local_targets).await?;
-    let places = placements(&local_targets, &namespaces, &holders, namespaced)
-        .map_err(|e| DiffError::Rule(e.to_string()))?;
-    let cluster = ClusterPlaces {
-        name: None,
-        places,
-        annotations: namespaces.into_iter().map(|n| (n.name, n.annotations)).collect(),
-    };
-    let previous_copies: Vec<CopyStatus> = previous
+    let cluster = local_places(&client, overlay, spec, namespaced).await?;
+    let known: Vec<CopyStatus> = previous
         .as_ref()
         .map(|s| {
-            s.targets
+            s.problems
                 .iter()
                 .filter(|c| c.cluster.is_none())
                 .cloned()
@@ -609,6 +564,7 @@ pub async fn diff(
         })
         .unwrap_or_default();
     let clusters = [cluster];
+    let unsealed = BTreeSet::new();
     let wants = Wants {
         rule: key,
         scope: &scope,
@@ -617,7 +573,8 @@ pub async fn diff(
         sources: &sources,
         clusters: &clusters,
         unusable: Vec::new(),
-        previous: &previous_copies,
+        previous: &known,
+        unsealed: &unsealed,
     };
     let mut plan = place(&wants);
 
@@ -633,10 +590,76 @@ pub async fn diff(
     )
     .await;
     plan.decide(&sources, key, spec.conflict, &Uncached);
+    let reads = read_places(&client, overlay, &resource, &plan).await;
+    plan.decide_reads(reads, key, spec.conflict);
+    plan.settle_conflicts();
+
+    let kept = plan.kept();
+    let (owned, note) = local_copies(&client, key, &resource, namespaced).await;
+    report.notes.extend(note);
+    let gone = unwanted(owned, &None, &resource, &kept);
+    let secrets = if options.show_secrets {
+        SecretView::Shown
+    } else {
+        SecretView::digested()?
+    };
+    report.entries = entries(plan, &secrets);
+    report.entries.extend(removals(gone, spec.deletion));
+    Ok(report)
+}
+
+/// The copies the rule would no longer want, as the deletion policy treats them.
+fn removals(gone: Vec<OwnedCopy>, deletion: DeletionPolicy) -> impl Iterator<Item = Entry> {
+    gone.into_iter().map(move |copy| Entry {
+        target: CopyTarget {
+            cluster: None,
+            namespace: copy.namespace,
+            name: copy.name,
+        },
+        source: copy.source,
+        change: match deletion {
+            DeletionPolicy::Delete => Change::Delete,
+            DeletionPolicy::Orphan => Change::Orphan,
+        },
+        diff: None,
+    })
+}
+
+/// The places the rule's targets in this cluster offer, as the user's client sees them.
+async fn local_places(
+    client: &Client,
+    overlay: &Overlay,
+    spec: &RuleSpec,
+    namespaced: bool,
+) -> Result<ClusterPlaces, DiffError> {
+    let local_targets: Vec<_> = spec
+        .targets
+        .iter()
+        .filter(|t| t.cluster.as_deref().is_none_or(str::is_empty) && t.cluster_selector.is_none())
+        .cloned()
+        .collect();
+    let namespaces = overlay.namespaces(read_namespaces(client, &local_targets).await?);
+    let holders = read_holders(client, &local_targets).await?;
+    let places = placements(&local_targets, &namespaces, &holders, namespaced)
+        .map_err(|e| DiffError::Rule(e.to_string()))?;
+    Ok(ClusterPlaces {
+        name: None,
+        places,
+        annotations: namespaces.into_iter().map(|n| (n.name, n.annotations)).collect(),
+    })
+}
+
+/// What is in each place the plan could not decide about without a read.
+async fn read_places(
+    client: &Client,
+    overlay: &Overlay,
+    resource: &ApiResource,
+    plan: &Plan,
+) -> Vec<(usize, Read)> {
     let mut reads = Vec::new();
     for (index, _) in plan.unread() {
         let target = &plan.copies[index].target;
-        let read = get(&client, &resource, target.namespace.as_deref(), &target.name)
+        let read = get(client, resource, target.namespace.as_deref(), &target.name)
             .await
             .map(|found| {
                 overlay
@@ -646,39 +669,85 @@ pub async fn diff(
             .map_err(|e| (CopyState::Failed, short_message(&e.to_string())));
         reads.push((index, read));
     }
-    plan.decide_reads(reads, key, spec.conflict);
-    plan.settle_conflicts();
+    reads
+}
 
-    let kept = plan.kept();
-    let recorded: Vec<&CopyStatus> = previous_copies.iter().collect();
-    let gone = unwanted(
-        owned(Vec::new(), &recorded, &resource, namespaced, |_| true),
-        &None,
-        &resource,
-        &kept,
-    );
-    let secrets = if options.show_secrets {
-        SecretView::Shown
-    } else {
-        SecretView::digested()?
+/// The copies in this cluster whose marks name the rule: the objects of its kind carrying
+/// mimeo's label, listed with the user's client (which holds no seal key, so the marks are taken
+/// as they are). Where the user may not list them, a note says that removals are not shown.
+async fn local_copies(
+    client: &Client,
+    key: &RuleKey,
+    resource: &ApiResource,
+    namespaced: bool,
+) -> (Vec<OwnedCopy>, Option<String>) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+    let listed = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            let note = format!(
+                "copies this rule made that it no longer wants are not shown: {} objects labelled \
+                 {selector} cannot be listed with your permissions ({})",
+                resource.kind,
+                short_message(&e.to_string())
+            );
+            return (Vec::new(), Some(note));
+        }
     };
-    report.entries = entries(plan, &secrets);
-    for copy in gone {
-        report.entries.push(Entry {
-            target: CopyTarget {
-                cluster: None,
-                namespace: copy.namespace,
-                name: copy.name,
-            },
-            source: copy.source,
-            change: match spec.deletion {
-                DeletionPolicy::Delete => Change::Delete,
-                DeletionPolicy::Orphan => Change::Orphan,
-            },
-            diff: None,
-        });
+    let rule = key.to_string();
+    let copies = listed
+        .into_iter()
+        .filter(|o| o.annotations().get(RULE_ANNOTATION) == Some(&rule))
+        .map(|o| (resource.clone(), Arc::new(LiveCopy::summed_up(o))))
+        .collect();
+    let owned = owned(copies, &[], resource, namespaced, |_, _| true, |_| true);
+    (owned, None)
+}
+
+/// The rule's inputs, placed, read with the user's client and checked as the controller does; or
+/// why the controller would stop at them.
+async fn diff_inputs(
+    client: &Client,
+    scope: &Scope,
+    rule: &RuleDocument,
+) -> Result<Result<ReadInputs, Stop>, DiffError> {
+    let (key, spec) = (&rule.key, &rule.spec);
+    let mut resolved = Vec::with_capacity(spec.inputs.len());
+    for input in &spec.inputs {
+        resolved.push(
+            resolve(client, &KindRef::of_input(&input.from))
+                .await
+                .map_err(|e| match e {
+                    DiffError::Api { source, .. } => source,
+                    other => kube::Error::Service(other.to_string().into()),
+                }),
+        );
     }
-    Ok(report)
+    let placed = match inputs::place(
+        scope,
+        key,
+        spec,
+        resolved,
+        rule.source_namespace().as_deref(),
+        None,
+    ) {
+        Ok(placed) => placed,
+        Err(stop) => return Ok(Err(stop)),
+    };
+    let mut found = Vec::with_capacity(placed.len());
+    for input in &placed {
+        found.push(
+            get(
+                client,
+                &input.resource,
+                input.namespace.as_deref(),
+                &input.object_name,
+            )
+            .await?,
+        );
+    }
+    Ok(inputs::read(key, &placed, found, None, None))
 }
 
 /// What can be said of the targets in `RemoteCluster`s without mimeo's credentials for them:

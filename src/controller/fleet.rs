@@ -367,9 +367,14 @@ impl Fleet {
 
     /// How many rules use the named cluster.
     pub fn rules_using(&self, name: &str) -> usize {
+        self.rules_using_among(name, |_| true)
+    }
+
+    /// How many of the rules `among` picks use the named cluster.
+    pub fn rules_using_among(&self, name: &str, among: impl Fn(&RuleKey) -> bool) -> usize {
         lock(&self.usage)
-            .values()
-            .filter(|u| u.names.contains(name))
+            .iter()
+            .filter(|(key, u)| among(key) && u.names.contains(name))
             .count()
     }
 

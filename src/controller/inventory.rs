@@ -61,6 +61,8 @@ struct InventoryContext {
     watches: EntryWatches,
     remote_clusters: Store<RemoteCluster>,
     access: AccessState,
+    /// An inventory is kept by the replica holding its shard.
+    shards: crate::shards::Shards,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,7 @@ pub async fn run(
     settings: InventorySettings,
     allowed_kinds: Vec<AllowedKind>,
     remote_clusters: Store<RemoteCluster>,
+    shards: crate::shards::Shards,
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = Api::<ClusterInventory>::all(client.clone());
@@ -108,9 +111,11 @@ pub async fn run(
         allowed_kinds,
         remote_clusters,
         access: AccessState::default(),
+        shards: shards.clone(),
     });
     controller
         .reconcile_on(woken)
+        .reconcile_all_on(super::shards_changed(&shards))
         .graceful_shutdown_on(stopped)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -143,6 +148,10 @@ async fn reconcile(
     if inventory.meta().deletion_timestamp.is_some() {
         // Its RemoteClusters, AccessRequests and Secrets are owned by it: the garbage
         // collector removes them.
+        return Ok(Action::await_change());
+    }
+    if !ctx.shards.holds_name(&inventory.name_any()) {
+        // Another replica keeps it.
         return Ok(Action::await_change());
     }
     let kind = Kind::of(&inventory.spec);
@@ -215,48 +224,16 @@ async fn reconcile(
             .as_ref()
             .and_then(|rc| rc.status.as_ref()?.rules)
             .is_some_and(|rules| rules > 0);
-        let access = match kind {
-            Kind::OpenMcp => {
-                let timeout = inventory
-                    .spec
-                    .open_mcp
-                    .as_ref()
-                    .and_then(|o| o.grant_timeout_seconds)
-                    .map(|s| Duration::from_secs(s.into()))
-                    .unwrap_or(DEFAULT_GRANT_TIMEOUT);
-                inventory_access::openmcp(
-                    &ctx.client,
-                    &ctx.access,
-                    &inventory,
-                    entry,
-                    &name,
-                    in_use,
-                    &requests,
-                    &permissions,
-                    timeout,
-                )
-                .await?
-            }
-            Kind::ClusterApi => inventory_access::cluster_api(entry),
-            Kind::ClusterProfile => {
-                let provider = inventory
-                    .spec
-                    .cluster_profile
-                    .as_ref()
-                    .map(|p| p.provider.as_str())
-                    .unwrap_or_default();
-                inventory_access::cluster_profile(
-                    &ctx.client,
-                    &ctx.access,
-                    &ctx.settings,
-                    &inventory,
-                    entry,
-                    &name,
-                    provider,
-                )
-                .await?
-            }
-        };
+        let access = access_for(
+            &ctx,
+            &inventory,
+            kind,
+            entry,
+            &name,
+            in_use,
+            (&requests, &permissions),
+        )
+        .await?;
         if let Access::Waiting { reason, message } = &access {
             problems.push(problem(entry, reason, message.clone()));
         }
@@ -286,6 +263,61 @@ async fn reconcile(
     Ok(Action::requeue(next))
 }
 
+/// How mimeo gets at the cluster of one selected entry, by the inventory's kind. `in_use`: a rule
+/// uses its RemoteCluster (openMCP access is asked for only then).
+async fn access_for(
+    ctx: &InventoryContext,
+    inventory: &ClusterInventory,
+    kind: Kind,
+    entry: &Entry,
+    name: &str,
+    in_use: bool,
+    (requests, permissions): (&[Arc<kube::api::DynamicObject>], &[serde_json::Value]),
+) -> Result<Access, InventoryError> {
+    Ok(match kind {
+        Kind::OpenMcp => {
+            let timeout = inventory
+                .spec
+                .open_mcp
+                .as_ref()
+                .and_then(|o| o.grant_timeout_seconds)
+                .map(|s| Duration::from_secs(s.into()))
+                .unwrap_or(DEFAULT_GRANT_TIMEOUT);
+            inventory_access::openmcp(
+                &ctx.client,
+                &ctx.access,
+                inventory,
+                entry,
+                name,
+                in_use,
+                requests,
+                permissions,
+                timeout,
+            )
+            .await?
+        }
+        Kind::ClusterApi => inventory_access::cluster_api(entry),
+        Kind::ClusterProfile => {
+            let provider = inventory
+                .spec
+                .cluster_profile
+                .as_ref()
+                .map(|p| p.provider.as_str())
+                .unwrap_or_default();
+            inventory_access::cluster_profile(
+                &ctx.client,
+                &ctx.access,
+                &ctx.settings,
+                inventory,
+                entry,
+                name,
+                provider,
+            )
+            .await?
+        }
+    })
+}
+
 fn problem(entry: &Entry, reason: &str, message: String) -> EntryProblem {
     EntryProblem {
         namespace: entry.namespace.clone(),
@@ -297,17 +329,6 @@ fn problem(entry: &Entry, reason: &str, message: String) -> EntryProblem {
 
 /// The inventory as the owner of a `RemoteCluster`: it goes with the inventory, and only the
 /// inventory that owns one changes or deletes it.
-fn owner_references(inventory: &ClusterInventory) -> serde_json::Value {
-    json!([{
-        "apiVersion": "mimeo.dev/v1alpha1",
-        "kind": "ClusterInventory",
-        "name": inventory.name_any(),
-        "uid": inventory.meta().uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }])
-}
-
 fn owned_by(rc: &RemoteCluster, inventory: &ClusterInventory) -> bool {
     let uid = inventory.meta().uid.as_deref();
     rc.owner_references()
@@ -340,7 +361,7 @@ async fn apply_remote_cluster(
         "metadata": {
             "name": name,
             "labels": labels,
-            "ownerReferences": owner_references(inventory),
+            "ownerReferences": inventory_access::owner_references(inventory, true),
         },
         "spec": spec,
     });
@@ -391,7 +412,7 @@ async fn remove_unwanted(
                 let object = json!({
                     "apiVersion": "mimeo.dev/v1alpha1",
                     "kind": "RemoteCluster",
-                    "metadata": {"name": name, "labels": {}, "ownerReferences": owner_references(inventory)},
+                    "metadata": {"name": name, "labels": {}, "ownerReferences": inventory_access::owner_references(inventory, true)},
                     "spec": rc.spec,
                 });
                 rcs.patch(

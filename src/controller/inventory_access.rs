@@ -60,14 +60,21 @@ fn waiting(reason: &'static str, message: impl Into<String>) -> Access {
     }
 }
 
-fn owner(inventory: &ClusterInventory) -> Value {
-    json!([{
+/// The owner reference of what an inventory makes, so that the garbage collector removes it
+/// with the inventory. `block_deletion`: the inventory's deletion waits for it (its
+/// RemoteClusters, whose rules must let go of them first).
+pub(super) fn owner_references(inventory: &ClusterInventory, block_deletion: bool) -> Value {
+    let mut reference = json!({
         "apiVersion": "mimeo.dev/v1alpha1",
         "kind": "ClusterInventory",
         "name": inventory.name_any(),
         "uid": inventory.meta().uid,
         "controller": true,
-    }])
+    });
+    if block_deletion {
+        reference["blockOwnerDeletion"] = json!(true);
+    }
+    json!([reference])
 }
 
 pub fn access_request_resource() -> ApiResource {
@@ -148,7 +155,7 @@ pub async fn openmcp(
             permissions.to_vec(),
         );
         let mut request: DynamicObject = serde_json::from_value(request).expect("a valid object");
-        request.metadata.owner_references = serde_json::from_value(owner(inventory)).ok();
+        request.metadata.owner_references = serde_json::from_value(owner_references(inventory, false)).ok();
         match api.create(&PostParams::default(), &request).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -308,7 +315,7 @@ pub async fn cluster_profile(
             "name": reference.name,
             "namespace": reference.namespace,
             "labels": {crate::inventory::entry::INVENTORY_LABEL: inventory.name_any()},
-            "ownerReferences": owner(inventory),
+            "ownerReferences": owner_references(inventory, false),
         },
         "type": "Opaque",
         "stringData": {"kubeconfig": kubeconfig(&info, &credential)},

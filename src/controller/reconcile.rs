@@ -31,7 +31,7 @@ use crate::api::{CopyState, CopyStatus};
 use crate::clusters;
 use crate::error_text::with_causes;
 use crate::locks::lock;
-use crate::sync::copies::{self, OwnedCopy};
+use crate::sync::copies::{self, OwnedCopy, PlaceKey};
 use crate::sync::desired::CopyTarget;
 use crate::sync::ownership::{FINALIZER, RuleKey};
 use crate::sync::scope::Scope;
@@ -39,6 +39,7 @@ use gather::Stop;
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +55,12 @@ const WRITE_CONCURRENCY: usize = 16;
 
 /// The entry point the controller calls for every rule that needs a look.
 pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = rule.key();
+    if !ctx.shards.holds_rule(&key) {
+        // Another replica holds the rule's shard: nothing of it is watched or written here.
+        forget(&ctx, &key);
+        return Ok(Action::await_change());
+    }
     ctx.in_flight.send_modify(|running| *running += 1);
     let _done = InFlight(&ctx);
     let started = Instant::now();
@@ -76,6 +83,20 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
         }
         Err(e) => Err(Error::Finalizer(Box::new(e))),
     }
+}
+
+/// Lets go of everything this replica keeps for a rule: its watches and clusters, what its chain
+/// made, its last status and its metrics.
+fn forget(ctx: &Context, key: &RuleKey) {
+    ctx.fleet.forget(key);
+    ctx.next_to.forget(key);
+    ctx.plugin_config_maps
+        .uses(key, std::collections::BTreeSet::new());
+    ctx.plugin_files.uses(key, std::collections::BTreeSet::new());
+    ctx.chain_outputs
+        .keep_only(key, &std::collections::BTreeSet::new());
+    lock(&ctx.statuses).remove(key);
+    ctx.metrics.set_copies(&key.to_string(), None);
 }
 
 /// Counts a reconcile out when it ends, however it ends (a cancelled future included).
@@ -244,23 +265,28 @@ fn flap_key(rule: &RuleKey, target: &CopyTarget, resource: &ApiResource) -> Flap
     )
 }
 
-/// What `key` owns in `cluster`: its cached copies there and the inventory's, by identity
-/// (`copies::owned`). Copies in namespaces outside `scope` are not among them.
+/// What `key` owns in `cluster`: its cached copies there and the `known` ones, by identity
+/// (`copies::owned`); those in `unsealed` places were made before seals. Copies in namespaces
+/// outside `scope` are not among them.
 fn owned_copies(
     cluster: &ClusterHandle,
     key: &RuleKey,
-    resource: &ApiResource,
-    namespaced: bool,
-    recorded: &[&CopyStatus],
+    (resource, namespaced): (&ApiResource, bool),
+    known: &[&CopyStatus],
+    unsealed: &BTreeSet<PlaceKey>,
     scope: &Scope,
 ) -> Vec<OwnedCopy> {
     let in_scope =
         |ns: &Option<String>| cluster.name.is_some() || ns.as_deref().is_none_or(|ns| scope.contains(ns));
+    let trusted = |ns: &Option<String>, name: &str| {
+        unsealed.contains(&(cluster.name.clone(), ns.clone(), name.to_owned()))
+    };
     copies::owned(
         cluster.watches.copies_of(key),
-        recorded,
+        known,
         resource,
         namespaced,
+        trusted,
         in_scope,
     )
 }

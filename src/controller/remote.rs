@@ -22,6 +22,11 @@ const RECHECK: Duration = Duration::from_secs(60);
 const RECHECK_NOT_READY: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let by_shard = count_by_shard(&cluster, &ctx).await?;
+    if !ctx.shards.holds_name(&cluster.name_any()) {
+        // Another replica checks it and writes its status.
+        return Ok(Action::requeue(RECHECK));
+    }
     let down = ctx.fleet.down_because(&cluster.name_any());
     let checked = match down {
         // The fleet's own requests and watches do not reach it: no need to try a third way.
@@ -55,9 +60,18 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             ready.clone(),
         )],
         server_version: version.or_else(|| previous.and_then(|s| s.server_version.clone())),
-        rules: Some(ctx.fleet.rules_using(&cluster.name_any()) as i32),
+        rules: Some(match &by_shard {
+            Some(counts) => counts.values().sum(),
+            None => ctx.fleet.rules_using(&cluster.name_any()) as i32,
+        }),
+        // Written by each shard's holder under a field manager of its own, never here.
+        rules_by_shard: Default::default(),
     };
-    if previous != Some(&status) {
+    let previous_own = previous.map(|s| RemoteClusterStatus {
+        rules_by_shard: Default::default(),
+        ..s.clone()
+    });
+    if previous_own.as_ref() != Some(&status) {
         if !ready.ready {
             tracing::warn!(cluster = %cluster.name_any(), reason = %ready.reason, why = %ready.message, "remote cluster not ready");
         }
@@ -75,6 +89,45 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
     } else {
         RECHECK_NOT_READY
     }))
+}
+
+/// With the rules split into shards: writes how many rules of each shard this replica holds use
+/// the cluster (each shard under its own field manager, so that the replicas' writes do not
+/// undo each other), and returns every shard's count as the status will then say.
+async fn count_by_shard(
+    cluster: &RemoteCluster,
+    ctx: &Context,
+) -> Result<Option<std::collections::BTreeMap<String, i32>>, Error> {
+    let count = ctx.shards.count();
+    if count == 1 {
+        return Ok(None);
+    }
+    let name = cluster.name_any();
+    let mut counts = cluster
+        .status
+        .as_ref()
+        .map(|s| s.rules_by_shard.clone())
+        .unwrap_or_default();
+    for shard in ctx.shards.held_now() {
+        let n = ctx
+            .fleet
+            .rules_using_among(&name, |key| crate::sync::shards::shard_of(key, count) == shard)
+            as i32;
+        if counts.get(&shard.to_string()) == Some(&n) {
+            continue;
+        }
+        let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+                           "status": {"rulesByShard": {shard.to_string(): n}}});
+        Api::<RemoteCluster>::all(ctx.client.clone())
+            .patch_status(
+                &name,
+                &PatchParams::apply(&format!("{FIELD_MANAGER}-shard-{shard}")).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        counts.insert(shard.to_string(), n);
+    }
+    Ok(Some(counts))
 }
 
 pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context>) -> Action {

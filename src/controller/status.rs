@@ -1,10 +1,13 @@
-//! The rule's status: the inventory of copies and the `Ready` condition, built deterministically
-//! so that an unchanged world writes no status and wakes nobody.
+//! The rule's status: its copies counted (by state, by cluster, the problems named) and the
+//! `Ready` condition, built deterministically so that an unchanged world writes no status and
+//! wakes nobody.
 
 use super::error::short_message;
-use crate::api::{CopyState, CopyStatus, RuleStatus};
+use crate::api::{ClusterCopies, CopyState, CopyStatus, RuleStatus};
+use crate::sync::copies::PlaceKey;
 use crate::sync::hash::digest_bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The `Ready` condition's status, reason and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,41 +28,94 @@ impl Readiness {
     }
 }
 
-/// How many copies in states that hold no copy the status lists; the rest are counted.
-pub const LISTED_WITHOUT_COPY: usize = 200;
+/// How many copies not in sync the status lists; the rest are counted in `moreProblems`. At
+/// the longest message each, the list stays far below the 64 KiB a rule's status may take.
+pub const PROBLEMS_LISTED: usize = 50;
 
-/// Whether a copy in this state may be left out of the listed inventory: no object of the
-/// rule's is there, so clean-up does not need it.
-fn holds_no_copy(state: CopyState) -> bool {
-    matches!(
-        state,
-        CopyState::NotAccepted
-            | CopyState::NamespaceMissing
-            | CopyState::NotWatched
-            | CopyState::Skipped
-            | CopyState::Conflict
-            | CopyState::KindNotServed
-            | CopyState::Refused
-    )
+/// What the status says about a rule's copies: counts, not a list of every copy.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CopiesSummary {
+    pub copies: String,
+    pub counts: BTreeMap<String, i64>,
+    pub clusters: Vec<ClusterCopies>,
+    pub problems: Vec<CopyStatus>,
+    pub more_problems: Option<i64>,
 }
 
-/// Splits a sorted inventory into what the status lists and what it counts by state: every copy
-/// in a state that may hold a copy, and the first [`LISTED_WITHOUT_COPY`] of the others.
-pub fn bounded(inventory: Vec<CopyStatus>) -> (Vec<CopyStatus>, std::collections::BTreeMap<String, i64>) {
-    let mut listed = Vec::with_capacity(inventory.len().min(4 * LISTED_WITHOUT_COPY));
-    let mut counted = std::collections::BTreeMap::new();
-    let mut without = 0;
+/// A cluster none of whose copies can be written now, and why.
+pub struct Unusable {
+    pub cluster: Option<String>,
+    pub state: CopyState,
+}
+
+/// Sums up a sorted inventory. A cluster in `unusable` whose copies the inventory does not list
+/// one by one (mimeo restarted while it was down: only its count was kept) keeps the count the
+/// status gave it before (`before`), all of them in the cluster's state.
+pub fn summarize_copies(
+    inventory: &[CopyStatus],
+    unusable: &[Unusable],
+    before: &[ClusterCopies],
+) -> CopiesSummary {
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut clusters: BTreeMap<Option<String>, ClusterCopies> = BTreeMap::new();
     for copy in inventory {
-        if holds_no_copy(copy.state) {
-            without += 1;
-            if without > LISTED_WITHOUT_COPY {
-                *counted.entry(format!("{:?}", copy.state)).or_insert(0) += 1;
-                continue;
-            }
-        }
-        listed.push(copy);
+        *counts.entry(format!("{:?}", copy.state)).or_default() += 1;
+        let cluster = clusters
+            .entry(copy.cluster.clone())
+            .or_insert_with(|| ClusterCopies {
+                cluster: copy.cluster.clone(),
+                ..Default::default()
+            });
+        cluster.copies += 1;
+        cluster.synced += i64::from(copy.state == CopyState::Synced);
     }
-    (listed, counted)
+    for down in unusable {
+        let listed = clusters.get(&down.cluster).map_or(0, |c| c.copies);
+        let counted = before
+            .iter()
+            .find(|c| c.cluster == down.cluster)
+            .map_or(0, |c| c.copies);
+        let cluster = clusters
+            .entry(down.cluster.clone())
+            .or_insert_with(|| ClusterCopies {
+                cluster: down.cluster.clone(),
+                ..Default::default()
+            });
+        cluster.problem = Some(down.state);
+        if counted > listed {
+            *counts.entry(format!("{:?}", down.state)).or_default() += counted - listed;
+            cluster.copies = counted;
+        }
+    }
+    let synced = counts.get("Synced").copied().unwrap_or_default();
+    let total: i64 = counts.values().sum();
+    let mut problems: Vec<&CopyStatus> = inventory
+        .iter()
+        .filter(|c| c.state != CopyState::Synced)
+        .collect();
+    problems.sort_by_key(|c| severity(c.state));
+    let more = problems.len().saturating_sub(PROBLEMS_LISTED);
+    CopiesSummary {
+        copies: format!("{synced}/{total}"),
+        counts,
+        clusters: clusters.into_values().collect(),
+        problems: problems.into_iter().take(PROBLEMS_LISTED).cloned().collect(),
+        more_problems: (more > 0).then_some(more as i64),
+    }
+}
+
+/// The order problems are listed in: what mimeo itself stopped doing first, then what failed,
+/// then what waits on someone else, a plugin's decision last. Stable, so that an unchanged
+/// world lists the same copies.
+fn severity(state: CopyState) -> u8 {
+    match state {
+        CopyState::Flapping => 0,
+        CopyState::Failed | CopyState::PluginFailed | CopyState::Unauthorized => 1,
+        CopyState::Unreachable | CopyState::ClusterMissing => 2,
+        CopyState::Conflict | CopyState::Refused => 3,
+        CopyState::Skipped => 5,
+        _ => 4,
+    }
 }
 
 /// Summarises an inventory: every copy in sync, or which are not and why.
@@ -189,9 +245,10 @@ pub fn ready_condition(
     }
 }
 
-/// What mimeo last wrote to one rule's status. The rule in the cache can predate that write (the
-/// rule's own watch event not in yet when a copy's event wakes it again); deciding on the cached
-/// status alone would then write the same status once more, with a new transition time.
+/// What mimeo last wrote to one rule's status, and the copies it knew of then. The rule in the
+/// cache can predate that write (the rule's own watch event not in yet when a copy's event wakes
+/// it again); deciding on the cached status alone would then write the same status once more,
+/// with a new transition time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LastWritten {
     /// The rule's uid: a rule deleted and made again under the same name starts afresh.
@@ -199,40 +256,90 @@ pub struct LastWritten {
     ready: Option<(String, Time)>,
     /// Digest of the status without the `Ready` transition time.
     digest: String,
-    /// The inventory written: copies the cache may not show yet must still be cleaned up.
-    targets: Vec<CopyStatus>,
+    /// Every copy of the last reconcile, in memory only: copies the cache may not show yet must
+    /// still be cleaned up, and a cluster that stops answering keeps its copies listed.
+    copies: Vec<CopyStatus>,
 }
 
 impl LastWritten {
-    pub fn of(uid: &str, status: &RuleStatus) -> Self {
+    pub fn of(uid: &str, status: &RuleStatus, copies: Vec<CopyStatus>) -> Self {
         LastWritten {
             uid: uid.to_owned(),
             ready: ready_of(status).map(|c| (c.status.clone(), c.last_transition_time.clone())),
             digest: timeless_digest(status),
-            targets: status.targets.clone(),
+            copies,
         }
+    }
+
+    /// The copies it knew of, if it is about the rule `uid`.
+    pub fn copies_of(&self, uid: &str) -> Option<&[CopyStatus]> {
+        (self.uid == uid).then_some(self.copies.as_slice())
     }
 }
 
-/// The copies a rule holds, as far as mimeo knows: the inventory it last wrote for this rule
-/// (`uid`), and any other in the cached status. A reconcile woken before the rule's cache shows
-/// mimeo's last status write would otherwise miss the copies that write added, and a copy no
-/// longer wanted there would stay behind for good. Where both name a copy, the last written wins.
-pub fn known_copies(cached: Option<&RuleStatus>, last: Option<&LastWritten>, uid: &str) -> Vec<CopyStatus> {
+/// What mimeo knows of a rule's copies before it looks at the caches.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KnownCopies {
+    /// The copies of its last reconcile in this process, else those the status names (its
+    /// problems and the deprecated `targets`), with any of those the other does not name.
+    pub copies: Vec<CopyStatus>,
+    /// Every cluster it holds copies in, as far as it knows: the status's per-cluster summary
+    /// survives a restart, so a cluster that left the rule's selector meanwhile is still
+    /// cleaned.
+    pub clusters: BTreeSet<Option<String>>,
+    /// Places the deprecated `targets` lists: copies of a mimeo from before seals, whose marks
+    /// are trusted there until their next write seals them.
+    pub unsealed: BTreeSet<PlaceKey>,
+}
+
+fn place_of(c: &CopyStatus) -> PlaceKey {
+    (c.cluster.clone(), c.namespace.clone(), c.name.clone())
+}
+
+/// The copies a rule holds, as far as mimeo knows: what it last wrote for this rule (`uid`), and
+/// what the cached status names. Where both name a copy, the last written wins.
+pub fn known_copies(cached: Option<&RuleStatus>, last: Option<&LastWritten>, uid: &str) -> KnownCopies {
     let mut copies: Vec<CopyStatus> = last
-        .filter(|l| l.uid == uid)
-        .map(|l| l.targets.clone())
+        .and_then(|l| l.copies_of(uid))
+        .map(<[CopyStatus]>::to_vec)
         .unwrap_or_default();
-    let place = |c: &CopyStatus| (c.cluster.clone(), c.namespace.clone(), c.name.clone());
-    let known: std::collections::BTreeSet<_> = copies.iter().map(place).collect();
-    copies.extend(
+    let known: BTreeSet<PlaceKey> = copies.iter().map(place_of).collect();
+    let named = cached
+        .into_iter()
+        .flat_map(|s| s.problems.iter().chain(&s.targets));
+    copies.extend(named.filter(|c| !known.contains(&place_of(c))).cloned());
+    let mut clusters: BTreeSet<Option<String>> = copies.iter().map(|c| c.cluster.clone()).collect();
+    clusters.extend(
         cached
             .into_iter()
-            .flat_map(|s| s.targets.iter())
-            .filter(|c| !known.contains(&place(c)))
-            .cloned(),
+            .flat_map(|s| &s.clusters)
+            .filter(|c| c.copies > 0)
+            .map(|c| c.cluster.clone()),
     );
-    copies
+    let unsealed = cached
+        .into_iter()
+        .flat_map(|s| &s.targets)
+        .map(place_of)
+        .collect();
+    KnownCopies {
+        copies,
+        clusters,
+        unsealed,
+    }
+}
+
+/// The deprecated `targets` to keep: those whose copy is neither in sync now (so sealed: a copy
+/// without its seal is written) nor gone from the inventory (removed).
+pub fn still_unsealed(previous: &[CopyStatus], inventory: &[CopyStatus]) -> Vec<CopyStatus> {
+    if previous.is_empty() {
+        return Vec::new();
+    }
+    let now: BTreeMap<PlaceKey, CopyState> = inventory.iter().map(|c| (place_of(c), c.state)).collect();
+    previous
+        .iter()
+        .filter(|c| now.get(&place_of(c)).is_some_and(|s| *s != CopyState::Synced))
+        .cloned()
+        .collect()
 }
 
 /// Whether `status` has to be written, given the status in the cache and what was last written
@@ -277,35 +384,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copies_that_hold_nothing_are_counted_past_the_first_few_hundred() {
-        let copy = |i: usize, state| CopyStatus {
+    fn a_status_counts_copies_and_lists_only_the_worst_problems() {
+        let copy = |i: usize, cluster: Option<&str>, state| CopyStatus {
             source: crate::api::SourceRef {
                 namespace: None,
                 name: format!("s{i}"),
             },
-            cluster: None,
+            cluster: cluster.map(str::to_owned),
             namespace: Some(format!("ns{i:05}")),
             name: "c".into(),
             state,
             hash: None,
             message: None,
         };
-        let mut inventory: Vec<CopyStatus> = (0..1000).map(|i| copy(i, CopyState::NotAccepted)).collect();
-        inventory.extend((1000..1300).map(|i| copy(i, CopyState::Synced)));
-        inventory.push(copy(1300, CopyState::NamespaceMissing));
-        let (listed, counted) = bounded(inventory);
-        assert_eq!(
-            listed.len(),
-            LISTED_WITHOUT_COPY + 300,
-            "every copy that may hold one is listed"
-        );
-        assert_eq!(
-            listed.iter().filter(|c| c.state == CopyState::Synced).count(),
-            300
-        );
-        assert_eq!(counted.get("NotAccepted"), Some(&800));
-        assert_eq!(counted.get("NamespaceMissing"), Some(&1));
+        let mut inventory: Vec<CopyStatus> = (0..50_000).map(|i| copy(i, None, CopyState::Synced)).collect();
+        inventory.extend((0..100).map(|i| copy(i, None, CopyState::NotAccepted)));
+        inventory.push(copy(7, Some("b"), CopyState::Failed));
+        inventory.push(copy(8, Some("b"), CopyState::Synced));
+        let summary = summarize_copies(&inventory, &[], &[]);
+        assert_eq!(summary.copies, "50001/50102");
+        assert_eq!(summary.counts.get("Synced"), Some(&50_001));
+        assert_eq!(summary.counts.get("NotAccepted"), Some(&100));
+        assert_eq!(summary.problems.len(), PROBLEMS_LISTED);
+        assert_eq!(summary.problems[0].state, CopyState::Failed, "the worst first");
+        assert_eq!(summary.more_problems, Some(101 - PROBLEMS_LISTED as i64));
+        let per_cluster: Vec<(Option<&str>, i64, i64)> = summary
+            .clusters
+            .iter()
+            .map(|c| (c.cluster.as_deref(), c.copies, c.synced))
+            .collect();
+        assert_eq!(per_cluster, [(None, 50_100, 50_000), (Some("b"), 2, 1)]);
+        let status = RuleStatus {
+            copies: Some(summary.copies),
+            counts: summary.counts,
+            clusters: summary.clusters,
+            problems: summary.problems,
+            more_problems: summary.more_problems,
+            ..Default::default()
+        };
+        let size = serde_json::to_vec(&status).unwrap().len();
+        assert!(size < 16 * 1024, "50,000 copies in a {size}-byte status");
     }
+
+    #[test]
+    fn a_cluster_down_since_a_restart_keeps_the_count_it_had() {
+        let before = [ClusterCopies {
+            cluster: Some("far".into()),
+            copies: 40,
+            synced: 40,
+            problem: None,
+        }];
+        let down = [Unusable {
+            cluster: Some("far".into()),
+            state: CopyState::Unreachable,
+        }];
+        let summary = summarize_copies(&[], &down, &before);
+        assert_eq!(summary.copies, "0/40");
+        assert_eq!(summary.counts.get("Unreachable"), Some(&40));
+        assert_eq!(summary.clusters[0].problem, Some(CopyState::Unreachable));
+        assert_eq!(summary.clusters[0].copies, 40);
+    }
+
     use crate::api::SourceRef;
 
     fn copy(ns: &str, state: CopyState, message: Option<&str>) -> CopyStatus {
@@ -324,31 +463,69 @@ mod tests {
     }
 
     #[test]
-    fn known_copies_add_what_was_last_written_to_what_the_cache_shows() {
-        let with = |targets: Vec<CopyStatus>| RuleStatus {
-            targets,
+    fn known_copies_add_what_was_last_written_to_what_the_status_names() {
+        let cached = RuleStatus {
+            problems: vec![copy("a", CopyState::Conflict, None)],
+            targets: vec![copy("old", CopyState::Synced, None)],
+            clusters: vec![ClusterCopies {
+                cluster: Some("far".into()),
+                copies: 3,
+                synced: 3,
+                problem: None,
+            }],
             ..Default::default()
         };
-        let cached = with(vec![copy("a", CopyState::Synced, None)]);
         let written = LastWritten::of(
             "uid-1",
-            &with(vec![
+            &RuleStatus::default(),
+            vec![
                 copy("a", CopyState::Failed, Some("newer")),
                 copy("c", CopyState::Synced, None),
-            ]),
+            ],
         );
         let known = known_copies(Some(&cached), Some(&written), "uid-1");
         let places: Vec<(&str, CopyState)> = known
+            .copies
             .iter()
             .map(|c| (c.namespace.as_deref().unwrap(), c.state))
             .collect();
-        assert_eq!(places, [("a", CopyState::Failed), ("c", CopyState::Synced)]);
-        // Another rule of the same name (a new uid) starts from the cache alone.
         assert_eq!(
-            known_copies(Some(&cached), Some(&written), "uid-2"),
-            cached.targets
+            places,
+            [
+                ("a", CopyState::Failed),
+                ("c", CopyState::Synced),
+                ("old", CopyState::Synced)
+            ]
         );
-        assert_eq!(known_copies(None, None, "uid-1"), vec![]);
+        assert_eq!(known.clusters, BTreeSet::from([None, Some("far".to_owned())]));
+        assert_eq!(
+            known.unsealed,
+            BTreeSet::from([(None, Some("old".to_owned()), "creds".to_owned())]),
+            "only the deprecated inventory's places are trusted without a seal"
+        );
+        // Another rule of the same name (a new uid) starts from the status alone.
+        let other = known_copies(Some(&cached), Some(&written), "uid-2");
+        assert_eq!(
+            other.copies,
+            [cached.problems.clone(), cached.targets.clone()].concat()
+        );
+        assert_eq!(known_copies(None, None, "uid-1"), KnownCopies::default());
+    }
+
+    #[test]
+    fn the_deprecated_inventory_shrinks_as_its_copies_are_sealed() {
+        let legacy = [
+            copy("sealed-now", CopyState::Synced, None),
+            copy("down", CopyState::Synced, None),
+            copy("removed", CopyState::Synced, None),
+        ];
+        let inventory = [
+            copy("sealed-now", CopyState::Synced, None),
+            copy("down", CopyState::Unreachable, None),
+        ];
+        let kept = still_unsealed(&legacy, &inventory);
+        assert_eq!(kept, [legacy[1].clone()]);
+        assert!(still_unsealed(&[], &inventory).is_empty());
     }
 
     #[test]
@@ -422,7 +599,7 @@ mod tests {
         // The first reconcile writes it.
         let mut first = built(None, true);
         assert!(needs_write(&mut first, None, None, "u1"));
-        let last = LastWritten::of("u1", &first);
+        let last = LastWritten::of("u1", &first, Vec::new());
         std::thread::sleep(std::time::Duration::from_millis(5));
 
         // The next one still sees no status in the cache: same content, a newer transition time.

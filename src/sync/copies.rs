@@ -24,7 +24,7 @@ use crate::api::{ConflictPolicy, CopyState, CopyStatus, MetadataPolicy, SecretTy
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// A copy's place: cluster, namespace and name.
@@ -107,8 +107,10 @@ pub struct Wants<'a> {
     /// The usable clusters; a copy names its cluster by its index here.
     pub clusters: &'a [ClusterPlaces],
     pub unusable: Vec<Unusable<'a>>,
-    /// The inventory the rule starts from.
+    /// The copies the rule is known to hold (`controller::status::KnownCopies`).
     pub previous: &'a [CopyStatus],
+    /// Places whose copy was made before seals: its marks are trusted as they are.
+    pub unsealed: &'a BTreeSet<PlaceKey>,
 }
 
 /// What a copy still waits for.
@@ -161,8 +163,8 @@ pub struct PlannedCopy {
     pub event_note: Option<String>,
     /// Whether `Adopt`/`Overwrite` apply in the copy's place, for deciding again after a race.
     pub may_take_over: bool,
-    /// Whether the rule's inventory lists a copy in this place: its marks are then trusted (a
-    /// copy of a mimeo from before seals has none).
+    /// Whether the copy here was made before seals (the deprecated `status.targets` lists it):
+    /// its marks are then trusted as they are.
     pub recorded: bool,
     /// Its source and usable cluster, as indexes into [`Wants`]; `None` for a copy blocked
     /// before it could be made.
@@ -270,22 +272,12 @@ pub struct PlannedWrite {
 pub fn place(wants: &Wants) -> Plan {
     let mut taken = BTreeSet::new();
     let mut copies = Vec::new();
-    let recorded: HashSet<Recorded> = wants
-        .previous
-        .iter()
-        .filter(|c| holds_a_copy(c.state))
-        .map(|c| (&c.cluster, &c.namespace, c.name.as_str()))
-        .collect();
     for (s, source) in wants.sources.iter().enumerate() {
         for (c, cluster) in wants.clusters.iter().enumerate() {
             for place in &cluster.places {
                 let mut copy = place_one(wants, (s, source), (c, cluster), place, &mut taken);
                 if let Some(copy) = &mut copy {
-                    copy.recorded = recorded.contains(&(
-                        &copy.target.cluster,
-                        &copy.target.namespace,
-                        copy.target.name.as_str(),
-                    ));
+                    copy.recorded = wants.unsealed.contains(&copy.place());
                 }
                 copies.extend(copy);
             }
@@ -296,9 +288,6 @@ pub fn place(wants: &Wants) -> Plan {
     }
     Plan { copies }
 }
-
-/// A place the inventory lists, borrowed from it: cluster, namespace and name.
-type Recorded<'a> = (&'a Option<String>, &'a Option<String>, &'a str);
 
 /// Whether a copy in this state is there (or may be): the inventory's copies the rule owns.
 fn holds_a_copy(state: CopyState) -> bool {
@@ -482,7 +471,7 @@ impl Plan {
                         format!("skipped by plugin {plugin}: {reason}"),
                     );
                     copy.event_note = Some(format!(
-                        "skipped by plugin {plugin}; its reason is in the rule's status.targets"
+                        "skipped by plugin {plugin}; its reason is in the rule's status.problems"
                     ));
                     continue;
                 }
@@ -490,7 +479,7 @@ impl Plan {
                     copy.block(CopyState::PluginFailed, message);
                     copy.event_note = Some(format!(
                         "{summary}; the previous copy stays; the plugin's message is in the rule's \
-                         status.targets"
+                         status.problems"
                     ));
                     copy.keeps_previous = true;
                     continue;
@@ -520,7 +509,7 @@ impl Plan {
                 };
                 copy.block(state, format!("{why}; the previous copy stays"));
                 copy.event_note = Some(format!(
-                    "{note}; the previous copy stays; the missing keys are in the rule's status.targets"
+                    "{note}; the previous copy stays; the missing keys are in the rule's status.problems"
                 ));
                 copy.keeps_previous = true;
                 continue;
@@ -701,18 +690,20 @@ pub fn same_resource(a: &ApiResource, b: &ApiResource) -> bool {
 }
 
 /// Every copy the rule may own in one cluster, each once: the `cached` copies recording it (with
-/// the resource whose watch saw each), and the copies of the inventory `recorded` there in a state
-/// that holds one. Copies outside `in_scope` (recorded before mimeo was limited to namespaces) are
-/// not among them: mimeo may not touch them now.
+/// the resource whose watch saw each), and the `known` copies there in a state that holds one
+/// (written by this process, the cache may not show them yet). Those in a place `trusted` names
+/// (made before seals) are marked `recorded`. Copies outside `in_scope` (made before mimeo was
+/// limited to namespaces) are not among them: mimeo may not touch them now.
 pub fn owned(
     cached: Vec<(ApiResource, Arc<LiveCopy>)>,
-    recorded: &[&CopyStatus],
+    known: &[&CopyStatus],
     resource: &ApiResource,
     namespaced: bool,
+    trusted: impl Fn(&Option<String>, &str) -> bool,
     in_scope: impl Fn(&Option<String>) -> bool,
 ) -> Vec<OwnedCopy> {
     type Identity = (String, String, Option<String>, String);
-    let mut out: BTreeMap<Identity, (ApiResource, SourceRef, bool)> = BTreeMap::new();
+    let mut out: BTreeMap<Identity, (ApiResource, SourceRef)> = BTreeMap::new();
     for (kind, copy) in cached {
         let kind = if same_resource(&kind, resource) {
             resource.clone()
@@ -726,10 +717,10 @@ pub fn owned(
                 copy.namespace(),
                 copy.name_any(),
             ),
-            (kind, source_of(&*copy), false),
+            (kind, source_of(&*copy)),
         );
     }
-    for copy in recorded {
+    for copy in known {
         if holds_a_copy(copy.state) && (copy.namespace.is_some() || !namespaced) {
             out.entry((
                 resource.group.clone(),
@@ -737,21 +728,18 @@ pub fn owned(
                 copy.namespace.clone(),
                 copy.name.clone(),
             ))
-            .or_insert_with(|| (resource.clone(), copy.source.clone(), true))
-            .2 = true;
+            .or_insert_with(|| (resource.clone(), copy.source.clone()));
         }
     }
     out.into_iter()
         .filter(|((_, _, ns, _), _)| in_scope(ns))
-        .map(
-            |((_, _, namespace, name), (resource, source, recorded))| OwnedCopy {
-                resource,
-                namespace,
-                name,
-                source,
-                recorded,
-            },
-        )
+        .map(|((_, _, namespace, name), (kind, source))| OwnedCopy {
+            recorded: same_resource(&kind, resource) && trusted(&namespace, &name),
+            resource: kind,
+            namespace,
+            name,
+            source,
+        })
         .collect()
 }
 
@@ -960,6 +948,7 @@ mod tests {
         previous: &'a [CopyStatus],
     ) -> Wants<'a> {
         static CLUSTER: Scope = Scope::Cluster;
+        static NONE_UNSEALED: BTreeSet<PlaceKey> = BTreeSet::new();
         Wants {
             rule,
             scope: &CLUSTER,
@@ -969,6 +958,7 @@ mod tests {
             clusters,
             unusable: Vec::new(),
             previous,
+            unsealed: &NONE_UNSEALED,
         }
     }
 
@@ -1016,35 +1006,56 @@ mod tests {
             a.insert(SEAL_ANNOTATION.to_owned(), moved_seal.clone());
         });
         let inventory = [recorded(None, "t1", "creds", CopyState::Synced)];
-        type Case<'a> = (&'a str, &'a Arc<LiveCopy>, &'a [CopyStatus], Option<Decision>);
-        let cases: [Case; 5] = [
-            ("sealed", &sealed, &[], Some(Decision::InSync)),
-            ("unsealed", &unsealed, &[], None),
-            ("a seal of another place", &moved, &[], None),
+        // (case, the object there, the copies known, whether the deprecated inventory lists
+        // the place, the decision)
+        type Case<'a> = (
+            &'a str,
+            &'a Arc<LiveCopy>,
+            &'a [CopyStatus],
+            bool,
+            Option<Decision>,
+        );
+        let cases: [Case; 6] = [
+            ("sealed", &sealed, &[], false, Some(Decision::InSync)),
+            ("unsealed", &unsealed, &[], false, None),
+            ("a seal of another place", &moved, &[], false, None),
             (
-                "unsealed, in the inventory",
+                "unsealed, in the deprecated inventory",
                 &unsealed,
                 &inventory,
+                true,
                 Some(Decision::Write(Write::Apply)),
             ),
             (
-                "sealed, in the inventory",
+                "unsealed, known from this process",
+                &unsealed,
+                &inventory,
+                false,
+                None,
+            ),
+            (
+                "sealed, in the deprecated inventory",
                 &sealed,
                 &inventory,
+                true,
                 Some(Decision::InSync),
             ),
         ];
-        for (case, there, previous, want) in cases {
+        for (case, there, previous, legacy, want) in cases {
             let world = World {
                 cached: BTreeMap::from([(here.clone(), there.clone())]),
                 ..Default::default()
             };
-            let plan = plan(
-                &wants(&rule, &sources, &clusters, previous),
-                &world,
-                ConflictPolicy::Fail,
-                |_| None,
-            );
+            let unsealed_places: BTreeSet<PlaceKey> = match legacy {
+                true => previous
+                    .iter()
+                    .map(|c| (c.cluster.clone(), c.namespace.clone(), c.name.clone()))
+                    .collect(),
+                false => BTreeSet::new(),
+            };
+            let mut wanted = wants(&rule, &sources, &clusters, previous);
+            wanted.unsealed = &unsealed_places;
+            let plan = plan(&wanted, &world, ConflictPolicy::Fail, |_| None);
             let copy = at(&plan, &here);
             match want {
                 Some(decision) => assert_eq!(copy.decision.as_ref(), Some(&decision), "{case}"),
@@ -1241,10 +1252,17 @@ mod tests {
         // In b, ours is no longer wanted where another rule's copy stands (the removal finds
         // that object is not ours, and leaves it).
         let b_recorded = [&previous[1]];
-        let owned_in_b = owned(Vec::new(), &b_recorded, &secrets(), true, |_| true);
+        let owned_in_b = owned(Vec::new(), &b_recorded, &secrets(), true, |_, _| false, |_| true);
         assert_eq!(removed(&plan, Some("b"), owned_in_b), ["t1/creds"]);
         let here_recorded = [&previous[0]];
-        let owned_here = owned(Vec::new(), &here_recorded, &secrets(), true, |_| true);
+        let owned_here = owned(
+            Vec::new(),
+            &here_recorded,
+            &secrets(),
+            true,
+            |_, _| false,
+            |_| true,
+        );
         assert!(removed(&plan, None, owned_here).is_empty());
     }
 
@@ -1297,6 +1315,7 @@ mod tests {
                 &recorded,
                 &secrets(),
                 true,
+                |_, _| false,
                 |_| true,
             );
             assert_eq!(removed(&plan, None, owned), expected, "{case}");
@@ -1320,9 +1339,14 @@ mod tests {
         ];
         let inventory = [recorded(None, "t1", "creds", CopyState::Synced)];
         let recorded: Vec<&CopyStatus> = inventory.iter().collect();
-        let owned = owned(cached, &recorded, &secrets(), true, |ns| {
-            ns.as_deref() != Some("outside")
-        });
+        let owned = owned(
+            cached,
+            &recorded,
+            &secrets(),
+            true,
+            |_, _| false,
+            |ns| ns.as_deref() != Some("outside"),
+        );
         let found: Vec<(String, Option<String>, SourceRef)> = owned
             .iter()
             .map(|c| {
@@ -1391,7 +1415,7 @@ mod tests {
         #[rustfmt::skip]
         let cases: Vec<Row> = vec![
             ("a skip leaves no copy: the one there goes", Box::new(|| Made::Skip { plugin: "p".into(), reason: "not for t1".into() }),
-                CopyState::Skipped, None, false, "skipped by plugin p: not for t1", "its reason is in the rule's status.targets"),
+                CopyState::Skipped, None, false, "skipped by plugin p: not for t1", "its reason is in the rule's status.problems"),
             ("a failure keeps the copy there", Box::new(|| Made::Failed { message: "plugin p: trapped: secret words".into(), summary: "plugin p: the plugin trapped".into() }),
                 CopyState::PluginFailed, None, true, "secret words", "plugin p: the plugin trapped; the previous copy stays"),
             ("what the chain wrote is weighed against the copy there", Box::new({ let f = filtered.clone(); move || Made::Write { object: Arc::new(f.object.clone()), hash: f.hash.clone() } }),
@@ -1444,6 +1468,7 @@ mod tests {
                 &[],
                 &secrets(),
                 true,
+                |_, _| false,
                 |_| true,
             );
             let expected: &[&str] = if holds { &[] } else { &["t1/creds"] };

@@ -32,6 +32,8 @@ pub struct Harness {
     /// The controller holds only the Helm chart's RBAC, rendered with these values (`--set`
     /// arguments), whatever `MIMEO_TEST_CONTROLLER_RBAC` says.
     chart_rbac: Option<Vec<String>>,
+    /// The chart's ServiceAccount, once its RBAC was applied (at the first start only).
+    chart_account: Option<String>,
     running: Option<(tokio::sync::watch::Sender<bool>, JoinHandle<()>)>,
     /// The key the controller seals copies with, the same across its restarts.
     pub seal_key: mimeo::sync::seal::SealKey,
@@ -83,6 +85,7 @@ impl Harness {
             running: None,
             config: ControllerConfig::default(),
             chart_rbac: None,
+            chart_account: None,
             seal_key: mimeo::sync::seal::SealKey::generate().unwrap(),
         }
     }
@@ -94,9 +97,18 @@ impl Harness {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         self.metrics = Arc::new(Metrics::new());
-        let client = match &self.chart_rbac {
-            Some(values) => chart_client(&self.plane, values).await,
-            None => controller_client(&self.plane).await,
+        let client = match (&self.chart_rbac, &self.chart_account) {
+            // Started before: the RBAC stays as the test left it, with a fresh token.
+            (Some(_), Some(account)) => {
+                let admin = self.plane.client().await.unwrap();
+                service_account_client(&self.plane, &admin, CHART_NAMESPACE, account).await
+            }
+            (Some(values), None) => {
+                let (client, account) = chart_client(&self.plane, values).await;
+                self.chart_account = Some(account);
+                client
+            }
+            (None, _) => controller_client(&self.plane).await,
         };
         let metrics = self.metrics.clone();
         let mut config = self.config.clone();
@@ -357,14 +369,18 @@ pub async fn apiserver_write_lines(client: &Client, resources: &[&str]) -> Vec<S
 /// applied here), so that a test run proves the chart's RBAC enough for what the test does.
 pub async fn controller_client(plane: &ControlPlane) -> Client {
     match std::env::var("MIMEO_TEST_CONTROLLER_RBAC").as_deref() {
-        Ok("chart") => chart_client(plane, &[]).await,
+        Ok("chart") => chart_client(plane, &[]).await.0,
         Ok(other) if !other.is_empty() => panic!("MIMEO_TEST_CONTROLLER_RBAC={other}: only `chart` is known"),
         _ => plane.client().await.unwrap(),
     }
 }
 
-async fn chart_client(plane: &ControlPlane, values: &[String]) -> Client {
-    const NAMESPACE: &str = "mimeo-system";
+/// Where the tests install the chart's ServiceAccount.
+const CHART_NAMESPACE: &str = "mimeo-system";
+
+/// The chart's RBAC applied, and a client of its ServiceAccount (with that account's name).
+async fn chart_client(plane: &ControlPlane, values: &[String]) -> (Client, String) {
+    const NAMESPACE: &str = CHART_NAMESPACE;
     let admin = plane.client().await.unwrap();
     let helm = mimeo_envtest::helm().unwrap_or_else(|e| panic!("{e}"));
     let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/mimeo");
@@ -421,7 +437,8 @@ async fn chart_client(plane: &ControlPlane, values: &[String]) -> Client {
             .unwrap_or_else(|e| panic!("applying the chart's {kind} {name}: {e}"));
     }
     let account = account.expect("the chart renders a ServiceAccount");
-    service_account_client(plane, &admin, NAMESPACE, &account).await
+    let client = service_account_client(plane, &admin, NAMESPACE, &account).await;
+    (client, account)
 }
 
 /// A client of the plane authenticated as ServiceAccount `namespace/name`, with a token of its
@@ -776,4 +793,28 @@ pub fn slow_to_compile_component(functions: u32, locals: u32, ops: u32) -> Vec<u
     section(1, &module, &mut component); // the core module
     section(2, &[1, 0, 0, 0], &mut component); // instantiated, so that it is compiled
     component
+}
+
+/// The state of the copy at `cluster:namespace/name` as a rule's status tells it: the state the
+/// status's `problems` give it, else `Synced` when the status counts copies in sync in that
+/// cluster (a status names no copy in sync one by one), else `None`.
+#[allow(dead_code)]
+pub fn copy_state_in(
+    status: &mimeo::api::RuleStatus,
+    cluster: Option<&str>,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<mimeo::api::CopyState> {
+    let listed = status
+        .problems
+        .iter()
+        .find(|c| c.cluster.as_deref() == cluster && c.namespace.as_deref() == namespace && c.name == name);
+    if let Some(copy) = listed {
+        return Some(copy.state);
+    }
+    status
+        .clusters
+        .iter()
+        .any(|c| c.cluster.as_deref() == cluster && c.synced > 0)
+        .then_some(mimeo::api::CopyState::Synced)
 }

@@ -13,6 +13,7 @@ use crate::controller::fleet::ClusterHandle;
 use crate::controller::watches::Watches;
 use crate::controller::write;
 use crate::locks::lock;
+use crate::shards::Shards;
 use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
 use crate::sync::desired::CopyTarget;
 use crate::sync::flap_guard::{Change, Held};
@@ -86,6 +87,7 @@ pub(super) async fn write_copies(
         .collect();
     let (key, conflict) = (&gathered.key, gathered.spec.conflict);
     let written = jobs.len();
+    let shards = &ctx.shards;
     let mut results = std::pin::pin!(
         futures::stream::iter(jobs)
             .map(move |job| async move {
@@ -93,7 +95,7 @@ pub(super) async fn write_copies(
                 let in_flight = job
                     .watches
                     .writing(&job.resource, target.namespace.as_deref(), &target.name);
-                let done = remote_call(&job.cluster, write_copy(&job, key, conflict)).await;
+                let done = remote_call(&job.cluster, write_copy(&job, key, conflict, shards)).await;
                 (job.write.index, done, in_flight)
             })
             .buffer_unordered(WRITE_CONCURRENCY)
@@ -122,9 +124,15 @@ pub(super) async fn write_copies(
 /// Writes one copy. When its create finds an object that appeared since the place was read, the
 /// copy is decided again against that object (once), as if it had been there all along: it is
 /// taken over only as the rule's conflict policy says, never merged into.
-async fn write_copy(job: &Job, key: &RuleKey, conflict: ConflictPolicy) -> kube::Result<WriteDone> {
+async fn write_copy(
+    job: &Job,
+    key: &RuleKey,
+    conflict: ConflictPolicy,
+    shards: &Shards,
+) -> kube::Result<WriteDone> {
     let (client, resource, desired) = (&job.client, &job.resource, &job.write.desired);
     let (live, how) = (&job.write.live, job.write.how);
+    fence(shards, key)?;
     let there = match write::write(client, resource, desired, live.as_deref(), how).await? {
         write::Written::Stored(stored) => {
             return Ok(WriteDone::Stored {
@@ -146,16 +154,20 @@ async fn write_copy(job: &Job, key: &RuleKey, conflict: ConflictPolicy) -> kube:
     ) {
         Decision::InSync => Ok(WriteDone::InSync(there)),
         Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
-        Decision::Write(again) => match write::write(client, resource, desired, Some(&there), again).await? {
-            write::Written::Stored(stored) => Ok(WriteDone::Stored {
-                how: again,
-                over: Some(there),
-                stored: Box::new(stored),
-            }),
-            write::Written::Raced(_) => Err(kube::Error::Service(
-                "objects keep appearing in the copy's place as it is written; trying again later".into(),
-            )),
-        },
+        Decision::Write(again) => {
+            fence(shards, key)?;
+            let written = write::write(client, resource, desired, Some(&there), again).await?;
+            match written {
+                write::Written::Stored(stored) => Ok(WriteDone::Stored {
+                    how: again,
+                    over: Some(there),
+                    stored: Box::new(stored),
+                }),
+                write::Written::Raced(_) => Err(kube::Error::Service(
+                    "objects keep appearing in the copy's place as it is written; trying again later".into(),
+                )),
+            }
+        }
     }
 }
 
@@ -262,9 +274,9 @@ pub(super) async fn remove_unwanted(
         let owned = owned_copies(
             handle,
             &gathered.key,
-            cluster_resource,
-            gathered.namespaced,
+            (cluster_resource, gathered.namespaced),
             &recorded,
+            &gathered.unsealed,
             &ctx.scope,
         );
         for copy in unwanted(owned, &cluster.name, cluster_resource, &kept) {
@@ -305,6 +317,7 @@ async fn remove_one(
     }
     let removal = remove_owned(
         handle,
+        &ctx.shards,
         &ctx.seal_key,
         key,
         &copy.resource,
@@ -350,6 +363,7 @@ async fn remove_one(
 /// found only by its marks whose seal is not the rule's copy's there is not the rule's.
 pub(super) async fn remove_owned(
     cluster: &ClusterHandle,
+    shards: &Shards,
     seal_key: &SealKey,
     key: &RuleKey,
     resource: &ApiResource,
@@ -375,6 +389,7 @@ pub(super) async fn remove_owned(
     if owner_of(&live.metadata, key, check) != Owner::ThisRule {
         return Ok(None);
     }
+    fence(shards, key)?;
     write::remove(&cluster.client, resource, &*live, spec.deletion).await?;
     Ok(Some(match spec.deletion {
         crate::api::DeletionPolicy::Delete => "delete",
@@ -429,5 +444,16 @@ fn past(how: Write) -> &'static str {
         Write::Apply => "Updated",
         Write::Replace => "Replaced the content of",
         Write::Recreate => "Recreated",
+    }
+}
+
+/// Refuses a write when this replica does not hold the rule's shard now: a replica that was
+/// frozen past its Lease writes nothing until it has renewed it.
+pub(super) fn fence(shards: &Shards, key: &RuleKey) -> kube::Result<()> {
+    match shards.holds_rule(key) {
+        true => Ok(()),
+        false => Err(kube::Error::Service(
+            "this replica does not hold the rule's shard now; another replica writes its copies".into(),
+        )),
     }
 }

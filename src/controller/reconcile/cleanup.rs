@@ -1,16 +1,20 @@
-//! A rule deleted: its copies go (or stay, orphaned) in every cluster it recorded them in,
-//! before its finalizer lets it go.
+//! A rule deleted: its copies go (or stay, orphaned) in every cluster it holds them in, before
+//! its finalizer lets it go. They are found in each cluster's copies cache, once it has listed
+//! in full: a partial view would let the finalizer go with copies left behind.
 
 use super::carry_out::remove_owned;
-use super::{owned_copies, place_of, remote_call};
+use super::{WRITE_CONCURRENCY, owned_copies, place_of, remote_call};
 use crate::api::{CopyState, CopyStatus};
 use crate::controller::Context;
 use crate::controller::error::{Error, short_message};
+use crate::controller::fleet::ClusterHandle;
 use crate::controller::rule::RuleResource;
 use crate::controller::status::known_copies;
+use crate::controller::watches::Interest;
 use crate::sync::copies::{OwnedCopy, source_of};
 use crate::sync::desired::CopyTarget;
 use crate::sync::validate;
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use std::collections::BTreeSet;
@@ -23,12 +27,17 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     let spec = rule.rule_spec();
     ctx.fleet.wait_ready().await?;
     let kind = validate::check(spec, &ctx.allowed_kinds).ok();
+    if kind.is_none() {
+        // Its kind is not one this installation copies (any more): mimeo watches no copies of it
+        // and may lack the rights to remove them; only those a running watch holds are removed.
+        tracing::warn!(rule = %key, "rule deleted; its kind is not one mimeo copies, so its copies mimeo does not watch are left as they are");
+    }
     let uid = rule.meta().uid.clone().unwrap_or_default();
-    let recorded = {
+    let known = {
         let last = ctx.statuses.lock().unwrap_or_else(|p| p.into_inner());
         known_copies(rule.rule_status(), last.get(&key), &uid)
     };
-    let remote: BTreeSet<String> = recorded.iter().filter_map(|c| c.cluster.clone()).collect();
+    let remote: BTreeSet<String> = known.clusters.iter().flatten().cloned().collect();
     ctx.fleet.uses(&key, remote.clone(), false);
     let mut failures = Vec::new();
     let mut clusters = vec![ctx.fleet.local().clone()];
@@ -43,18 +52,36 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     }
     let mut removed = 0;
     for handle in &clusters {
-        let here: Vec<&CopyStatus> = recorded.iter().filter(|c| c.cluster == handle.name).collect();
+        let here: Vec<&CopyStatus> = known.copies.iter().filter(|c| c.cluster == handle.name).collect();
         let resolved = match &kind {
-            Some(kind) => remote_call(&handle.name, handle.watches.resolve(kind))
-                .await
-                .ok()
-                .flatten(),
+            Some(kind) => match remote_call(&handle.name, handle.watches.resolve(kind)).await {
+                Ok(resolved) => resolved,
+                Err(e) => {
+                    failures.push(format!("{}: looking up the kind: {e}", cluster_name(handle)));
+                    continue;
+                }
+            },
             None => None,
         };
-        let candidates = match &resolved {
-            Some((resource, namespaced)) => {
-                owned_copies(handle, &key, resource, *namespaced, &here, &ctx.scope)
+        if let Some((resource, _)) = &resolved {
+            let interest = Interest {
+                copies: Some(resource.clone()),
+                ..Default::default()
+            };
+            if let Err(e) = handle.watches.declare(&key, interest).await {
+                failures.push(format!("{}: {e}", cluster_name(handle)));
+                continue;
             }
+        }
+        let candidates = match &resolved {
+            Some((resource, namespaced)) => owned_copies(
+                handle,
+                &key,
+                (resource, *namespaced),
+                &here,
+                &known.unsealed,
+                &ctx.scope,
+            ),
             None => handle
                 .watches
                 .copies_of(&key)
@@ -68,31 +95,37 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
                 })
                 .collect(),
         };
-        for OwnedCopy {
-            resource,
-            namespace,
-            name,
-            recorded,
-            ..
-        } in candidates
-        {
-            let place = (namespace.as_deref(), name.as_str(), recorded);
-            match remote_call(
-                &handle.name,
-                remove_owned(handle, &ctx.seal_key, &key, &resource, place, spec),
-            )
-            .await
-            {
-                Ok(Some(done)) => {
-                    ctx.metrics.wrote(done);
+        // Several removals in flight at once, as writes are: 50,000 copies one after another
+        // would hold the rule for minutes.
+        let removals = candidates.into_iter().map(|copy| {
+            let key = &key;
+            async move {
+                let place = (copy.namespace.as_deref(), copy.name.as_str(), copy.recorded);
+                let removal = remove_owned(
+                    handle,
+                    &ctx.shards,
+                    &ctx.seal_key,
+                    key,
+                    &copy.resource,
+                    place,
+                    spec,
+                );
+                (remote_call(&handle.name, removal).await, copy)
+            }
+        });
+        let mut done = futures::stream::iter(removals).buffer_unordered(WRITE_CONCURRENCY);
+        while let Some((result, copy)) = done.next().await {
+            match result {
+                Ok(Some(verb)) => {
+                    ctx.metrics.wrote(verb);
                     removed += 1;
                 }
                 Ok(None) => {}
                 Err(e) => {
                     let target = CopyTarget {
                         cluster: handle.name.clone(),
-                        namespace,
-                        name,
+                        namespace: copy.namespace,
+                        name: copy.name,
                     };
                     failures.push(format!("{}: {e}", place_of(&target)));
                 }
@@ -107,15 +140,17 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
         crate::api::DeletionPolicy::Orphan => "orphaned",
     };
     tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
-    ctx.fleet.forget(&key);
-    ctx.next_to.forget(&key);
-    ctx.plugin_config_maps.uses(&key, BTreeSet::new());
-    ctx.plugin_files.uses(&key, BTreeSet::new());
-    ctx.chain_outputs.keep_only(&key, &BTreeSet::new());
-    ctx.statuses
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&key);
-    ctx.metrics.set_copies(&key.to_string(), None);
+    for handle in &clusters {
+        handle.watches.forget(&key);
+    }
+    super::forget(ctx, &key);
     Ok(Action::await_change())
+}
+
+/// A cluster as failures name it.
+fn cluster_name(handle: &ClusterHandle) -> String {
+    match &handle.name {
+        Some(name) => format!("RemoteCluster {name}"),
+        None => "this cluster".to_owned(),
+    }
 }

@@ -13,10 +13,11 @@ use crate::controller::plugin_config_maps::config_maps_of;
 use crate::controller::plugin_files::files_of;
 use crate::controller::plugins::{ChainProblem, ResolvedChain};
 use crate::controller::rule::RuleResource;
-use crate::controller::status::{Readiness, known_copies};
+use crate::controller::status::{KnownCopies, Readiness, known_copies};
 use crate::controller::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use crate::locks::lock;
 use crate::sync::consent::shares;
+use crate::sync::copies::PlaceKey;
 use crate::sync::copies::{ClusterPlaces, LiveCopies, Source, Unusable, Wants};
 use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::{AllowedKind, KindRef};
@@ -59,8 +60,10 @@ pub(in crate::controller) struct Gathered<'r> {
     pub sources: Vec<Source>,
     /// Sources in another cluster whose owner does not share them with the rule.
     pub unshared: usize,
-    /// The inventory the rule starts from: its last status written, and what the cache holds.
+    /// The copies the rule is known to hold before the caches are asked (`KnownCopies`).
     pub previous_copies: Vec<CopyStatus>,
+    /// Places of copies made before seals, trusted as they are.
+    pub unsealed: BTreeSet<PlaceKey>,
     /// The rule's inputs, read from the source's cluster, for the plugins.
     pub inputs: ReadInputs,
     /// Why a `nextTo` target's namespaces cannot be found now (the other targets go on).
@@ -149,6 +152,7 @@ impl Gathered<'_> {
             clusters: &self.places,
             unusable,
             previous: &self.previous_copies,
+            unsealed: &self.unsealed,
         }
     }
 }
@@ -177,7 +181,12 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
     let kind = checked_kind(ctx, &key, spec, previous)?;
     let chain = resolve_chain(rule, ctx, &key).await?;
     let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
-    let (by_cluster, mut previous_copies) = choose_clusters(rule, ctx, &key, &source_cluster);
+    let (by_cluster, known) = choose_clusters(rule, ctx, &key, &source_cluster);
+    let KnownCopies {
+        copies: mut previous_copies,
+        clusters: held,
+        unsealed,
+    } = known;
     let source_side = source_side(ctx, &key, &source_cluster, previous).await?;
     let (resource, namespaced) =
         source_kind(ctx, &key, &kind, &source_side, &source_cluster, previous).await?;
@@ -204,7 +213,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         rule.source_namespace().as_deref(),
         previous,
     )?;
-    let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &previous_copies).await;
+    let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &held).await;
     one_registration_per_cluster(ctx, &mut clusters, &mut previous_copies);
     let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
     let source_interest = SourceInterest {
@@ -276,6 +285,7 @@ pub(in crate::controller) async fn gather<'r, R: RuleResource>(
         sources,
         unshared: unshared.len(),
         previous_copies,
+        unsealed,
         inputs,
         next_to_problem,
     })
@@ -408,31 +418,31 @@ pub(in crate::controller) fn chain_refused(
     }))
 }
 
-/// Which clusters: the source's, every target's, and every one that still holds copies (with the
-/// inventory they are known from). The fleet learns which clusters the rule uses.
+/// Which clusters: the source's, every target's, and every one that still holds copies (with
+/// what is known of those copies). The fleet learns which clusters the rule uses.
 fn choose_clusters<R: RuleResource>(
     rule: &R,
     ctx: &Context,
     key: &RuleKey,
     source_cluster: &Option<String>,
-) -> (BTreeMap<Option<String>, Vec<Target>>, Vec<CopyStatus>) {
+) -> (BTreeMap<Option<String>, Vec<Target>>, KnownCopies) {
     let spec = rule.rule_spec();
     let mut by_cluster =
         targets_by_cluster(&spec.targets, |labels| ctx.fleet.matching_clusters(labels)).unwrap_or_default();
     let uid = rule.meta().uid.clone().unwrap_or_default();
-    let previous_copies = {
+    let known = {
         let last = ctx.statuses.lock().unwrap_or_else(|p| p.into_inner());
         known_copies(rule.rule_status(), last.get(key), &uid)
     };
-    for copy in &previous_copies {
-        by_cluster.entry(copy.cluster.clone()).or_default();
+    for cluster in &known.clusters {
+        by_cluster.entry(cluster.clone()).or_default();
     }
     by_cluster.entry(None).or_default();
     let mut remote_names: BTreeSet<String> = by_cluster.keys().flatten().cloned().collect();
     remote_names.extend(source_cluster.iter().cloned());
     let selects_clusters = spec.targets.iter().any(|t| t.cluster_selector.is_some());
     ctx.fleet.uses(key, remote_names, selects_clusters);
-    (by_cluster, previous_copies)
+    (by_cluster, known)
 }
 
 /// The cluster the sources are read from.
@@ -500,10 +510,10 @@ async fn target_clusters(
     kind: &KindRef,
     resource: &ApiResource,
     by_cluster: BTreeMap<Option<String>, Vec<Target>>,
-    previous_copies: &[CopyStatus],
+    held: &BTreeSet<Option<String>>,
 ) -> Vec<TargetCluster> {
     futures::future::join_all(by_cluster.into_iter().map(|(name, targets)| async {
-        let holds = !targets.is_empty() || previous_copies.iter().any(|c| c.cluster == name);
+        let holds = !targets.is_empty() || held.contains(&name);
         let usable = match &name {
             None => Ok(ctx.fleet.local().clone()),
             Some(remote) => ctx.fleet.cluster(key, remote, !targets.is_empty()).await,

@@ -31,12 +31,11 @@ pub(super) async fn create_namespaces(ctx: &Context, gathered: &Gathered<'_>, pl
         };
         let cluster = &gathered.reachable[c];
         let namespace = copy.target.namespace.as_deref().unwrap_or_default();
-        match remote_call(
-            &cluster.name,
-            write::create_namespace(&cluster.handle.client, namespace),
-        )
-        .await
-        {
+        let created = async {
+            super::carry_out::fence(&ctx.shards, &gathered.key)?;
+            write::create_namespace(&cluster.handle.client, namespace).await
+        };
+        match remote_call(&cluster.name, created).await {
             Ok(()) => {
                 tracing::info!(rule = %gathered.key, namespace = %namespace, cluster = cluster.name.as_deref().unwrap_or_default(), "created a target namespace");
             }

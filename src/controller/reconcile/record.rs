@@ -9,7 +9,8 @@ use crate::controller::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule::RuleResource;
 use crate::controller::status::{
-    LastWritten, Readiness, bounded, needs_write, plugins_not_refreshed, summarize, with_ready,
+    LastWritten, Readiness, Unusable, needs_write, plugins_not_refreshed, still_unsealed, summarize,
+    summarize_copies, with_ready,
 };
 use crate::sync::consent::not_shared_message;
 use crate::sync::desired::CopyTarget;
@@ -50,7 +51,7 @@ pub(super) async fn record<R: RuleResource>(
     let still_used: std::collections::BTreeSet<String> = gathered
         .clusters
         .iter()
-        .filter(|c| !c.targets.is_empty())
+        .filter(|c| !c.targets.is_empty() || (c.holds && c.usable.is_err()))
         .filter_map(|c| c.name.clone())
         .chain(inventory.iter().filter_map(|c| c.cluster.clone()))
         .chain(gathered.source_cluster.iter().cloned())
@@ -100,7 +101,8 @@ pub(super) async fn record<R: RuleResource>(
         .refresh_in
         .map_or(next_look, |due| next_look.min(due));
     let writing = std::time::Instant::now();
-    let wrote = write_status(rule, ctx, status(gathered, inventory, ready)).await?;
+    let status = status(gathered, &inventory, ready);
+    let wrote = write_status(rule, ctx, status, Some(inventory)).await?;
     tracing::debug!(
         rule = %gathered.key,
         events = published,
@@ -181,9 +183,9 @@ fn note_changes(
             .find(|c| c.cluster == copy.cluster && c.namespace == copy.namespace && c.name == copy.name);
         // A copy counted rather than listed last time, in a state counted then, is no news.
         let counted_before = was.is_none()
-            && gathered
-                .previous
-                .is_some_and(|p| p.not_listed.contains_key(&format!("{:?}", copy.state)));
+            && gathered.previous.is_some_and(|p| {
+                p.more_problems.is_some() && p.counts.contains_key(&format!("{:?}", copy.state))
+            });
         if copy.state == CopyState::Synced || counted_before || was.is_some_and(|w| w.state == copy.state) {
             continue;
         }
@@ -212,22 +214,43 @@ fn note_changes(
     }
 }
 
-/// The status: the inventory (bounded), the sources' digest, the chain's pins and `Ready`.
-fn status(gathered: &Gathered<'_>, inventory: Vec<CopyStatus>, ready: Readiness) -> RuleStatus {
+/// The status: the copies counted (with the problems named), the sources' digest, the chain's
+/// pins and `Ready`.
+fn status(gathered: &Gathered<'_>, inventory: &[CopyStatus], ready: Readiness) -> RuleStatus {
     let source_hashes: Vec<(String, String)> = gathered
         .sources
         .iter()
         .map(|s| (s.reference.name.clone(), s.template.source_hash().to_owned()))
         .collect();
     let source_hash = (!source_hashes.is_empty()).then(|| digest(&json!(source_hashes)));
-    let synced = inventory.iter().filter(|c| c.state == CopyState::Synced).count();
-    let total = inventory.len();
-    let (targets, not_listed) = bounded(inventory);
+    let unusable: Vec<Unusable> = gathered
+        .clusters
+        .iter()
+        .filter(|c| c.holds)
+        .filter_map(|c| {
+            Some(Unusable {
+                cluster: c.name.clone(),
+                state: c.usable.as_ref().err()?.state,
+            })
+        })
+        .collect();
+    let before = gathered
+        .previous
+        .map(|p| p.clusters.as_slice())
+        .unwrap_or_default();
+    let summary = summarize_copies(inventory, &unusable, before);
+    let legacy = gathered
+        .previous
+        .map(|p| p.targets.as_slice())
+        .unwrap_or_default();
     let status = RuleStatus {
         source_hash,
-        copies: Some(format!("{synced}/{total}")),
-        targets,
-        not_listed,
+        copies: Some(summary.copies),
+        counts: summary.counts,
+        clusters: summary.clusters,
+        problems: summary.problems,
+        more_problems: summary.more_problems,
+        targets: still_unsealed(legacy, inventory),
         plugins: gathered.chain.pins.clone(),
         ..Default::default()
     };
@@ -261,7 +284,7 @@ pub(super) async fn refusal<R: RuleResource>(
         rule.meta().generation,
         ready,
     );
-    write_status(rule, ctx, status).await?;
+    write_status(rule, ctx, status, None).await?;
     Ok(match next {
         Next::AwaitChange => Action::await_change(),
         Next::Backoff => Action::requeue(ctx.retries.failed(&rule.key(), None)),
@@ -271,10 +294,13 @@ pub(super) async fn refusal<R: RuleResource>(
 
 /// Writes the status with server-side apply, only when it differs from what is there; says
 /// whether it wrote.
+/// `copies` is every copy the reconcile found, remembered in memory whether or not the status
+/// changed (`None`: as last remembered).
 async fn write_status<R: RuleResource>(
     rule: &R,
     ctx: &Context,
     mut status: RuleStatus,
+    copies: Option<Vec<CopyStatus>>,
 ) -> Result<bool, Error> {
     let key = rule.key();
     let uid = rule.meta().uid.clone().unwrap_or_default();
@@ -284,7 +310,18 @@ async fn write_status<R: RuleResource>(
         .unwrap_or_else(|p| p.into_inner())
         .get(&key)
         .cloned();
+    let copies = copies.unwrap_or_else(|| {
+        last.as_ref()
+            .and_then(|l| l.copies_of(&uid))
+            .map(<[CopyStatus]>::to_vec)
+            .unwrap_or_default()
+    });
+    super::carry_out::fence(&ctx.shards, &key)?;
     if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
+        ctx.statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, LastWritten::of(&uid, &status, copies));
         return Ok(false);
     }
     // Serialized straight from the status, and the reply read past: at 10,000 copies a JSON
@@ -307,7 +344,7 @@ async fn write_status<R: RuleResource>(
     ctx.statuses
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(key, LastWritten::of(&uid, &status));
+        .insert(key, LastWritten::of(&uid, &status, copies));
     Ok(true)
 }
 
@@ -348,7 +385,7 @@ const NAMED_IN_SUM: usize = 3;
 type Noted = (EventType, String, String, Option<ObjectReference>);
 
 /// The routine events about copies summed up into one per reason (`Updated 500 copies: t-0/creds,
-/// t-1/creds, t-2/creds and 497 more; see status.targets`); the others as they are.
+/// t-1/creds, t-2/creds and 497 more`); the others as they are.
 fn summed_up(events: Vec<Noted>) -> Vec<Noted> {
     let mut out = Vec::new();
     let mut sums: Vec<(String, Vec<String>)> = Vec::new();
@@ -385,7 +422,7 @@ fn summed_up(events: Vec<Noted>) -> Vec<Noted> {
             rest => format!(" and {rest} more"),
         };
         let copies = if n == 1 { "copy" } else { "copies" };
-        let note = format!("{verb} {n} {copies}: {named}{more}; see status.targets");
+        let note = format!("{verb} {n} {copies}: {named}{more}");
         out.push((EventType::Normal, reason, note, None));
     }
     out
@@ -430,6 +467,9 @@ impl EventLog {
     /// eleven requests one after another (half a second on a busy apiserver, holding up the
     /// rule's next look) for what one says as well; the status lists every copy.
     async fn publish<R: RuleResource>(self, rule: &R, ctx: &Context) -> usize {
+        if !ctx.shards.holds_rule(&rule.key()) {
+            return 0;
+        }
         let reference = rule.object_ref(&());
         let mut events = self.events;
         if events.len() > EVENTS_PER_RECONCILE {
@@ -455,7 +495,7 @@ impl EventLog {
                 type_: EventType::Normal,
                 reason: "MoreChanges".into(),
                 note: Some(format!(
-                    "and {} more changes to copies; see status.targets",
+                    "and {} more changes to copies; see status.problems",
                     total - EVENTS_PER_RECONCILE
                 )),
                 action: "Reconcile".into(),
@@ -498,14 +538,10 @@ mod tests {
                 ("Conflict", "copy taken/creds", true),
                 (
                     "CopyUpdated",
-                    "Updated 12 copies: t-00/creds, t-01/creds, t-02/creds and 9 more; see status.targets",
+                    "Updated 12 copies: t-00/creds, t-01/creds, t-02/creds and 9 more",
                     false
                 ),
-                (
-                    "CopyCreated",
-                    "Created 1 copy: new/creds; see status.targets",
-                    false
-                ),
+                ("CopyCreated", "Created 1 copy: new/creds", false),
             ]
         );
     }

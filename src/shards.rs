@@ -1,0 +1,471 @@
+//! Several active replicas: the rules are split into shards, each a `coordination.k8s.io/v1`
+//! Lease, and each replica holds its fair share of them (`sync::shards`). A replica reconciles,
+//! watches and connects for the rules of the shards it holds, and nothing else.
+//!
+//! Every replica also keeps a Lease of its own, renewed like a shard's: the replicas whose Lease
+//! moved within a Lease duration are the live ones, over which the shards are spread. A replica
+//! that joins makes the others' share smaller, and they give their highest shards back; one that
+//! dies stops renewing, and the others take its shards once they have seen them unchanged for a
+//! whole duration ([`crate::leader::decide`], on their own monotonic clocks).
+//!
+//! A write is allowed only while its shard is held: until the instant the last successful renewal
+//! *started*, plus two thirds of the duration. Another replica may take the shard over no sooner
+//! than a whole duration after it saw that renewal, so the two never overlap. The monotonic clock
+//! runs on while a process is frozen (SIGSTOP), so a frozen replica that resumes finds its
+//! shards lapsed and writes nothing until a renewal has succeeded again.
+
+use crate::leader::{Decision, Elector, LeaderError, Observed, decide, renew_deadline, renew_period};
+use crate::sync::ownership::RuleKey;
+use crate::sync::shards::{moves, shard_of, shard_of_name};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The label on every replica's own Lease, naming the shard set.
+pub const MEMBER_LABEL: &str = "mimeo.dev/shards";
+/// The annotation on every replica's own Lease: how many shards it splits the rules into.
+pub const COUNT_ANNOTATION: &str = "mimeo.dev/shard-count";
+
+/// How the shards are kept.
+#[derive(Clone, Debug)]
+pub struct ShardSettings {
+    /// How many shards the rules are split into.
+    pub count: u32,
+    /// Where the Leases are.
+    pub namespace: String,
+    /// Shard `i` of `n` is Lease `<prefix>-<n>-<i>`; replica `r`'s own is `<prefix>-member-<r>`.
+    pub prefix: String,
+    /// This replica.
+    pub identity: String,
+    pub duration: Duration,
+}
+
+/// How long after taking a shard its first write may start: a replica that gave it back may
+/// still have a write on the way, and its echo should reach this one's copies cache first.
+pub const HANDOFF_GRACE: Duration = Duration::from_secs(1);
+
+/// A shard held: from when, and until when, a write may start (`None`: for good, a lone replica).
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    from: Instant,
+    until: Option<Instant>,
+}
+
+/// The shards this replica holds, shared by everything that writes.
+#[derive(Clone)]
+pub struct Shards {
+    count: u32,
+    held: Arc<Mutex<BTreeMap<u32, Hold>>>,
+    changed: Arc<tokio::sync::watch::Sender<BTreeSet<u32>>>,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shards({} of {})", self.held_now().len(), self.count)
+    }
+}
+
+impl Default for Shards {
+    /// One shard, held for good: a replica that does not share its work.
+    fn default() -> Self {
+        Shards {
+            count: 1,
+            held: Arc::new(Mutex::new(BTreeMap::from([(
+                0,
+                Hold {
+                    from: Instant::now(),
+                    until: None,
+                },
+            )]))),
+            changed: Arc::new(tokio::sync::watch::Sender::new(BTreeSet::from([0]))),
+        }
+    }
+}
+
+impl Shards {
+    /// `count` shards, none held yet.
+    pub fn new(count: u32) -> Self {
+        Shards {
+            count: count.max(1),
+            held: Default::default(),
+            changed: Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new())),
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Whether a write for `shard` may start now.
+    pub fn holds(&self, shard: u32) -> bool {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        held.get(&shard)
+            .is_some_and(|h| h.from <= now && h.until.is_none_or(|until| now < until))
+    }
+
+    /// Whether this replica works on `rule` now.
+    pub fn holds_rule(&self, rule: &RuleKey) -> bool {
+        self.holds(shard_of(rule, self.count))
+    }
+
+    /// Whether this replica looks after the named object (a `RemoteCluster`'s status).
+    pub fn holds_name(&self, name: &str) -> bool {
+        self.holds(shard_of_name(name, self.count))
+    }
+
+    /// The shards held now, as far as writes go.
+    pub fn held_now(&self) -> BTreeSet<u32> {
+        (0..self.count).filter(|s| self.holds(*s)).collect()
+    }
+
+    /// Changes of the shards held, for waking the rules of a shard taken or given up.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<BTreeSet<u32>> {
+        self.changed.subscribe()
+    }
+
+    /// Renewed (or taken) until `until`: a shard just taken is writable only after
+    /// [`HANDOFF_GRACE`].
+    fn set(&self, shard: u32, until: Instant) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let from = held
+            .get(&shard)
+            .map_or_else(|| Instant::now() + HANDOFF_GRACE, |h| h.from);
+        held.insert(
+            shard,
+            Hold {
+                from,
+                until: Some(until),
+            },
+        );
+    }
+
+    fn drop_shard(&self, shard: u32) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&shard);
+    }
+
+    fn publish(&self) {
+        let now = self.held_now();
+        self.changed.send_if_modified(|was| {
+            let changed = *was != now;
+            *was = now.clone();
+            changed
+        });
+    }
+}
+
+/// Keeps this replica's Lease and its share of the shard Leases until `stopped`, then gives
+/// them up so that the others take over at once.
+pub async fn keep(
+    client: Client,
+    settings: ShardSettings,
+    shards: Shards,
+    stopped: impl Future<Output = ()>,
+) {
+    let electors: Vec<Elector> = (0..settings.count)
+        .map(|i| {
+            Elector::new(
+                client.clone(),
+                &settings.namespace,
+                &format!("{}-{}-{i}", settings.prefix, settings.count),
+                &settings.identity,
+                settings.duration,
+            )
+        })
+        .collect();
+    let mut members = Members::new(client, &settings);
+    let round = async {
+        loop {
+            one_round(&settings, &shards, &electors, &mut members).await;
+            tokio::time::sleep(renew_period(settings.duration)).await;
+        }
+    };
+    tokio::select! {
+        () = round => {}
+        () = stopped => {}
+    }
+    let held: Vec<u32> = shards
+        .held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .copied()
+        .collect();
+    for shard in held {
+        shards.drop_shard(shard);
+        if let Err(e) = electors[shard as usize].release().await {
+            tracing::warn!(error = %e, shard, "releasing a shard Lease failed; another replica takes it when it expires");
+        }
+    }
+    shards.publish();
+    members.leave().await;
+}
+
+/// One round: the heartbeat, the held shards renewed, then shards given back or taken.
+async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Elector], members: &mut Members) {
+    let live = match members.beat_and_count().await {
+        Ok(Count::Live(live)) => live,
+        Ok(Count::Disagree(theirs)) => {
+            // A rollout that changes the shard count: the same rule is in another shard for
+            // them, so neither side may write until one side is gone.
+            if !shards.held_now().is_empty() {
+                tracing::error!(
+                    ours = settings.count,
+                    theirs,
+                    "another live replica splits the rules into another number of shards; holding none until it is gone"
+                );
+            }
+            for shard in 0..settings.count {
+                shards.drop_shard(shard);
+            }
+            shards.publish();
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "renewing this replica's Lease failed; its shards are renewed all the same");
+            1
+        }
+    };
+    let mut held = BTreeSet::new();
+    let mut free = BTreeSet::new();
+    for (i, elector) in electors.iter().enumerate() {
+        let shard = i as u32;
+        let was_held = shards
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&shard);
+        if was_held {
+            let started = Instant::now();
+            match elector.try_hold().await {
+                Ok(Ok(())) => {
+                    shards.set(shard, started + renew_deadline(settings.duration));
+                    held.insert(shard);
+                }
+                Ok(Err(_)) | Err(_) => {
+                    tracing::warn!(
+                        shard,
+                        "a shard Lease could not be renewed; its rules are left to another replica"
+                    );
+                    shards.drop_shard(shard);
+                }
+            }
+        } else if elector.is_free().await.unwrap_or(false) {
+            free.insert(shard);
+        }
+    }
+    let planned = moves(settings.count, &held, &free, live);
+    let took = !planned.take.is_empty();
+    for shard in planned.release {
+        shards.drop_shard(shard);
+        shards.publish();
+        if let Err(e) = electors[shard as usize].release().await {
+            tracing::warn!(error = %e, shard, "giving a shard back failed; another replica takes it when it expires");
+        }
+        tracing::info!(shard, live, "gave a shard back: more replicas share the work");
+    }
+    for shard in planned.take {
+        let started = Instant::now();
+        if let Ok(Ok(())) = electors[shard as usize].try_hold().await {
+            shards.set(shard, started + renew_deadline(settings.duration));
+            tracing::info!(shard, live, "took a shard");
+        }
+    }
+    if took {
+        // Published once its writes may start, so that its rules are looked at then.
+        let shards = shards.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(HANDOFF_GRACE).await;
+            shards.publish();
+        });
+    }
+    shards.publish();
+}
+
+/// What the other replicas' Leases say.
+enum Count {
+    /// This many replicas are live, this one included.
+    Live(usize),
+    /// A live replica splits the rules into this other number of shards.
+    Disagree(u32),
+}
+
+/// This replica's own Lease, and what it saw of the others'.
+struct Members {
+    api: Api<Lease>,
+    name: String,
+    settings: ShardSettings,
+    seen: HashMap<String, Option<Observed>>,
+}
+
+impl Members {
+    fn new(client: Client, settings: &ShardSettings) -> Self {
+        Members {
+            api: Api::namespaced(client, &settings.namespace),
+            name: member_name(&settings.prefix, &settings.identity),
+            settings: settings.clone(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Renews this replica's Lease and counts the live replicas, this one included. A replica
+    /// Lease seen unchanged for a whole duration is a dead replica's, and is deleted.
+    async fn beat_and_count(&mut self) -> Result<Count, LeaderError> {
+        self.beat().await?;
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}={}", self.settings.prefix)))
+            .await
+            .map_err(|e| self.error(e))?;
+        let now = Instant::now();
+        let mut live = 1;
+        let mut disagree = None;
+        let mut names = BTreeSet::new();
+        for lease in &listed.items {
+            let name = lease.name_any();
+            if name == self.name {
+                continue;
+            }
+            names.insert(name.clone());
+            let version = lease.resource_version().unwrap_or_default();
+            let Some(spec) = lease.spec.as_ref() else { continue };
+            let observed = self.seen.entry(name.clone()).or_default();
+            match decide(Some((spec, &version)), "", observed, now, self.settings.duration) {
+                Decision::Wait(_) => {
+                    live += 1;
+                    let theirs = lease
+                        .annotations()
+                        .get(COUNT_ANNOTATION)
+                        .and_then(|c| c.parse::<u32>().ok());
+                    if let Some(theirs) = theirs.filter(|c| *c != self.settings.count) {
+                        disagree = Some(theirs);
+                    }
+                }
+                _ => {
+                    let params = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: Some(version.clone()),
+                            uid: None,
+                        }),
+                        ..Default::default()
+                    };
+                    if self.api.delete(&name, &params).await.is_ok() {
+                        tracing::info!(replica = %name, "a replica stopped renewing its Lease; its shards go to the others");
+                    }
+                }
+            }
+        }
+        self.seen.retain(|name, _| names.contains(name));
+        Ok(match disagree {
+            Some(theirs) => Count::Disagree(theirs),
+            None => Count::Live(live),
+        })
+    }
+
+    async fn beat(&self) -> Result<(), LeaderError> {
+        let now = MicroTime(Timestamp::now());
+        let seconds = self.settings.duration.as_secs().max(1) as i32;
+        let current = self.api.get_opt(&self.name).await.map_err(|e| self.error(e))?;
+        let result = match current {
+            Some(mut lease) => {
+                let spec = lease.spec.get_or_insert_default();
+                spec.renew_time = Some(now);
+                spec.lease_duration_seconds = Some(seconds);
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        namespace: Some(self.settings.namespace.clone()),
+                        labels: Some(BTreeMap::from([(
+                            MEMBER_LABEL.to_owned(),
+                            self.settings.prefix.clone(),
+                        )])),
+                        annotations: Some(BTreeMap::from([(
+                            COUNT_ANNOTATION.to_owned(),
+                            self.settings.count.to_string(),
+                        )])),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.settings.identity.clone()),
+                        lease_duration_seconds: Some(seconds),
+                        renew_time: Some(now),
+                        ..Default::default()
+                    }),
+                };
+                self.api.create(&PostParams::default(), &lease).await.map(|_| ())
+            }
+        };
+        result.map_err(|e| self.error(e))
+    }
+
+    /// Deletes this replica's Lease on a clean shutdown, so that the others' share grows at once.
+    async fn leave(&self) {
+        let _ = self.api.delete(&self.name, &DeleteParams::default()).await;
+    }
+
+    fn error(&self, source: kube::Error) -> LeaderError {
+        LeaderError::Kube {
+            namespace: self.settings.namespace.clone(),
+            name: self.name.clone(),
+            source,
+        }
+    }
+}
+
+/// A replica's own Lease: `<prefix>-member-<identity>`, cut to a valid name.
+fn member_name(prefix: &str, identity: &str) -> String {
+    let mut name: String = format!("{prefix}-member-{identity}")
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(253);
+    name.trim_end_matches(['-', '.']).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_may_start_only_while_the_shard_is_held() {
+        let shards = Shards::new(3);
+        assert!(!shards.holds(0));
+        shards.set(1, Instant::now() + Duration::from_secs(60));
+        assert!(!shards.holds(1), "a shard just taken waits for the handoff");
+        shards.held.lock().unwrap().get_mut(&1).unwrap().from = Instant::now();
+        shards.set(2, Instant::now() - Duration::from_millis(1));
+        assert_eq!(
+            shards.held_now(),
+            BTreeSet::from([1]),
+            "a lapsed renewal holds nothing"
+        );
+        shards.drop_shard(1);
+        assert!(!shards.holds(1));
+        let lone = Shards::default();
+        assert!(lone.holds_rule(&RuleKey::cluster_sync_rule("any")));
+    }
+
+    #[test]
+    fn member_names_are_valid_lease_names() {
+        assert_eq!(member_name("mimeo-shard", "Pod_1"), "mimeo-shard-member-pod-1");
+    }
+}

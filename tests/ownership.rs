@@ -1,0 +1,281 @@
+//! What a rule owns is found from its copies, not from its status: a rule of 50,000 copies keeps
+//! a small status, restarts without a write and cleans every copy when deleted; clean-up stays
+//! right across a controller that was down while the world changed. Against a real apiserver.
+
+mod common;
+
+use common::{Harness, eventually, eventually_within, secret};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const MANAGED: &str = "mimeo.dev/managed-by=mimeo";
+
+fn sync_rule(ns: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+           "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+/// How many copies mimeo's label marks in the whole cluster.
+async fn copies(h: &Harness) -> usize {
+    let api: Api<Secret> = Api::all(h.client.clone());
+    let mut total = 0;
+    let mut params = ListParams::default().labels(MANAGED).limit(5000);
+    loop {
+        let page = api.list_metadata(&params).await.unwrap();
+        total += page.items.len();
+        match page.metadata.continue_ {
+            Some(next) if !next.is_empty() => params = params.continue_token(&next),
+            _ => return total,
+        }
+    }
+}
+
+/// 500 sources into 100 namespaces: 50,000 copies of one rule. The status stays under 64 KiB
+/// (the old inventory could not be written past about 9,500), a restart writes nothing, and
+/// deleting the rule removes every copy before its finalizer lets it go.
+#[tokio::test]
+async fn a_rule_of_fifty_thousand_copies() {
+    const SOURCES: usize = 500;
+    const NAMESPACES: usize = 100;
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    let names: Vec<String> = (0..NAMESPACES).map(|i| format!("t{i:03}")).collect();
+    futures::future::join_all(names.iter().map(|ns| h.namespace(ns, &[("fan", "in")], &accept))).await;
+    let api = h.secrets("platform");
+    for chunk in (0..SOURCES).collect::<Vec<_>>().chunks(50) {
+        futures::future::join_all(chunk.iter().map(|i| {
+            let mut s = secret("platform", &format!("s{i:03}"), "Opaque", &[("k", "v1")]);
+            s.metadata.labels = Some([("fan".to_owned(), "out".to_owned())].into());
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &s).await.unwrap() }
+        }))
+        .await;
+    }
+    let started = Instant::now();
+    h.apply(sync_rule(
+        "platform",
+        "big",
+        json!({"source": {"kind": "Secret", "selector": {"matchLabels": {"fan": "out"}}},
+               "targets": [{"namespaceSelector": {"matchLabels": {"fan": "in"}}}]}),
+    ))
+    .await;
+    let want = format!("{0}/{0}", SOURCES * NAMESPACES);
+    let rule = eventually_within("50,000 copies in sync", Duration::from_secs(900), || async {
+        let rule = h.rule("platform", "big").await?;
+        (rule.status.as_ref()?.copies.as_deref() == Some(want.as_str())).then_some(rule)
+    })
+    .await;
+    let status = rule.status.unwrap();
+    let size = serde_json::to_vec(&status).unwrap().len();
+    println!(
+        "50,000 copies in sync {:?} after the rule; status {size} bytes: {:?}",
+        started.elapsed(),
+        status.counts
+    );
+    assert!(size < 64 * 1024, "a status of {size} bytes");
+    assert!(status.problems.is_empty() && status.targets.is_empty());
+    assert_eq!(status.clusters.len(), 1);
+    assert_eq!(status.clusters[0].synced, (SOURCES * NAMESPACES) as i64);
+    assert_eq!(copies(&h).await, SOURCES * NAMESPACES);
+
+    // A restart with nothing changed writes nothing: not a copy, not the status.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.stop_controller().await;
+    let resources = ["secrets", "syncrules"];
+    let before = h.apiserver_writes(&resources).await;
+    h.start_controller().await;
+    eventually_within(
+        "the restarted controller reconciling the rule",
+        Duration::from_secs(300),
+        || async {
+            h.metrics
+                .encode()
+                .contains("mimeo_reconciles_total{kind=\"SyncRule\"}")
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = h.apiserver_writes(&resources).await;
+    println!("apiserver writes across the restart: {}", after - before);
+    assert_eq!(after, before, "a restart with nothing changed must write nothing");
+
+    // Deleted: every copy goes, then the rule.
+    let deleting = Instant::now();
+    h.delete_rule("platform", "big").await;
+    eventually_within(
+        "the rule and its copies gone",
+        Duration::from_secs(900),
+        || async { h.rule("platform", "big").await.is_none().then_some(()) },
+    )
+    .await;
+    println!("50,000 copies deleted in {:?}", deleting.elapsed());
+    assert_eq!(copies(&h).await, 0, "copies left behind by a deleted rule");
+}
+
+/// Deleted while mimeo was down: its copies go once mimeo is back, found in the copies cache
+/// (nothing in the status names them).
+#[tokio::test]
+async fn a_rule_deleted_while_mimeo_was_down_is_cleaned_up() {
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    for ns in ["d1", "d2", "d3"] {
+        h.namespace(ns, &[("down", "yes")], &accept).await;
+    }
+    h.put_secret("platform", "creds", &[("k", "v1")]).await;
+    h.apply(sync_rule(
+        "platform",
+        "creds",
+        json!({"source": {"kind": "Secret", "name": "creds"},
+               "targets": [{"namespaceSelector": {"matchLabels": {"down": "yes"}}}]}),
+    ))
+    .await;
+    let rule = h.wait_ready("platform", "creds", "True", "Synced").await;
+    assert_eq!(rule.status.unwrap().copies.as_deref(), Some("3/3"));
+    h.stop_controller().await;
+
+    // Deleted while down: the finalizer holds it.
+    h.delete_rule("platform", "creds").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        h.rule("platform", "creds").await.is_some(),
+        "the finalizer holds the rule"
+    );
+    h.start_controller().await;
+    eventually("the deleted rule's copies gone", || async {
+        for ns in ["d1", "d2", "d3"] {
+            if h.secrets(ns).get_opt("creds").await.unwrap().is_some() {
+                return None;
+            }
+        }
+        h.rule("platform", "creds").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(copies(&h).await, 0);
+}
+
+/// A namespace that left the rule's selector while mimeo was down loses its copy once mimeo is
+/// back; the copies still wanted are not written again.
+#[tokio::test]
+async fn a_namespace_that_left_while_mimeo_was_down_loses_its_copy() {
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    for ns in ["l1", "l2"] {
+        h.namespace(ns, &[("team", "a")], &accept).await;
+    }
+    h.put_secret("platform", "creds", &[("k", "v1")]).await;
+    h.apply(sync_rule(
+        "platform",
+        "creds",
+        json!({"source": {"kind": "Secret", "name": "creds"},
+               "targets": [{"namespaceSelector": {"matchLabels": {"team": "a"}}}]}),
+    ))
+    .await;
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+    let kept = h.secrets("l1").get("creds").await.unwrap();
+    h.stop_controller().await;
+    h.patch_namespace("l2", json!({"labels": {"team": "b"}})).await;
+    h.start_controller().await;
+    eventually("the copy gone from the namespace that left", || async {
+        h.secrets("l2")
+            .get_opt("creds")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let rule = h.wait_ready("platform", "creds", "True", "Synced").await;
+    assert_eq!(rule.status.unwrap().copies.as_deref(), Some("1/1"));
+    let still = h.secrets("l1").get("creds").await.unwrap();
+    assert_eq!(
+        still.metadata.resource_version, kept.metadata.resource_version,
+        "the copy still wanted was written again"
+    );
+    // Nothing of the rule's stays behind once it goes.
+    h.delete_rule("platform", "creds").await;
+    eventually("the rule gone", || async {
+        h.rule("platform", "creds").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(copies(&h).await, 0);
+}
+
+/// Never let go on a partial view: a rule deleted while mimeo cannot list the kind's copies (its
+/// RBAC lost `list` on ConfigMaps) keeps its finalizer and its copies, and is cleaned up once the
+/// copies can be listed again. Run with the chart's RBAC, edited as an admin would.
+#[tokio::test]
+async fn a_rule_is_let_go_only_once_its_copies_can_be_listed() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let mut h = Harness::start_with_chart_rbac(mimeo::controller::ControllerConfig::default()).await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    for ns in ["v1", "v2"] {
+        h.namespace(ns, &[("view", "yes")], &accept).await;
+    }
+    let settings: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings", "namespace": "platform"}, "data": {"k": "v"}}))
+    .unwrap();
+    h.config_maps("platform")
+        .create(&PostParams::default(), &settings)
+        .await
+        .unwrap();
+    h.apply(sync_rule(
+        "platform",
+        "settings",
+        json!({"source": {"kind": "ConfigMap", "name": "settings"},
+               "targets": [{"namespaceSelector": {"matchLabels": {"view": "yes"}}}]}),
+    ))
+    .await;
+    h.wait_ready("platform", "settings", "True", "Synced").await;
+    h.stop_controller().await;
+    h.delete_rule("platform", "settings").await;
+
+    let roles: Api<ClusterRole> = Api::all(h.client.clone());
+    let granted = roles.get("mimeo").await.unwrap();
+    let mut narrowed = granted.clone();
+    for rule in narrowed.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|r| r == "configmaps") {
+            rule.verbs.retain(|v| v != "list" && v != "watch");
+        }
+    }
+    roles
+        .replace("mimeo", &PostParams::default(), &narrowed)
+        .await
+        .unwrap();
+    h.start_controller().await;
+    let copies_there = || async {
+        let mut there = 0;
+        for ns in ["v1", "v2"] {
+            there += usize::from(h.config_maps(ns).get_opt("settings").await.unwrap().is_some());
+        }
+        there
+    };
+    common::stays(
+        "the rule and its copies kept while its copies cannot be listed",
+        Duration::from_secs(40),
+        || async { h.rule("platform", "settings").await.is_some() && copies_there().await == 2 },
+    )
+    .await;
+
+    let mut restored = granted;
+    restored.metadata.resource_version = roles.get("mimeo").await.unwrap().metadata.resource_version;
+    roles
+        .replace("mimeo", &PostParams::default(), &restored)
+        .await
+        .unwrap();
+    eventually_within(
+        "the rule and its copies gone once they can be listed",
+        Duration::from_secs(180),
+        || async {
+            (h.rule("platform", "settings").await.is_none() && copies_there().await == 0).then_some(())
+        },
+    )
+    .await;
+}
