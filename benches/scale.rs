@@ -9,7 +9,10 @@
 //!   apiserver requests each costs;
 //! - **restart**: the apiserver writes a restarted controller makes with nothing changed.
 //!
-//! `cargo bench --bench scale` (`-- --sources 100` for 10,000 copies). Figures are printed; docs/benchmarks.md records a run. With
+//! `cargo bench --bench scale` (`-- --sources 100` for 10,000 copies; `-- --sources 500
+//! --raw-all` for 50,000, the raw client writing as many; `-- --many-rules 1000` for 1,000 rules
+//! of 100 copies each instead, memory and status sizes). Figures are printed;
+//! docs/benchmarks.md records a run. With
 //! `MIMEO_BENCH_WRAP=heaptrack` the controller runs under that profiler (its resident set is
 //! then the profiler's too).
 
@@ -47,14 +50,18 @@ const RULES: usize = 500;
 /// Bytes of data in each Secret.
 const VALUE_BYTES: usize = 1024;
 
-#[tokio::main]
-async fn main() {
-    let all_sources: usize = std::env::args()
-        .skip_while(|a| a != "--sources")
+/// The number after `flag` on the command line.
+fn arg(flag: &str) -> Option<usize> {
+    std::env::args()
+        .skip_while(|a| a != flag)
         .nth(1)
         .and_then(|n| n.parse().ok())
-        .unwrap_or(DEFAULT_SOURCES)
-        .max(FIRST_SOURCES + 1);
+}
+
+#[tokio::main]
+async fn main() {
+    let all_sources: usize = arg("--sources").unwrap_or(DEFAULT_SOURCES).max(FIRST_SOURCES + 1);
+    let raw_all = std::env::args().any(|a| a == "--raw-all");
     let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
     plane
         .install_crds(&[std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")])
@@ -73,12 +80,16 @@ async fn main() {
         )
         .await;
     }
+    if let Some(rules) = arg("--many-rules") {
+        return many_rules(&plane, &client, rules).await;
+    }
     for s in 0..all_sources {
         apply_secret(&client, source(s)).await;
     }
 
-    // The ceiling: the first round's copies, written by a plain client.
-    let raw_objects: Vec<Value> = (0..FIRST_SOURCES)
+    // The ceiling: the first round's copies (or all of them), written by a plain client.
+    let raw_sources = if raw_all { all_sources } else { FIRST_SOURCES };
+    let raw_objects: Vec<Value> = (0..raw_sources)
         .flat_map(|s| (0..NAMESPACES).map(move |t| raw_copy(s, t)))
         .collect();
     let started = Instant::now();
@@ -91,7 +102,7 @@ async fn main() {
         .collect::<Vec<()>>()
         .await;
     let raw = started.elapsed();
-    let raw_rate = (FIRST_SOURCES * NAMESPACES) as f64 / raw.as_secs_f64();
+    let raw_rate = (raw_sources * NAMESPACES) as f64 / raw.as_secs_f64();
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
@@ -127,6 +138,8 @@ async fn main() {
     }
     copies.wait_for(all_sources * NAMESPACES).await;
     let second = started.elapsed();
+    let to_all = first + second;
+    let fan_out_status = status_bytes(&client, "fan-out").await;
     let second_rate = ((all_sources - FIRST_SOURCES) * NAMESPACES) as f64 / second.as_secs_f64();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let at_all = mimeo.rss_mib();
@@ -209,8 +222,9 @@ async fn main() {
     let n1 = FIRST_SOURCES * NAMESPACES;
     let n2 = all_sources * NAMESPACES;
     println!("throughput: copies of {VALUE_BYTES}-byte Secrets into {NAMESPACES} namespaces, one rule");
+    let n_raw = raw_sources * NAMESPACES;
     println!(
-        "  raw client, server-side apply, {RAW_CONCURRENCY} in flight: {n1} objects in {raw:.2?}, {raw_rate:.0}/s"
+        "  raw client, server-side apply, {RAW_CONCURRENCY} in flight: {n_raw} objects in {raw:.2?}, {raw_rate:.0}/s"
     );
     println!("  mimeo, rule created to {n1} copies seen:       {first:.2?}, {first_rate:.0}/s");
     println!(
@@ -222,6 +236,13 @@ async fn main() {
         first_rate / raw_rate,
         second_rate / raw_rate
     );
+    if raw_all {
+        println!(
+            "  to all {n2} copies: mimeo {to_all:.2?} (both rounds), raw {raw:.2?}: mimeo takes {:.2}x the raw client's time",
+            to_all.as_secs_f64() / raw.as_secs_f64()
+        );
+    }
+    println!("  the rule's status at {n2} copies: {fan_out_status} bytes");
     println!("memory: resident set of `mimeo run` (release build)");
     println!("  idle, ready:           {idle:.1} MiB");
     println!("  {n1} copies:           {at_first:.1} MiB");
@@ -286,8 +307,12 @@ impl CopyCounter {
     }
 
     async fn wait_for(&self, n: usize) {
+        self.wait_for_within(n, Duration::from_secs(900)).await;
+    }
+
+    async fn wait_for_within(&self, n: usize, wait: Duration) {
         let mut seen = self.seen.clone();
-        tokio::time::timeout(Duration::from_secs(300), seen.wait_for(|count| *count >= n))
+        tokio::time::timeout(wait, seen.wait_for(|count| *count >= n))
             .await
             .unwrap_or_else(|_| panic!("{n} copies were not seen"))
             .unwrap();
@@ -331,4 +356,92 @@ async fn apply_secret(client: &Client, object: Value) {
         .patch(name, &PatchParams::apply("bench").force(), &Patch::Apply(&object))
         .await
         .unwrap_or_else(|e| panic!("applying {namespace}/{name}: {e}"));
+}
+
+/// The size of a `SyncRule`'s status in `scale-src`, as JSON.
+async fn status_bytes(client: &Client, name: &str) -> usize {
+    let rules: Api<mimeo::api::SyncRule> = Api::namespaced(client.clone(), "scale-src");
+    let rule = rules.get(name).await.unwrap();
+    serde_json::to_vec(&rule.status).unwrap().len()
+}
+
+/// `rules` rules of one source each into every target namespace (100 copies a rule): the
+/// controller's memory with them all in sync, and again after a restart.
+async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
+    for r in 0..rules {
+        apply_secret(
+            client,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": format!("many-{r}"), "namespace": "scale-src"},
+                   "stringData": {"value": value(r)}}),
+        )
+        .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, plane.kubeconfig_yaml()).unwrap();
+    let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
+    mimeo.wait_ready().await;
+    let idle = mimeo.rss_mib();
+    let copies = CopyCounter::start(client);
+    let started = Instant::now();
+    futures::stream::iter(0..rules)
+        .map(|r| {
+            let client = client.clone();
+            async move {
+                apply(
+                    &client,
+                    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                           "metadata": {"name": format!("many-{r}"), "namespace": "scale-src"},
+                           "spec": {"source": {"kind": "Secret", "name": format!("many-{r}")},
+                                    "targets": [{"namespaceSelector": {"matchLabels": {"scale": "target"}}}]}}),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(RAW_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+    let total = rules * NAMESPACES;
+    copies.wait_for_within(total, Duration::from_secs(1800)).await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let at_all = mimeo.rss_mib();
+    let largest = {
+        let listed: Api<mimeo::api::SyncRule> = Api::namespaced(client.clone(), "scale-src");
+        listed
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|r| serde_json::to_vec(&r.status).unwrap().len())
+            .max()
+            .unwrap_or_default()
+    };
+    mimeo.stop();
+    let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
+    mimeo.wait_ready().await;
+    let synced = format!("mimeo_copies{{state=\"Synced\"}} {total}");
+    let restarted = Instant::now();
+    while !mimeo.metrics().await.contains(&synced) {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(600),
+            "the restarted controller did not report {synced}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let caught_up = restarted.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_restart = mimeo.rss_mib();
+    mimeo.stop();
+    println!("many rules: {rules} SyncRules of 100 copies each, {total} copies, one replica");
+    println!(
+        "  rules applied to all copies seen: {took:.2?}, {:.0} copies/s",
+        total as f64 / took.as_secs_f64()
+    );
+    println!(
+        "  resident set: idle {idle:.1} MiB, all in sync {at_all:.1} MiB, restarted {after_restart:.1} MiB (caught up {caught_up:.2?} after ready)"
+    );
+    println!("  largest rule status: {largest} bytes");
 }
