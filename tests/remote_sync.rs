@@ -167,6 +167,7 @@ async fn wait_copy_state(
                 state,
                 hash: None,
                 message: None,
+                since: None,
             }))
         },
     )

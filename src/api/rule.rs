@@ -581,6 +581,10 @@ pub struct CopyStatus {
     /// Why the copy is not `Synced`, in words. Never holds secret values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the controller first saw the copy in this state (`problems` only): how long it has
+    /// been out of sync, kept across reconciles while the state stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// A source object, by namespace and name.

@@ -122,6 +122,7 @@ mod tests {
                 state: CopyState::Synced,
                 hash: Some("abc".into()),
                 message: None,
+                since: None,
             }],
             ..Default::default()
         });

@@ -104,6 +104,22 @@ pub fn summarize_copies(
     }
 }
 
+/// Dates each problem: a copy listed before in the same state keeps the time it was first seen
+/// so (`previous`), one new to its state gets `now`. A copy out of sync for an hour says so at
+/// every reconcile, and an unchanged world still writes an unchanged status.
+pub fn date_problems(problems: &mut [CopyStatus], previous: &[CopyStatus], now: &Time) {
+    let seen: BTreeMap<PlaceKey, (CopyState, Option<&Time>)> = previous
+        .iter()
+        .map(|p| (place_of(p), (p.state, p.since.as_ref())))
+        .collect();
+    for problem in problems {
+        problem.since = match seen.get(&place_of(problem)) {
+            Some((state, Some(since))) if *state == problem.state => Some((*since).clone()),
+            _ => Some(now.clone()),
+        };
+    }
+}
+
 /// The order problems are listed in: what mimeo itself stopped doing first, then what failed,
 /// then what waits on someone else, a plugin's decision last. Stable, so that an unchanged
 /// world lists the same copies.
@@ -376,6 +392,10 @@ fn timeless_digest(status: &RuleStatus) -> String {
     if let Some(ready) = ready_mut(&mut status) {
         ready.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     }
+    // A problem dated anew from a stale cache is the same problem: no write for that alone.
+    for problem in &mut status.problems {
+        problem.since = None;
+    }
     digest_bytes(&serde_json::to_vec(&status).unwrap_or_default())
 }
 
@@ -396,6 +416,7 @@ mod tests {
             state,
             hash: None,
             message: None,
+            since: None,
         };
         let mut inventory: Vec<CopyStatus> = (0..50_000).map(|i| copy(i, None, CopyState::Synced)).collect();
         inventory.extend((0..100).map(|i| copy(i, None, CopyState::NotAccepted)));
@@ -459,6 +480,7 @@ mod tests {
             state,
             hash: None,
             message: message.map(str::to_owned),
+            since: None,
         }
     }
 
@@ -562,6 +584,29 @@ mod tests {
         ]);
         assert!(one_skipped.ready, "a plugin's skip is not a fault");
         assert_eq!(one_skipped.message, "1/2 copies in sync; 1 skipped by plugins");
+    }
+
+    #[test]
+    fn a_problem_keeps_its_date_while_its_state_stays() {
+        let at = |secs| Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap());
+        let mut before = vec![
+            copy("a", CopyState::Conflict, None),
+            copy("b", CopyState::NotAccepted, None),
+        ];
+        date_problems(&mut before, &[], &at(100));
+        assert!(before.iter().all(|p| p.since == Some(at(100))));
+        let mut now = vec![
+            copy("a", CopyState::Conflict, Some("still")),
+            copy("b", CopyState::Failed, None),
+            copy("c", CopyState::Conflict, None),
+        ];
+        date_problems(&mut now, &before, &at(200));
+        let since: Vec<_> = now.iter().map(|p| p.since.clone()).collect();
+        assert_eq!(
+            since,
+            [Some(at(100)), Some(at(200)), Some(at(200))],
+            "kept, new state, new copy"
+        );
     }
 
     #[test]

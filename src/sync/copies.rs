@@ -653,6 +653,7 @@ impl Plan {
                     name: p.target.name,
                     state: p.state,
                     message: p.message,
+                    since: None,
                 }
             })
             .chain(leftovers)
@@ -879,6 +880,7 @@ mod tests {
             state,
             hash: None,
             message: None,
+            since: None,
         }
     }
 

@@ -310,6 +310,7 @@ async fn remove_one(
         state,
         hash: None,
         message: Some(message),
+        since: None,
     };
     let flap = flap_key(key, &target, &copy.resource);
     if let Some(held) = lock(&ctx.flaps).held(&flap, now) {

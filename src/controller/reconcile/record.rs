@@ -9,14 +9,15 @@ use crate::controller::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule::RuleResource;
 use crate::controller::status::{
-    LastWritten, Readiness, Unusable, needs_write, plugins_not_refreshed, still_unsealed, summarize,
-    summarize_copies, with_ready,
+    LastWritten, Readiness, Unusable, date_problems, needs_write, plugins_not_refreshed, still_unsealed,
+    summarize, summarize_copies, with_ready,
 };
 use crate::sync::consent::not_shared_message;
 use crate::sync::desired::CopyTarget;
 use crate::sync::hash::digest;
 use crate::sync::ownership::FIELD_MANAGER;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::ApiResource;
@@ -238,7 +239,16 @@ fn status(gathered: &Gathered<'_>, inventory: &[CopyStatus], ready: Readiness) -
         .previous
         .map(|p| p.clusters.as_slice())
         .unwrap_or_default();
-    let summary = summarize_copies(inventory, &unusable, before);
+    let mut summary = summarize_copies(inventory, &unusable, before);
+    let problems_before = gathered
+        .previous
+        .map(|p| p.problems.as_slice())
+        .unwrap_or_default();
+    date_problems(
+        &mut summary.problems,
+        problems_before,
+        &Time(k8s_openapi::jiff::Timestamp::now()),
+    );
     let legacy = gathered
         .previous
         .map(|p| p.targets.as_slice())
