@@ -754,11 +754,11 @@ scenario_remote_rotation() {
   say "source platform-images/image-pull-creds:  data sha256 $before -> $new_hash"
   say "copy   workload-b:apps/image-pull-creds:  data sha256 $(data_hash_b secret image-pull-creds apps), in sync within $(since "$started")"
   wait_cluster_rule workload-image-pull-creds 1/1
-  say "The rule's status counts its copies in each cluster (and names any that are not in sync):"
-  local columns='{range .status.clusters[*]}{.cluster}{"\t"}{.copies}{"\t"}{.synced}{"\n"}{end}'
-  say "\$ kubectl get clustersyncrule workload-image-pull-creds -o jsonpath='$columns'"
-  { printf 'CLUSTER\tCOPIES\tSYNCED\n'; kc get clustersyncrule workload-image-pull-creds -o "jsonpath=$columns"; } |
-    awk -F '\t' '{ printf "%-12s %-7s %s\n", ($1 == "" ? "(this one)" : $1), $2, $3 }' | indent || die "reading the status of ClusterSyncRule workload-image-pull-creds failed"
+  say "The rule's status counts its copies in each cluster and names any that are not in sync;"
+  say "mimeo status draws it as a tree, with the copies it can list in this cluster:"
+  say "\$ mimeo status clustersyncrule/workload-image-pull-creds"
+  KUBECONFIG="$KUBECONFIG_PATH" "$MIMEO" status clustersyncrule/workload-image-pull-creds --color never | indent ||
+    die "mimeo status clustersyncrule/workload-image-pull-creds failed"
 }
 
 # --- down -----------------------------------------------------------------------------------

@@ -22,19 +22,34 @@ pub struct Cli {
 pub enum Command {
     /// Print the CustomResourceDefinitions mimeo serves, as YAML.
     Crds,
-    /// Run the controller against the current kubeconfig (or the in-cluster service account).
+    /// Run the controller.
+    ///
+    /// Runs against the current kubeconfig, or the in-cluster service account.
     Run(RunArgs),
-    /// Work with transform plugins: run them locally, look inside them, push them to and pull them
-    /// from OCI registries.
+    /// Show rules and their copies as a tree: each copy's state, since when and why.
+    ///
+    /// Reads with your own kubeconfig and permissions: the rule and its status, and the metadata
+    /// (never the content) of its copies in the rule's cluster. Copies in sync are listed where
+    /// you may list them; the rest are counted from the rule's status, with why they are not
+    /// listed. Copies not in sync are named by the status wherever they are, RemoteClusters
+    /// included. Colours when stdout is a terminal (not with NO_COLOR set).
+    Status(StatusArgs),
+    /// Test, inspect, push and pull transform plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Work with the clusters that `RemoteCluster`s name.
     #[command(subcommand)]
     Remote(RemoteCommand),
-    /// Print, as a plan on stdout, the mimeo rules for what another copy tool copies in the
-    /// current kubeconfig's cluster, and apply such a plan with --apply (docs/migrating.md).
+    /// Plan and apply the move from another copy tool to mimeo.
+    ///
+    /// Prints, as a plan on stdout, the mimeo rules for what another copy tool copies in the
+    /// current kubeconfig's cluster, and applies such a plan with --apply (docs/migrating.md).
+    /// Exit status: 0 the plan was printed or applied, 1 the cluster could not be read or a part
+    /// of the plan was not applied.
     Migrate(MigrateArgs),
-    /// Print what applying a SyncRule or ClusterSyncRule would do, read with your own kubeconfig
+    /// Show what applying a rule would do, without writing anything.
+    ///
+    /// Prints what applying a SyncRule or ClusterSyncRule would do, read with your own kubeconfig
     /// and permissions and decided by the controller's own code: each copy to create, change
     /// (a unified diff; Secret values as digests), delete or orphan, and each left alone with
     /// the reason (a conflict, no consent, a plugin's skip or failure). The transform chain runs
@@ -44,6 +59,36 @@ pub enum Command {
     /// `! Unauthorized` line: it could not be read or made); a `! Conflict`, `! NotAccepted` or
     /// other `!` line is decided and counts as no change. Copies in RemoteClusters are not shown.
     Diff(DiffArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// The rule: NAME (a SyncRule in the namespace), syncrule/NAME, clustersyncrule/NAME, or
+    /// clustersyncrules for every ClusterSyncRule. Default: every SyncRule of the namespace.
+    #[arg(value_name = "RULE")]
+    pub rule: Option<String>,
+    /// The namespace of the SyncRules. Default: the kubeconfig context's.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// `text`: a tree; `json`: the same as `{"rules": [...]}`, times as RFC 3339.
+    #[arg(short = 'o', long, value_enum, default_value_t = StatusOutput::Text)]
+    pub output: StatusOutput,
+    /// Colour the tree: `auto` when stdout is a terminal and NO_COLOR is not set.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusOutput {
+    Text,
+    Json,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -112,7 +157,9 @@ impl MigrateArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RemoteCommand {
-    /// Print the RBAC that the identity in a RemoteCluster's kubeconfig needs inside the remote
+    /// Print the RBAC a RemoteCluster's identity needs in its cluster.
+    ///
+    /// Prints the RBAC that the identity in a RemoteCluster's kubeconfig needs inside the remote
     /// cluster, as multi-document YAML to apply there (`kubectl apply -f -`): a ClusterRole and
     /// ClusterRoleBinding (for a target, or a source with a Kyverno kind), a Role and RoleBinding
     /// per namespace, and for a service account its Namespace and the ServiceAccount.
@@ -176,18 +223,22 @@ impl RemoteRbacArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
-    /// Run a plugin, or a chain of plugins in order, on an object, with the controller's limits
-    /// and checks. Prints the object to write as YAML. Exit codes: 0 written (or unchanged),
-    /// 1 the plugin failed or broke a rule, 3 the plugin skipped the copy.
+    /// Run a plugin, or a chain of plugins, on an object, as the controller would.
+    ///
+    /// Runs the chain in order with the controller's limits and checks, and prints the object to
+    /// write as YAML. Exit codes: 0 written (or unchanged), 1 the plugin failed or broke a rule,
+    /// 3 the plugin skipped the copy.
     Test(PluginTestArgs),
-    /// Show what a plugin is: its interface version, description, imports, exports, size, digest.
+    /// Show what a plugin is: interface version, description, imports, exports, size, digest.
     Inspect(PluginInspectArgs),
-    /// Push a plugin to an OCI registry as a Wasm artifact (CNCF layout: config
-    /// application/vnd.wasm.config.v0+json, one application/wasm layer), after checking that it is
-    /// a component implementing an interface version this mimeo runs. Prints the manifest digest
-    /// and the pinned reference.
+    /// Push a plugin to an OCI registry as a Wasm artifact.
+    ///
+    /// Uses the CNCF layout (config application/vnd.wasm.config.v0+json, one application/wasm
+    /// layer), after checking that it is a component implementing an interface version this mimeo
+    /// runs. Prints the manifest digest and the pinned reference.
     Push(PluginPushArgs),
     /// Pull a plugin from an OCI registry and write its component, byte for byte as pushed.
+    ///
     /// Accepts layers of type application/wasm and application/vnd.wasm.content.layer.v1+wasm.
     /// Prints the manifest digest and the pinned reference.
     Pull(PluginPullArgs),

@@ -20,5 +20,6 @@ pub mod plugin;
 pub mod remote_rbac;
 pub mod server;
 pub mod shards;
+pub mod status_view;
 pub mod sync;
 pub mod telemetry;

@@ -158,6 +158,51 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     Ok(worst)
 }
 
+/// `mimeo status`: the trees of the rules named, as text or JSON.
+async fn status(args: mimeo::cli::StatusArgs) -> anyhow::Result<ExitCode> {
+    use mimeo::cli::{ColorChoice, StatusOutput};
+    use mimeo::status_view::{read, render};
+    use std::io::IsTerminal;
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster: {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let selection = read::Selection::parse(args.rule.as_deref(), &namespace)?;
+    let trees = read::read(&client, &selection).await?;
+    match args.output {
+        StatusOutput::Json => {
+            let json = serde_json::json!({ "rules": trees });
+            println!("{}", serde_json::to_string_pretty(&json)?);
+        }
+        StatusOutput::Text => {
+            let colors = match args.color {
+                ColorChoice::Always => true,
+                ColorChoice::Never => false,
+                ColorChoice::Auto => {
+                    std::io::stdout().is_terminal()
+                        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                }
+            };
+            let colors = if colors {
+                render::Colors::On
+            } else {
+                render::Colors::Off
+            };
+            print!(
+                "{}",
+                render::render(&trees, k8s_openapi::jiff::Timestamp::now(), colors)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     // Before any TLS client (kube's or the registry's) is built.
@@ -185,6 +230,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Migrate(args) => migrate(args).await,
         Command::Diff(args) => Ok(diff(args).await),
+        Command::Status(args) => status(args).await,
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;
             let yaml = mimeo::remote_rbac::render(&options)?;

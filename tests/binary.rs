@@ -1,5 +1,6 @@
 //! The `mimeo` binary as an operator runs it: refuses to start without CRDs or with registry CAs
-//! it cannot use, serves health and metrics, and shuts down cleanly on SIGTERM.
+//! it cannot use, serves health and metrics, and shuts down cleanly on SIGTERM; its `--help`
+//! lists each command on one short line.
 
 mod common;
 
@@ -33,6 +34,38 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Every command list of `--help` (the top level's and each group's) gives a command one line
+/// that fits a terminal; the long text is the command's own `--help`.
+#[test]
+fn help_lists_each_command_on_one_short_line() {
+    for group in [&[][..], &["plugin"], &["remote"]] {
+        let output = mimeo().args(group).arg("--help").output().unwrap();
+        assert!(output.status.success());
+        let help = String::from_utf8(output.stdout).unwrap();
+        let commands: Vec<&str> = help
+            .split("Commands:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no command list in:\n{help}"))
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .collect();
+        assert!(commands.len() >= 2, "{help}");
+        for line in &commands {
+            assert!(
+                line.starts_with("  ") && !line.starts_with("   "),
+                "a continued line in:\n{help}"
+            );
+            assert!(line.len() <= 100, "longer than 100 characters: {line:?}");
+        }
+    }
+    let long = mimeo().args(["diff", "--help"]).output().unwrap();
+    let long = String::from_utf8(long.stdout).unwrap();
+    assert!(
+        long.contains("Exit status as `kubectl diff`"),
+        "diff --help keeps its long text:\n{long}"
+    );
 }
 
 #[tokio::test]
