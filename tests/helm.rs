@@ -550,6 +550,147 @@ fn lint_and_template_with_each_switch() {
     }
 }
 
+/// The grants a Markdown table of docs/install.md lists, as `grants` writes them, by the value of
+/// its first column when `keyed` (the switch), else all under `""`. Columns: [switch,] API group
+/// (`core` for the core group), resources, verbs, why.
+fn documented_grants(header: &str, keyed: bool) -> std::collections::BTreeMap<String, Vec<String>> {
+    let docs = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let start = docs
+        .find(header)
+        .unwrap_or_else(|| panic!("docs/install.md has no table {header:?}"));
+    let mut tables: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let clean = |cell: &str| cell.trim().trim_matches('`').trim().to_owned();
+    for line in docs[start..].lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        let (key, cells) = match keyed {
+            true => (cells[0].trim().to_owned(), &cells[1..]),
+            false => (String::new(), &cells[..]),
+        };
+        let group = match clean(cells[0]).as_str() {
+            "core" => String::new(),
+            group => group.to_owned(),
+        };
+        let mut verbs: Vec<String> = cells[2].split(',').map(clean).collect();
+        verbs.sort();
+        let grants = tables.entry(key).or_default();
+        for resource in cells[1].split(',').map(clean) {
+            grants.push(format!("{group}/{resource}: {}", verbs.join(",")));
+        }
+    }
+    tables.values_mut().for_each(|g| g.sort());
+    tables
+}
+
+/// Grants as `group/resource: verb`, one a verb, so that grants split over rules compare whole.
+fn one_verb_each(grants: &[String]) -> std::collections::BTreeSet<String> {
+    grants
+        .iter()
+        .flat_map(|grant| {
+            let (resource, verbs) = grant.split_once(": ").unwrap();
+            verbs.split(',').map(move |verb| format!("{resource}: {verb}"))
+        })
+        .collect()
+}
+
+/// docs/install.md's RBAC tables say what the chart grants: with the defaults exactly the first
+/// table; with each switch, on the resources its rows name, exactly those rows (plus the first
+/// table's grants there, unless the switch takes a kind out of `allowKinds`), and nothing that
+/// neither table lists.
+#[test]
+fn the_rbac_tables_in_the_docs_are_what_the_chart_grants() {
+    let helm = Helm::new();
+    let cluster_role = |docs: &[Value]| one_verb_each(&grants(find(docs, "ClusterRole", RELEASE)));
+    let default = one_verb_each(
+        &documented_grants("| API group | resources | verbs | why |", false)
+            .remove("")
+            .unwrap(),
+    );
+    assert_eq!(cluster_role(&helm.template(&[])), default, "the defaults");
+
+    let switches = documented_grants("| switch | API group | resources | verbs | why |", true);
+    let every_kind_but = |kind: &str| -> String {
+        let values: Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap()).unwrap();
+        let kinds: Vec<&str> = values["allowKinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .filter(|k| *k != kind)
+            .collect();
+        format!("allowKinds={{{}}}", kinds.join(","))
+    };
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("ConfigMap not in `allowKinds`", vec![every_kind_but("ConfigMap")]),
+        (
+            "Secret not in `allowKinds` (with `rbac.readSecrets: true`, the default)",
+            vec![every_kind_but("Secret")],
+        ),
+        (
+            "`rbac.createNamespaces: true`",
+            vec!["rbac.createNamespaces=true".into()],
+        ),
+        (
+            "`nextTo.kinds: [Cluster.clusters.openmcp.cloud]`",
+            vec!["nextTo.kinds={Cluster.clusters.openmcp.cloud}".into()],
+        ),
+        (
+            "`inventories.openMCP: true`",
+            vec!["inventories.openMCP=true".into()],
+        ),
+        (
+            "`inventories.clusterAPI: true`",
+            vec!["inventories.clusterAPI=true".into()],
+        ),
+        (
+            "`inventories.clusterProfile.enabled: true`",
+            vec![
+                "inventories.clusterProfile.enabled=true".into(),
+                "inventories.clusterProfile.providersConfigMap=providers".into(),
+            ],
+        ),
+    ];
+    let mut documented: Vec<&str> = switches.keys().map(String::as_str).collect();
+    let mut checked: Vec<&str> = cases.iter().map(|(k, _)| *k).collect();
+    documented.sort();
+    checked.sort();
+    assert_eq!(documented, checked, "each switch the docs list is checked here");
+    let resource_of = |grant: &String| grant.split(": ").next().unwrap().to_owned();
+    for (switch, sets) in &cases {
+        let mut values = Vec::new();
+        for set in sets {
+            values.extend(["--set", set.as_str()]);
+        }
+        let rendered = cluster_role(&helm.template(&values));
+        let rows = one_verb_each(&switches[*switch]);
+        let named: std::collections::BTreeSet<String> = rows.iter().map(resource_of).collect();
+        let on_named = |grants: &std::collections::BTreeSet<String>| -> std::collections::BTreeSet<String> {
+            grants
+                .iter()
+                .filter(|g| named.contains(&resource_of(g)))
+                .cloned()
+                .collect()
+        };
+        let mut expected = rows.clone();
+        if !switch.contains("allowKinds") {
+            expected.extend(on_named(&default));
+        }
+        assert_eq!(
+            on_named(&rendered),
+            expected,
+            "{switch}: the grants on the resources its rows name"
+        );
+        let unlisted: Vec<&String> = rendered
+            .iter()
+            .filter(|g| !default.contains(*g) && !rows.contains(*g))
+            .collect();
+        assert!(
+            unlisted.is_empty(),
+            "{switch}: granted but in neither table: {unlisted:?}"
+        );
+    }
+}
+
 /// The chart's Role in `namespace`.
 fn find_role<'a>(docs: &'a [Value], namespace: &str) -> &'a Value {
     docs.iter()
