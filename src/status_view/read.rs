@@ -7,6 +7,7 @@
 
 use super::tree::{FoundCopy, Listing, RuleFacts, RuleTree, build};
 use crate::api::{ClusterSyncRule, RuleSpec, RuleStatus, SyncRule};
+use crate::controller::RuleResource;
 use crate::sync::copies::source_of;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION, RuleKey};
@@ -116,83 +117,66 @@ struct Rule {
 }
 
 async fn rules(client: &Client, selection: &Selection) -> Result<Vec<Rule>, StatusError> {
-    let kube_error = |what: String| move |source| StatusError::Kube { what, source };
     match selection {
         Selection::SyncRules { namespace, name } => {
             let api: Api<SyncRule> = Api::namespaced(client.clone(), namespace);
-            let rules = match name {
-                Some(name) => vec![
-                    api.get_opt(name)
-                        .await
-                        .map_err(kube_error(format!("SyncRule {namespace}/{name}")))?
-                        .ok_or_else(|| StatusError::NotFound {
-                            kind: "SyncRule",
-                            place: format!("{namespace}/{name}"),
-                        })?,
-                ],
-                None => {
-                    let rules = api
-                        .list(&ListParams::default())
-                        .await
-                        .map_err(kube_error(format!("the SyncRules of namespace {namespace}")))?
-                        .items;
-                    if rules.is_empty() {
-                        return Err(StatusError::NoneFound {
-                            kind: "SyncRule",
-                            place: format!("in namespace {namespace}"),
-                        });
-                    }
-                    rules
-                }
-            };
-            Ok(rules
-                .into_iter()
-                .map(|r| Rule {
-                    key: RuleKey::sync_rule(namespace, &r.name_any()),
-                    generation: r.metadata.generation,
-                    spec: r.spec.rule,
-                    status: r.status,
-                })
-                .collect())
+            let place = |name: &str| format!("{namespace}/{name}");
+            rules_of(api, name.as_deref(), place, &format!("namespace {namespace}")).await
         }
         Selection::ClusterSyncRules { name } => {
             let api: Api<ClusterSyncRule> = Api::all(client.clone());
-            let rules = match name {
-                Some(name) => vec![
-                    api.get_opt(name)
-                        .await
-                        .map_err(kube_error(format!("ClusterSyncRule {name}")))?
-                        .ok_or_else(|| StatusError::NotFound {
-                            kind: "ClusterSyncRule",
-                            place: name.clone(),
-                        })?,
-                ],
-                None => {
-                    let rules = api
-                        .list(&ListParams::default())
-                        .await
-                        .map_err(kube_error("the ClusterSyncRules".to_owned()))?
-                        .items;
-                    if rules.is_empty() {
-                        return Err(StatusError::NoneFound {
-                            kind: "ClusterSyncRule",
-                            place: "in the cluster".to_owned(),
-                        });
-                    }
-                    rules
-                }
-            };
-            Ok(rules
-                .into_iter()
-                .map(|r| Rule {
-                    key: RuleKey::cluster_sync_rule(&r.name_any()),
-                    generation: r.metadata.generation,
-                    spec: r.spec.rule,
-                    status: r.status,
-                })
-                .collect())
+            rules_of(api, name.as_deref(), str::to_owned, "the cluster").await
         }
     }
+}
+
+/// The rule of this kind named `name` (placed by `place` in messages), or every one in `scope`.
+async fn rules_of<R: RuleResource>(
+    api: Api<R>,
+    name: Option<&str>,
+    place: impl Fn(&str) -> String,
+    scope: &str,
+) -> Result<Vec<Rule>, StatusError> {
+    let rules = match name {
+        Some(name) => vec![
+            api.get_opt(name)
+                .await
+                .map_err(|source| StatusError::Kube {
+                    what: format!("{} {}", R::KIND, place(name)),
+                    source,
+                })?
+                .ok_or_else(|| StatusError::NotFound {
+                    kind: R::KIND,
+                    place: place(name),
+                })?,
+        ],
+        None => {
+            let rules = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| StatusError::Kube {
+                    what: format!("the {}s of {scope}", R::KIND),
+                    source,
+                })?
+                .items;
+            if rules.is_empty() {
+                return Err(StatusError::NoneFound {
+                    kind: R::KIND,
+                    place: format!("in {scope}"),
+                });
+            }
+            rules
+        }
+    };
+    Ok(rules
+        .into_iter()
+        .map(|r| Rule {
+            key: r.key(),
+            generation: r.meta().generation,
+            spec: r.rule_spec().clone(),
+            status: r.rule_status().cloned(),
+        })
+        .collect())
 }
 
 /// `Secret team-a/registry`, `ConfigMap team-a (every one labelled app=x)`, with the cluster.
