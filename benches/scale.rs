@@ -407,6 +407,11 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let at_all = mimeo.rss_mib();
+    mimeo.wait_settled(total, Duration::from_secs(10)).await;
+    let settled_after = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let settled = mimeo.rss_mib();
+    let peak = mimeo.peak_rss_mib();
     let largest = {
         let listed: Api<mimeo::api::SyncRule> = Api::namespaced(client.clone(), "scale-src");
         listed
@@ -441,7 +446,7 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
         total as f64 / took.as_secs_f64()
     );
     println!(
-        "  resident set: idle {idle:.1} MiB, all in sync {at_all:.1} MiB, restarted {after_restart:.1} MiB (caught up {caught_up:.2?} after ready)"
+        "  resident set: idle {idle:.1} MiB, all copies seen {at_all:.1} MiB, settled (all Synced, no write for 10 s, at {settled_after:.2?}) {settled:.1} MiB, peak {peak:.1} MiB, restarted {after_restart:.1} MiB (caught up {caught_up:.2?} after ready)"
     );
     println!("  largest rule status: {largest} bytes");
 }

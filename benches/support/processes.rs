@@ -186,13 +186,52 @@ impl Mimeo {
 
     /// Resident set size, from /proc.
     pub fn rss_mib(&self) -> f64 {
+        self.proc_status_mib("VmRSS:")
+    }
+
+    /// The largest resident set so far (the kernel's high-water mark), from /proc.
+    pub fn peak_rss_mib(&self) -> f64 {
+        self.proc_status_mib("VmHWM:")
+    }
+
+    fn proc_status_mib(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let kib: f64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/<pid>/status");
+            .unwrap_or_else(|| panic!("{field} in /proc/<pid>/status"));
         kib / 1024.0
+    }
+
+    /// Waits until the controller reports `synced` copies in sync and has written nothing for
+    /// `quiet`: the work is done, and what it holds then is what it needs.
+    pub async fn wait_settled(&self, synced: usize, quiet: Duration) {
+        let in_sync = format!("mimeo_copies{{state=\"Synced\"}} {synced}\n");
+        let writes = |metrics: &str| -> f64 {
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("mimeo_writes_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        let started = Instant::now();
+        let mut last = (f64::NAN, Instant::now());
+        loop {
+            let metrics = self.metrics().await;
+            let now = writes(&metrics);
+            if now != last.0 {
+                last = (now, Instant::now());
+            }
+            if metrics.contains(&in_sync) && last.1.elapsed() >= quiet {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(1800),
+                "mimeo did not settle at {synced} copies in sync"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// Sends a signal (`KILL`, `STOP`, `CONT`, ...).
