@@ -420,6 +420,22 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
     vec![
         ("defaults", vec![]),
         ("serviceMonitor", vec!["--set", "serviceMonitor.enabled=true"]),
+        ("dashboard", vec!["--set", "dashboard.enabled=true"]),
+        (
+            "dashboardElsewhere",
+            vec![
+                "--set",
+                "dashboard.enabled=true",
+                "--set",
+                "dashboard.namespace=monitoring",
+                "--set",
+                "dashboard.label=dashboards",
+                "--set",
+                "dashboard.labelValue=mimeo",
+                "--set-json",
+                r#"dashboard.annotations={"grafana_folder":"platform"}"#,
+            ],
+        ),
         (
             "networkPolicy",
             vec![
@@ -613,6 +629,13 @@ fn check_variant(name: &str, docs: &[Value]) {
     );
     assert!(kinds.contains(&"Service".to_owned()), "{name}");
 
+    // The dashboard and the alerts are rendered only when switched on.
+    let dashboards = docs
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mimeo-dashboard")
+        .count();
+    assert_eq!(dashboards, usize::from(name.starts_with("dashboard")), "{name}");
+
     let cluster_role = docs
         .iter()
         .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == RELEASE);
@@ -682,10 +705,33 @@ fn check_variant(name: &str, docs: &[Value]) {
                 container["image"],
                 format!("ghcr.io/mimeo-dev/mimeo:{}", env!("CARGO_PKG_VERSION"))
             );
-            for absent in ["ServiceMonitor", "NetworkPolicy", "PodDisruptionBudget"] {
+            for absent in [
+                "ServiceMonitor",
+                "NetworkPolicy",
+                "PodDisruptionBudget",
+            ] {
                 assert_eq!(count(absent), 0, "{absent} rendered by default");
             }
             assert!(pod.get("affinity").is_none(), "{pod}");
+        }
+        "dashboard" | "dashboardElsewhere" => {
+            let map = find(docs, "ConfigMap", "mimeo-dashboard");
+            let (namespace, label, value) = match name {
+                "dashboard" => (NAMESPACE, "grafana_dashboard", "1"),
+                _ => ("monitoring", "dashboards", "mimeo"),
+            };
+            assert_eq!(map["metadata"]["namespace"], namespace);
+            assert_eq!(map["metadata"]["labels"][label], value, "{map}");
+            if name == "dashboardElsewhere" {
+                assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "platform");
+            }
+            let rendered: Value =
+                serde_json::from_str(map["data"]["mimeo.json"].as_str().unwrap()).unwrap();
+            let file: Value = serde_json::from_str(
+                &std::fs::read_to_string(chart().join("dashboards/mimeo.json")).unwrap(),
+            )
+            .unwrap();
+            assert!(rendered == file, "the ConfigMap holds dashboards/mimeo.json as it is");
         }
         "serviceMonitor" => {
             let monitor = find(docs, "ServiceMonitor", RELEASE);
@@ -945,6 +991,15 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
         ),
         (&["--set", "httpPort=0"], &["httpPort", "minimum"]),
         (
+            &["--set", "dashboard.enabled=yes"],
+            &["dashboard/enabled", "got string, want boolean"],
+        ),
+        (
+            &["--set", "dashboard.label="],
+            &["dashboard/label", "minLength"],
+        ),
+
+        (
             &["--set", "replica=2"],
             &["additional properties 'replica' not allowed"],
         ),
@@ -1020,6 +1075,7 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
             &["--set-json", r#"allowKinds=["Secret","Secret"]"#],
             "allowKinds: Secret is listed twice",
         ),
+
         (
             &["--set-json", r#"nextTo.kinds=["Secret"]"#],
             "nextTo.kinds: the chart does not know the kind \"Secret\"",
@@ -1081,12 +1137,12 @@ spec:
               x-kubernetes-preserve-unknown-fields: true
 "#;
 
-async fn install_service_monitor_crd(plane: &ControlPlane) {
+async fn install_monitoring_crds(plane: &ControlPlane) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("servicemonitor.yaml");
-    std::fs::write(&path, SERVICE_MONITOR_CRD).unwrap();
+    let monitor = dir.path().join("servicemonitor.yaml");
+    std::fs::write(&monitor, SERVICE_MONITOR_CRD).unwrap();
     plane
-        .install_crds(&[path])
+        .install_crds(&[monitor])
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -1136,8 +1192,8 @@ async fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
 #[tokio::test]
 async fn every_rendered_object_passes_a_server_side_dry_run() {
     let h = common::Harness::without_controller().await;
-    install_service_monitor_crd(&h.plane).await;
-    create_namespaces(&h.client, &[NAMESPACE, "platform", "team-a"]).await;
+    install_monitoring_crds(&h.plane).await;
+    create_namespaces(&h.client, &[NAMESPACE, "platform", "team-a", "monitoring"]).await;
     let helm = Helm::new();
     let params = PatchParams::apply("helm-test").dry_run().validation_strict();
     // The dry run has teeth: a field the apiserver does not know is refused.
