@@ -437,6 +437,19 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
             ],
         ),
         (
+            "prometheusRule",
+            vec![
+                "--set",
+                "prometheusRule.enabled=true",
+                "--set",
+                "serviceMonitor.enabled=true",
+                "--set-json",
+                r#"prometheusRule.labels={"release":"kube-prometheus-stack"}"#,
+                "--set-json",
+                r#"prometheusRule.alertLabels={"team":"platform"}"#,
+            ],
+        ),
+        (
             "networkPolicy",
             vec![
                 "--set",
@@ -635,6 +648,11 @@ fn check_variant(name: &str, docs: &[Value]) {
         .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mimeo-dashboard")
         .count();
     assert_eq!(dashboards, usize::from(name.starts_with("dashboard")), "{name}");
+    assert_eq!(
+        count("PrometheusRule"),
+        usize::from(name == "prometheusRule"),
+        "{name}"
+    );
 
     let cluster_role = docs
         .iter()
@@ -709,6 +727,7 @@ fn check_variant(name: &str, docs: &[Value]) {
                 "ServiceMonitor",
                 "NetworkPolicy",
                 "PodDisruptionBudget",
+                "PrometheusRule",
             ] {
                 assert_eq!(count(absent), 0, "{absent} rendered by default");
             }
@@ -732,6 +751,30 @@ fn check_variant(name: &str, docs: &[Value]) {
             )
             .unwrap();
             assert!(rendered == file, "the ConfigMap holds dashboards/mimeo.json as it is");
+        }
+        "prometheusRule" => {
+            let rule = find(docs, "PrometheusRule", RELEASE);
+            assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+            let alerts = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+            let operator = std::fs::read_to_string(repo().join("docs/operator.md")).unwrap();
+            for alert in alerts {
+                assert_eq!(alert["labels"]["team"], "platform", "{alert}");
+                let name = alert["alert"].as_str().unwrap();
+                let runbook = alert["annotations"]["runbook_url"].as_str().unwrap();
+                let anchor = name.to_lowercase();
+                assert!(runbook.ends_with(&format!("docs/operator.md#{anchor}")), "{runbook}");
+                assert!(
+                    operator.lines().any(|l| l == format!("#### {name}")),
+                    "docs/operator.md has no runbook section #### {name}"
+                );
+                assert!(
+                    alert["expr"]
+                        .as_str()
+                        .unwrap()
+                        .contains(r#"job="mimeo", namespace="mimeo-system""#),
+                    "{alert}"
+                );
+            }
         }
         "serviceMonitor" => {
             let monitor = find(docs, "ServiceMonitor", RELEASE);
@@ -998,7 +1041,10 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
             &["--set", "dashboard.label="],
             &["dashboard/label", "minLength"],
         ),
-
+        (
+            &["--set-json", r#"prometheusRule.alertLabels={"team":7}"#],
+            &["prometheusRule/alertLabels/team", "got number, want string"],
+        ),
         (
             &["--set", "replica=2"],
             &["additional properties 'replica' not allowed"],
@@ -1075,7 +1121,10 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
             &["--set-json", r#"allowKinds=["Secret","Secret"]"#],
             "allowKinds: Secret is listed twice",
         ),
-
+        (
+            &["--set", "prometheusRule.enabled=true"],
+            "prometheusRule.enabled needs serviceMonitor.enabled, or prometheusRule.selector",
+        ),
         (
             &["--set-json", r#"nextTo.kinds=["Secret"]"#],
             "nextTo.kinds: the chart does not know the kind \"Secret\"",
@@ -1137,12 +1186,55 @@ spec:
               x-kubernetes-preserve-unknown-fields: true
 "#;
 
+/// Enough of the Prometheus Operator's PrometheusRule CRD, as [`SERVICE_MONITOR_CRD`] is of its
+/// ServiceMonitor: each rule names an alert or a record and an expr (what the operator requires).
+const PROMETHEUS_RULE_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  names: {kind: PrometheusRule, listKind: PrometheusRuleList, plural: prometheusrules, singular: prometheusrule}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                groups:
+                  type: array
+                  items:
+                    type: object
+                    required: [name, rules]
+                    properties:
+                      name: {type: string}
+                      rules:
+                        type: array
+                        items:
+                          type: object
+                          required: [expr]
+                          x-kubernetes-preserve-unknown-fields: true
+                          properties:
+                            alert: {type: string}
+                            record: {type: string}
+                            expr: {type: string}
+"#;
+
 async fn install_monitoring_crds(plane: &ControlPlane) {
     let dir = tempfile::tempdir().unwrap();
     let monitor = dir.path().join("servicemonitor.yaml");
     std::fs::write(&monitor, SERVICE_MONITOR_CRD).unwrap();
+    let rules = dir.path().join("prometheusrule.yaml");
+    std::fs::write(&rules, PROMETHEUS_RULE_CRD).unwrap();
     plane
-        .install_crds(&[monitor])
+        .install_crds(&[monitor, rules])
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
