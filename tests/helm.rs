@@ -744,13 +744,15 @@ fn check_variant(name: &str, docs: &[Value]) {
             if name == "dashboardElsewhere" {
                 assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "platform");
             }
-            let rendered: Value =
-                serde_json::from_str(map["data"]["mimeo.json"].as_str().unwrap()).unwrap();
+            let rendered: Value = serde_json::from_str(map["data"]["mimeo.json"].as_str().unwrap()).unwrap();
             let file: Value = serde_json::from_str(
                 &std::fs::read_to_string(chart().join("dashboards/mimeo.json")).unwrap(),
             )
             .unwrap();
-            assert!(rendered == file, "the ConfigMap holds dashboards/mimeo.json as it is");
+            assert!(
+                rendered == file,
+                "the ConfigMap holds dashboards/mimeo.json as it is"
+            );
         }
         "prometheusRule" => {
             let rule = find(docs, "PrometheusRule", RELEASE);
@@ -762,7 +764,10 @@ fn check_variant(name: &str, docs: &[Value]) {
                 let name = alert["alert"].as_str().unwrap();
                 let runbook = alert["annotations"]["runbook_url"].as_str().unwrap();
                 let anchor = name.to_lowercase();
-                assert!(runbook.ends_with(&format!("docs/operator.md#{anchor}")), "{runbook}");
+                assert!(
+                    runbook.ends_with(&format!("docs/operator.md#{anchor}")),
+                    "{runbook}"
+                );
                 assert!(
                     operator.lines().any(|l| l == format!("#### {name}")),
                     "docs/operator.md has no runbook section #### {name}"
@@ -1037,10 +1042,7 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
             &["--set", "dashboard.enabled=yes"],
             &["dashboard/enabled", "got string, want boolean"],
         ),
-        (
-            &["--set", "dashboard.label="],
-            &["dashboard/label", "minLength"],
-        ),
+        (&["--set", "dashboard.label="], &["dashboard/label", "minLength"]),
         (
             &["--set-json", r#"prometheusRule.alertLabels={"team":7}"#],
             &["prometheusRule/alertLabels/team", "got number, want string"],
