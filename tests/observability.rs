@@ -6,10 +6,10 @@
 //!   and one that fails, and rotated a source; then `/metrics` is scraped, and every metric the
 //!   dashboard's panels and variables and the alerts' expressions name (found by Prometheus's
 //!   own parser: `promtool promql label-matchers set` marks each selector) must be there with at
-//!   least one sample.
+//!   least one sample. A second replica, standing by, says it holds no shard.
 //! - The PrometheusRule the chart renders passes `promtool check rules` and the cases of
 //!   `tests/fixtures/alerts.test.yaml` (`promtool test rules`), which fire and do not fire each
-//!   alert.
+//!   alert; docs/operator.md's table of alerts gives each expression as the chart renders it.
 //! - Every query of the dashboard parses: each is a recording rule of a file that
 //!   `promtool check rules` checks, the dashboard's variables replaced as Grafana would.
 //!
@@ -279,6 +279,38 @@ fn the_alerts_pass_promtool_and_their_test_cases() {
         assert!(quiet.contains(*alert), "no case where {alert} stays quiet");
     }
 
+    // docs/operator.md's table says what the chart renders.
+    let docs = std::fs::read_to_string(repo().join("docs/operator.md")).unwrap();
+    for (alert, expr) in &alerts {
+        let group = &rule["spec"]["groups"][0]["rules"];
+        let rendered = group
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == alert.as_str())
+            .unwrap();
+        let mut said = expr
+            .replace(r#"job="mimeo", namespace="mimeo-system", "#, "")
+            .replace(r#"job="mimeo", namespace="mimeo-system""#, "")
+            .replace("{}", "")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace("( ", "(")
+            .replace(" )", ")");
+        if let Some(wait) = rendered["for"].as_str() {
+            said = format!("{said} for {wait}");
+        }
+        let row = format!("| [`{alert}`](#{}) |", alert.to_lowercase());
+        let line = docs
+            .lines()
+            .find(|l| l.starts_with(&row))
+            .unwrap_or_else(|| panic!("docs/operator.md has no row {row}"));
+        let documented = line.rsplit(" | `").next().unwrap().trim_end_matches(" |");
+        let documented = documented.replacen('`', "", 1).replace("\\|", "|");
+        assert_eq!(documented, said, "docs/operator.md's expression of {alert}");
+    }
+
     // promtool's test has teeth: the same cases fail against an alert that never fires.
     let broken = rule_file(&rule).replace("> 0", "> 1e9");
     std::fs::write(dir.path().join("mimeo-rules.yaml"), broken).unwrap();
@@ -366,7 +398,7 @@ impl Drop for Controller {
 }
 
 impl Controller {
-    fn start(plane: &ControlPlane) -> Controller {
+    fn start(plane: &ControlPlane, pod: &str) -> Controller {
         let dir = tempfile::Builder::new()
             .prefix("mimeo-observability-")
             .tempdir()
@@ -390,7 +422,7 @@ impl Controller {
                 &format!("--artifact-cache-dir={}", dir.path().join("artifacts").display()),
             ])
             .env("KUBECONFIG", plane.kubeconfig_path())
-            .env("POD_NAME", "mimeo-0")
+            .env("POD_NAME", pod)
             .env("POD_NAMESPACE", NAMESPACE)
             .env_remove("MIMEO_ALLOW_KINDS")
             .env_remove("MIMEO_WATCH_NAMESPACE")
@@ -584,7 +616,7 @@ async fn every_metric_the_dashboard_and_the_alerts_query_is_exported() {
         .await;
     h.put_secret("platform", "creds", &[("username", "u0"), ("password", "p0")])
         .await;
-    let controller = Controller::start(&h.plane);
+    let controller = Controller::start(&h.plane, "mimeo-0");
     let rule = |kind: &str, name: &str, targets: Value, transforms: Value| {
         let mut metadata = json!({"name": name});
         let mut source = json!({"kind": "Secret", "name": "creds"});
@@ -661,4 +693,17 @@ async fn every_metric_the_dashboard_and_the_alerts_query_is_exported() {
         wanted.len(),
         wanted.keys().cloned().collect::<Vec<_>>().join(", ")
     );
+
+    // A replica standing by says it holds no shard, so that a Lease nobody holds shows
+    // (MimeoNoLeader) rather than falling silent.
+    let standby = Controller::start(&h.plane, "mimeo-1");
+    eventually_within("the standby's metrics", WAIT, || async {
+        let found = samples(&standby.scrape().await?);
+        (value(&found, "mimeo_shard_held", &[r#"shard="0""#]) == Some(0.0)
+            && standby.log().contains("standing by for leadership"))
+        .then_some(())
+    })
+    .await;
+    let leader = samples(&controller.scrape().await.unwrap());
+    assert_eq!(value(&leader, "mimeo_shard_held", &[r#"shard="0""#]), Some(1.0));
 }
