@@ -1,5 +1,6 @@
 //! Other clusters: turning a `RemoteCluster`'s kubeconfig into a client, and saying clearly why
-//! when that cannot be done. Nothing here reads the Secret or talks to a cluster on its own.
+//! when that cannot be done; and the client of the cluster mimeo runs in. Every client counts its
+//! requests (`metrics::requests`). Nothing here reads the Secret or talks to a cluster on its own.
 //!
 //! A kubeconfig Secret may be written by someone with far fewer rights than mimeo (a tenant, or
 //! Cluster API next to its Cluster object), yet the client made from it runs inside mimeo's pod.
@@ -8,6 +9,7 @@
 //! credentials where they could be read on the way (plain HTTP, unverified TLS).
 
 use crate::error_text::with_causes;
+use crate::metrics::CountRequests;
 use kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig};
 
 /// Why a kubeconfig cannot be used, as a condition reason and a message.
@@ -153,13 +155,19 @@ fn check_user(name: &str, auth: &AuthInfo) -> Result<(), KubeconfigProblem> {
 }
 
 /// A client from a kubeconfig as a Secret holds it: UTF-8 text, parsed and checked by [`parse`].
-pub async fn client_from_bytes(bytes: Vec<u8>) -> Result<kube::Client, KubeconfigProblem> {
+pub async fn client_from_bytes(
+    bytes: Vec<u8>,
+    requests: &CountRequests,
+) -> Result<kube::Client, KubeconfigProblem> {
     let text = String::from_utf8(bytes).map_err(|_| invalid("the kubeconfig is not UTF-8 text"))?;
-    client(parse(&text)?).await
+    client(parse(&text)?, requests).await
 }
 
-/// A client for the kubeconfig's current context.
-pub async fn client(kubeconfig: Kubeconfig) -> Result<kube::Client, KubeconfigProblem> {
+/// A client for the kubeconfig's current context, its requests counted by `requests`.
+pub async fn client(
+    kubeconfig: Kubeconfig,
+    requests: &CountRequests,
+) -> Result<kube::Client, KubeconfigProblem> {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| {
@@ -168,12 +176,26 @@ pub async fn client(kubeconfig: Kubeconfig) -> Result<kube::Client, KubeconfigPr
                 explain_client_error(&e)
             ))
         })?;
-    kube::Client::try_from(config).map_err(|e| {
+    counted_client(config, requests).map_err(|e| {
         invalid(format!(
             "no client from the kubeconfig: {}",
             explain_client_error(&e)
         ))
     })
+}
+
+/// The client of the cluster mimeo runs in (kubeconfig or in-cluster, as `kubectl` finds it),
+/// its requests counted by `requests`.
+pub async fn local_client(requests: &CountRequests) -> Result<kube::Client, kube::Error> {
+    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    counted_client(config, requests)
+}
+
+/// kube's own client stack for `config`, with the layer that counts its requests outside it.
+fn counted_client(config: kube::Config, requests: &CountRequests) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(requests)
+        .build())
 }
 
 /// What went wrong making a client from a kubeconfig, with what to do where the TLS library's

@@ -211,6 +211,7 @@ pub async fn run(
         controller: "mimeo".into(),
         instance: config.instance.clone(),
     };
+    let retries = retry::Retries::counted(metrics.rules_retrying());
     let ctx = Arc::new(Context {
         client: client.clone(),
         metrics,
@@ -234,7 +235,7 @@ pub async fn run(
         plugin_dir: config.plugin_dir.clone(),
         chain_outputs: Default::default(),
         flaps: Default::default(),
-        retries: Default::default(),
+        retries,
         seal_key,
         shards: config.shards.clone(),
     });

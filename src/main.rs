@@ -249,13 +249,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
     let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
     let oci = args.oci.settings()?;
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!(
-            "connecting to the cluster (kubeconfig or in-cluster): {}",
-            mimeo::clusters::explain_client_error(&e)
-        )
-    })?;
     let metrics = Arc::new(Metrics::new());
+    let client = mimeo::clusters::local_client(&metrics.requests_layer(None))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "connecting to the cluster (kubeconfig or in-cluster): {}",
+                mimeo::clusters::explain_client_error(&e)
+            )
+        })?;
     let readiness = Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -365,8 +367,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1)),
     ));
     tracing::info!(lease = %format!("{namespace}/{}", leader.leader_elect_lease_name), identity = %identity, "standing by for leadership");
-    // A standby is healthy and ready: it takes over when the leader goes.
+    // A standby is healthy and ready: it takes over when the leader goes. It says it does not
+    // hold the one shard, so that a Lease nobody holds shows in the metrics, not as silence.
     readiness.set_ready();
+    metrics.set_shards(1, &Default::default());
     tokio::select! {
         acquired = elector.acquire() => acquired?,
         () = stopped() => {

@@ -1,4 +1,18 @@
-//! Prometheus metrics, prefixed `mimeo_`, served in text format on `/metrics`.
+//! Prometheus metrics, prefixed `mimeo_`, served in text format on `/metrics`, with the
+//! process's own beside them under the names every client library uses ([`process`]).
+//!
+//! Labels stay bounded: states, kinds, verbs, reasons and shards are fixed sets, and the only
+//! open ones are a cluster (`remote_cluster`: a `RemoteCluster`'s name, [`LOCAL_CLUSTER`] for the
+//! cluster mimeo runs in) and a plugin (its reference without tag or digest, [`plugin_label`]).
+//! Never a label per copy, rule or namespace: a rule of 50,000 copies costs no more series than a
+//! rule of one. The label is `remote_cluster`, not `cluster`: multi-cluster Prometheus setups
+//! (Thanos, Mimir) put `cluster` on every series for the cluster it was scraped in, and a series
+//! that already carried one would be taken for another cluster's.
+
+mod process;
+pub mod requests;
+
+pub use requests::CountRequests;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -6,9 +20,34 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The `remote_cluster` of the cluster mimeo runs in: no `RemoteCluster` can be named so (names
+/// hold no parentheses), and it is not empty, which Prometheus would take for no label at all.
+pub const LOCAL_CLUSTER: &str = "(local)";
+
+/// The `remote_cluster` label of a cluster: its `RemoteCluster`'s name, or [`LOCAL_CLUSTER`].
+pub fn cluster_label(cluster: Option<&str>) -> String {
+    cluster.unwrap_or(LOCAL_CLUSTER).to_owned()
+}
+
+/// The `plugin` label of a plugin reference: an `oci://` reference without its tag and digest,
+/// so that a new version or a re-pinned tag continues the same series; other references as
+/// written (`file://filter-keys.wasm`, `configmap://ns/name/key`).
+pub fn plugin_label(reference: &str) -> String {
+    let Some(rest) = reference.strip_prefix("oci://") else {
+        return reference.to_owned();
+    };
+    let rest = rest.split_once('@').map_or(rest, |(repository, _)| repository);
+    let (path, last) = rest.rsplit_once('/').unwrap_or(("", rest));
+    let last = last.split_once(':').map_or(last, |(name, _)| name);
+    match path {
+        "" => format!("oci://{last}"),
+        path => format!("oci://{path}/{last}"),
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
@@ -22,13 +61,19 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ErrorReason {
-    reason: String,
+struct StateLabels {
+    state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
+struct ClusterStateLabels {
+    remote_cluster: String,
     state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    remote_cluster: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -46,6 +91,64 @@ struct ChainLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginErrorLabels {
+    plugin: String,
+    reason: String,
+}
+
+/// A request to an apiserver: its cluster, verb and status code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    remote_cluster: String,
+    verb: &'static str,
+    code: String,
+}
+
+/// Requests to one apiserver with one verb, for their latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ClusterVerbLabels {
+    remote_cluster: String,
+    verb: &'static str,
+}
+
+/// A rule's copies counted by cluster (`None`: the cluster mimeo runs in) and state.
+pub type CopyCounts = HashMap<(Option<String>, String), i64>;
+
+/// The copies of every rule, summed by state and by (cluster label, state). A state no rule has
+/// a copy in is missing from both.
+fn copy_totals(
+    rules: &HashMap<String, CopyCounts>,
+) -> (BTreeMap<String, i64>, BTreeMap<(String, String), i64>) {
+    let mut by_state = BTreeMap::new();
+    let mut by_cluster = BTreeMap::new();
+    for counts in rules.values() {
+        for ((cluster, state), n) in counts {
+            *by_state.entry(state.clone()).or_default() += n;
+            *by_cluster
+                .entry((cluster_label(cluster.as_deref()), state.clone()))
+                .or_default() += n;
+        }
+    }
+    by_cluster.retain(|_, n| *n != 0);
+    (by_state, by_cluster)
+}
+
+/// What the copy gauges are summed from.
+#[derive(Default)]
+struct Copies {
+    /// Per rule, so that the gauges are sums that forget deleted rules.
+    by_rule: HashMap<String, CopyCounts>,
+    /// The (cluster, state) series `cluster_copies` exports now: one that falls to zero is
+    /// removed, so clusters no rule writes to any more leave no series behind.
+    exported: BTreeSet<(String, String)>,
+}
+
 /// Every metric the controller keeps.
 pub struct Metrics {
     registry: Registry,
@@ -53,15 +156,22 @@ pub struct Metrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Family<KindLabels, Histogram>,
     copies: Family<StateLabels, Gauge>,
+    cluster_copies: Family<ClusterStateLabels, Gauge>,
     writes: Family<VerbLabels, Counter>,
     propagation: Histogram,
     source_watches: Gauge,
     shards_held: Family<ShardLabels, Gauge>,
-    plugin_failures: Family<ErrorReason, Counter>,
+    plugin_calls: Family<PluginLabels, Counter>,
+    plugin_call_duration: Family<PluginLabels, Histogram>,
+    plugin_failures: Family<PluginErrorLabels, Counter>,
     plugin_chains: Family<ChainLabels, Counter>,
     copy_flaps: Counter,
-    /// Copies by state per rule, so the `copies` gauge is a sum that forgets deleted rules.
-    copies_by_rule: Mutex<HashMap<String, HashMap<String, i64>>>,
+    rules_retrying: Gauge,
+    remote_cluster_ready: Family<ClusterLabels, Gauge>,
+    remote_cluster_rules: Family<ClusterLabels, Gauge>,
+    apiserver_requests: Family<RequestLabels, Counter>,
+    apiserver_request_duration: Family<ClusterVerbLabels, Histogram>,
+    copies_state: Mutex<Copies>,
 }
 
 impl Default for Metrics {
@@ -72,7 +182,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("mimeo");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::Process));
+        let registry = root.sub_registry_with_prefix("mimeo");
         let reconciles = Family::<KindLabels, Counter>::default();
         registry.register("reconciles", "Rule reconciliations", reconciles.clone());
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
@@ -91,6 +203,13 @@ impl Metrics {
         );
         let copies = Family::<StateLabels, Gauge>::default();
         registry.register("copies", "Copies by state, over all rules", copies.clone());
+        let cluster_copies = Family::<ClusterStateLabels, Gauge>::default();
+        registry.register(
+            "cluster_copies",
+            "Copies by cluster (remote_cluster: the RemoteCluster, or (local)) and state, over \
+             all rules; a state with no copies in a cluster has no series",
+            cluster_copies.clone(),
+        );
         let writes = Family::<VerbLabels, Counter>::default();
         registry.register("writes", "Writes to copies by verb", writes.clone());
         let propagation = Histogram::new(exponential_buckets(0.005, 2.0, 14));
@@ -105,10 +224,24 @@ impl Metrics {
             "Shared source watches running",
             source_watches.clone(),
         );
-        let plugin_failures = Family::<ErrorReason, Counter>::default();
+        let plugin_calls = Family::<PluginLabels, Counter>::default();
+        registry.register(
+            "plugin_calls",
+            "Transform calls by plugin (its reference without tag or digest), failed ones included",
+            plugin_calls.clone(),
+        );
+        let plugin_call_duration = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register(
+            "plugin_call_duration_seconds",
+            "Time one transform call took, instantiation included, by plugin",
+            plugin_call_duration.clone(),
+        );
+        let plugin_failures = Family::<PluginErrorLabels, Counter>::default();
         registry.register(
             "plugin_failures",
-            "Transform chains that failed on a copy, by reason",
+            "Transform chains that failed on a copy, by the plugin that failed and reason",
             plugin_failures.clone(),
         );
         let plugin_chains = Family::<ChainLabels, Counter>::default();
@@ -121,7 +254,8 @@ impl Metrics {
         let shards_held = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "shard_held",
-            "1 for each shard of the rules this replica holds now, 0 for the others",
+            "1 for each shard of the rules this replica holds now, 0 for the others; with one \
+             shard, shard 0 is the leader's (0 on a replica standing by)",
             shards_held.clone(),
         );
         let copy_flaps = Counter::default();
@@ -131,24 +265,77 @@ impl Metrics {
              after something else changed them, too often within minutes",
             copy_flaps.clone(),
         );
+        let rules_retrying = Gauge::default();
+        registry.register(
+            "rules_retrying",
+            "Rules whose last look failed (a reconcile error, or copies Failed, PluginFailed or \
+             Unauthorized) and that are tried again with backoff",
+            rules_retrying.clone(),
+        );
+        let remote_cluster_ready = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "remote_cluster_ready",
+            "1 while a RemoteCluster is Ready (reached with its kubeconfig), 0 while it is not; \
+             exported by the replica that checks it",
+            remote_cluster_ready.clone(),
+        );
+        let remote_cluster_rules = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "remote_cluster_rules",
+            "Rules that use a RemoteCluster, as its status.rules says",
+            remote_cluster_rules.clone(),
+        );
+        let apiserver_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "apiserver_requests",
+            "Requests to each apiserver (remote_cluster), by verb as the apiserver names it and \
+             status code (<error>: no response)",
+            apiserver_requests.clone(),
+        );
+        let apiserver_request_duration = Family::<ClusterVerbLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 12))
+        });
+        registry.register(
+            "apiserver_request_duration_seconds",
+            "Time to each apiserver's response headers (for a WATCH: until it started), by verb",
+            apiserver_request_duration.clone(),
+        );
         let metrics = Metrics {
-            copy_flaps,
-            plugin_failures,
-            plugin_chains,
-            registry,
+            registry: root,
             reconciles,
             reconcile_errors,
             reconcile_duration,
             copies,
+            cluster_copies,
             writes,
             propagation,
             source_watches,
             shards_held,
-            copies_by_rule: Mutex::new(HashMap::new()),
+            plugin_calls,
+            plugin_call_duration,
+            plugin_failures,
+            plugin_chains,
+            copy_flaps,
+            rules_retrying,
+            remote_cluster_ready,
+            remote_cluster_rules,
+            apiserver_requests,
+            apiserver_request_duration,
+            copies_state: Mutex::new(Copies::default()),
         };
         // Every state is exposed from the start, at zero, so dashboards need no special case.
         metrics.set_copies("", None);
         metrics
+    }
+
+    /// A layer for a kube client of `cluster` (`None`: the cluster mimeo runs in) that counts
+    /// its requests ([`requests`]).
+    pub fn requests_layer(&self, cluster: Option<&str>) -> CountRequests {
+        CountRequests {
+            cluster: Arc::from(cluster_label(cluster)),
+            requests: self.apiserver_requests.clone(),
+            durations: self.apiserver_request_duration.clone(),
+        }
     }
 
     /// Records which of `count` shards this replica holds.
@@ -197,9 +384,22 @@ impl Metrics {
         self.propagation.observe(latency.as_secs_f64());
     }
 
-    pub fn plugin_failed(&self, reason: &str) {
+    /// Counts one transform call of the plugin `reference`, whatever its outcome.
+    pub fn plugin_called(&self, reference: &str, took: Duration) {
+        let labels = PluginLabels {
+            plugin: plugin_label(reference),
+        };
+        self.plugin_calls.get_or_create(&labels).inc();
+        self.plugin_call_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a chain that failed on a copy, in the plugin `reference`.
+    pub fn plugin_failed(&self, reference: &str, reason: &str) {
         self.plugin_failures
-            .get_or_create(&ErrorReason {
+            .get_or_create(&PluginErrorLabels {
+                plugin: plugin_label(reference),
                 reason: reason.to_owned(),
             })
             .inc();
@@ -220,24 +420,61 @@ impl Metrics {
         self.source_watches.inc_by(delta);
     }
 
-    /// Records how many copies of `rule` are in each state; `None` forgets the rule.
-    pub fn set_copies(&self, rule: &str, by_state: Option<HashMap<String, i64>>) {
-        let mut all = self.copies_by_rule.lock().unwrap_or_else(|p| p.into_inner());
-        match by_state {
-            Some(counts) => all.insert(rule.to_owned(), counts),
-            None => all.remove(rule),
+    /// The gauge of rules retried with backoff, kept by the retries themselves.
+    pub fn rules_retrying(&self) -> Gauge {
+        self.rules_retrying.clone()
+    }
+
+    /// Records whether the named `RemoteCluster` is ready and how many rules use it, as this
+    /// replica just checked; `None` drops its series (deleted, or checked by another replica).
+    pub fn set_remote_cluster(&self, name: &str, checked: Option<(bool, i64)>) {
+        let labels = ClusterLabels {
+            remote_cluster: name.to_owned(),
         };
-        let mut totals: HashMap<&str, i64> = HashMap::new();
-        for counts in all.values() {
-            for (state, n) in counts {
-                *totals.entry(state).or_default() += n;
+        match checked {
+            Some((ready, rules)) => {
+                self.remote_cluster_ready
+                    .get_or_create(&labels)
+                    .set(i64::from(ready));
+                self.remote_cluster_rules.get_or_create(&labels).set(rules);
+            }
+            None => {
+                self.remote_cluster_ready.remove(&labels);
+                self.remote_cluster_rules.remove(&labels);
             }
         }
+    }
+
+    /// Records how many copies of `rule` are in each cluster and state; `None` forgets the rule.
+    pub fn set_copies(&self, rule: &str, counts: Option<CopyCounts>) {
+        let mut copies = self.copies_state.lock().unwrap_or_else(|p| p.into_inner());
+        match counts {
+            Some(counts) => copies.by_rule.insert(rule.to_owned(), counts),
+            None => copies.by_rule.remove(rule),
+        };
+        let (by_state, by_cluster) = copy_totals(&copies.by_rule);
         for state in crate::api::CopyState::ALL {
             let state = format!("{state:?}");
-            let n = totals.get(state.as_str()).copied().unwrap_or(0);
+            let n = by_state.get(&state).copied().unwrap_or(0);
             self.copies.get_or_create(&StateLabels { state }).set(n);
         }
+        for (remote_cluster, state) in &copies.exported {
+            if !by_cluster.contains_key(&(remote_cluster.clone(), state.clone())) {
+                self.cluster_copies.remove(&ClusterStateLabels {
+                    remote_cluster: remote_cluster.clone(),
+                    state: state.clone(),
+                });
+            }
+        }
+        for ((remote_cluster, state), n) in &by_cluster {
+            self.cluster_copies
+                .get_or_create(&ClusterStateLabels {
+                    remote_cluster: remote_cluster.clone(),
+                    state: state.clone(),
+                })
+                .set(*n);
+        }
+        copies.exported = by_cluster.into_keys().collect();
     }
 
     /// The metrics in Prometheus text format.
@@ -253,21 +490,115 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    fn counts(entries: &[(Option<&str>, &str, i64)]) -> CopyCounts {
+        entries
+            .iter()
+            .map(|(cluster, state, n)| ((cluster.map(str::to_owned), state.to_string()), *n))
+            .collect()
+    }
+
     #[test]
     fn copies_are_summed_over_rules_and_forgotten_with_them() {
         let m = Metrics::new();
-        m.set_copies("a", Some([("Synced".to_owned(), 3)].into()));
+        m.set_copies("a", Some(counts(&[(None, "Synced", 3)])));
         m.set_copies(
             "b",
-            Some([("Synced".to_owned(), 2), ("Conflict".to_owned(), 1)].into()),
+            Some(counts(&[
+                (None, "Synced", 1),
+                (Some("eu1"), "Synced", 1),
+                (Some("eu1"), "Conflict", 1),
+            ])),
         );
         let text = m.encode();
-        assert!(text.contains("mimeo_copies{state=\"Synced\"} 5"), "{text}");
-        assert!(text.contains("mimeo_copies{state=\"Conflict\"} 1"), "{text}");
+        for expected in [
+            "mimeo_copies{state=\"Synced\"} 5",
+            "mimeo_copies{state=\"Conflict\"} 1",
+            "mimeo_cluster_copies{remote_cluster=\"(local)\",state=\"Synced\"} 4",
+            "mimeo_cluster_copies{remote_cluster=\"eu1\",state=\"Synced\"} 1",
+            "mimeo_cluster_copies{remote_cluster=\"eu1\",state=\"Conflict\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
         m.set_copies("b", None);
         let text = m.encode();
         assert!(text.contains("mimeo_copies{state=\"Synced\"} 3"), "{text}");
         assert!(text.contains("mimeo_copies{state=\"Conflict\"} 0"), "{text}");
+        assert!(
+            text.contains("mimeo_cluster_copies{remote_cluster=\"(local)\",state=\"Synced\"} 3"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("remote_cluster=\"eu1\""),
+            "eu1 holds nothing now:\n{text}"
+        );
+    }
+
+    #[test]
+    fn totals_by_state_and_by_cluster() {
+        let rules: HashMap<String, CopyCounts> = [
+            (
+                "a".to_owned(),
+                counts(&[(None, "Synced", 2), (Some("x"), "Unreachable", 4)]),
+            ),
+            (
+                "b".to_owned(),
+                counts(&[(Some("x"), "Unreachable", 1), (Some("y"), "Synced", 0)]),
+            ),
+        ]
+        .into();
+        let (by_state, by_cluster) = copy_totals(&rules);
+        assert_eq!(
+            by_state,
+            BTreeMap::from([("Synced".into(), 2), ("Unreachable".into(), 5)])
+        );
+        assert_eq!(
+            by_cluster,
+            BTreeMap::from([
+                (("(local)".into(), "Synced".into()), 2),
+                (("x".into(), "Unreachable".into()), 5),
+            ]),
+            "no series for a count of zero"
+        );
+    }
+
+    #[test]
+    fn plugin_labels_leave_out_versions() {
+        for (reference, label) in [
+            (
+                "oci://registry.example.com/mimeo/filter-keys:1.0.0@sha256:abc",
+                "oci://registry.example.com/mimeo/filter-keys",
+            ),
+            (
+                "oci://localhost:5000/filter-keys:1.2",
+                "oci://localhost:5000/filter-keys",
+            ),
+            (
+                "oci://localhost:5000/filter-keys@sha256:abc",
+                "oci://localhost:5000/filter-keys",
+            ),
+            ("oci://r.example/a/b/c", "oci://r.example/a/b/c"),
+            ("file://filter-keys.wasm", "file://filter-keys.wasm"),
+            ("configmap://ns/plugins/p.wasm", "configmap://ns/plugins/p.wasm"),
+        ] {
+            assert_eq!(plugin_label(reference), label, "{reference}");
+        }
+    }
+
+    #[test]
+    fn remote_clusters_are_exported_while_checked_here() {
+        let m = Metrics::new();
+        m.set_remote_cluster("eu1", Some((false, 2)));
+        let text = m.encode();
+        assert!(
+            text.contains("mimeo_remote_cluster_ready{remote_cluster=\"eu1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mimeo_remote_cluster_rules{remote_cluster=\"eu1\"} 2"),
+            "{text}"
+        );
+        m.set_remote_cluster("eu1", None);
+        assert!(!m.encode().contains("eu1"));
     }
 
     #[test]
@@ -277,14 +608,39 @@ mod tests {
         m.reconcile_failed("SyncRule", "kube");
         m.wrote("apply");
         m.propagated(Duration::from_millis(40));
+        m.plugin_called("oci://r.example/p:1@sha256:aa", Duration::from_millis(2));
+        m.plugin_failed("oci://r.example/p:1@sha256:aa", "timeout");
         let text = m.encode();
         for expected in [
             "mimeo_reconciles_total{kind=\"SyncRule\"} 1",
             "mimeo_reconcile_errors_total{kind=\"SyncRule\",reason=\"kube\"} 1",
             "mimeo_writes_total{verb=\"apply\"} 1",
             "mimeo_propagation_seconds_count 1",
+            "mimeo_plugin_calls_total{plugin=\"oci://r.example/p\"} 1",
+            "mimeo_plugin_call_duration_seconds_count{plugin=\"oci://r.example/p\"} 1",
+            "mimeo_plugin_failures_total{plugin=\"oci://r.example/p\",reason=\"timeout\"} 1",
+            "mimeo_rules_retrying 0",
+            "mimeo_copy_flaps_total 0",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_process_is_exported_under_the_standard_names() {
+        let text = Metrics::new().encode();
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_virtual_memory_bytes ",
+            "process_start_time_seconds ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_threads ",
+        ] {
+            assert!(text.lines().any(|l| l.starts_with(name)), "no {name}in\n{text}");
+        }
+        assert!(!text.contains("mimeo_process"), "{text}");
     }
 }

@@ -556,6 +556,19 @@ impl PluginHost {
         ctx: &TransformContext,
         object: serde_json::Value,
     ) -> Result<ChainOutcome, ChainError> {
+        self.run_chain_observed(chain, ctx, object, &mut |_, _| {})
+    }
+
+    /// [`PluginHost::run_chain`], telling `called` of each transform call made, with how long
+    /// it took (instantiation included), whatever it returned: the controller's metrics per
+    /// plugin, without the host knowing of metrics. Blocking.
+    pub fn run_chain_observed(
+        &self,
+        chain: &[(Arc<Plugin>, String)],
+        ctx: &TransformContext,
+        object: serde_json::Value,
+        called: &mut dyn FnMut(&Plugin, Duration),
+    ) -> Result<ChainOutcome, ChainError> {
         let mut current = object;
         for (plugin, config) in chain {
             let fail = |error| ChainError {
@@ -564,7 +577,10 @@ impl PluginHost {
             };
             let input =
                 serde_json::to_string(&current).map_err(|e| fail(PluginError::Host(e.to_string())))?;
-            match self.transform(plugin, ctx, config, &input).map_err(fail)? {
+            let started = std::time::Instant::now();
+            let transformed = self.transform(plugin, ctx, config, &input);
+            called(plugin, started.elapsed());
+            match transformed.map_err(fail)? {
                 Outcome::Unchanged => {}
                 Outcome::Skip(reason) => {
                     return Ok(ChainOutcome::Skip {

@@ -69,9 +69,15 @@ pub async fn bind(
     }))
 }
 
+/// The metrics as `prometheus-client` writes them: OpenMetrics, so said. Served as the older
+/// `text/plain; version=0.0.4`, Prometheus read each counter's `# TYPE mimeo_x counter` as naming
+/// another family than its samples' `mimeo_x_total`, and took every counter for untyped.
 async fn metrics_text(State(state): State<AppState>) -> ([(&'static str, &'static str); 1], String) {
     (
-        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics.encode(),
     )
 }

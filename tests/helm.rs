@@ -420,6 +420,35 @@ fn variants() -> Vec<(&'static str, Vec<&'static str>)> {
     vec![
         ("defaults", vec![]),
         ("serviceMonitor", vec!["--set", "serviceMonitor.enabled=true"]),
+        ("dashboard", vec!["--set", "dashboard.enabled=true"]),
+        (
+            "dashboardElsewhere",
+            vec![
+                "--set",
+                "dashboard.enabled=true",
+                "--set",
+                "dashboard.namespace=monitoring",
+                "--set",
+                "dashboard.label=dashboards",
+                "--set",
+                "dashboard.labelValue=mimeo",
+                "--set-json",
+                r#"dashboard.annotations={"grafana_folder":"platform"}"#,
+            ],
+        ),
+        (
+            "prometheusRule",
+            vec![
+                "--set",
+                "prometheusRule.enabled=true",
+                "--set",
+                "serviceMonitor.enabled=true",
+                "--set-json",
+                r#"prometheusRule.labels={"release":"kube-prometheus-stack"}"#,
+                "--set-json",
+                r#"prometheusRule.alertLabels={"team":"platform"}"#,
+            ],
+        ),
         (
             "networkPolicy",
             vec![
@@ -754,6 +783,18 @@ fn check_variant(name: &str, docs: &[Value]) {
     );
     assert!(kinds.contains(&"Service".to_owned()), "{name}");
 
+    // The dashboard and the alerts are rendered only when switched on.
+    let dashboards = docs
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mimeo-dashboard")
+        .count();
+    assert_eq!(dashboards, usize::from(name.starts_with("dashboard")), "{name}");
+    assert_eq!(
+        count("PrometheusRule"),
+        usize::from(name == "prometheusRule"),
+        "{name}"
+    );
+
     let cluster_role = docs
         .iter()
         .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == RELEASE);
@@ -823,10 +864,63 @@ fn check_variant(name: &str, docs: &[Value]) {
                 container["image"],
                 format!("ghcr.io/mimeo-dev/mimeo:{}", env!("CARGO_PKG_VERSION"))
             );
-            for absent in ["ServiceMonitor", "NetworkPolicy", "PodDisruptionBudget"] {
+            for absent in [
+                "ServiceMonitor",
+                "NetworkPolicy",
+                "PodDisruptionBudget",
+                "PrometheusRule",
+            ] {
                 assert_eq!(count(absent), 0, "{absent} rendered by default");
             }
             assert!(pod.get("affinity").is_none(), "{pod}");
+        }
+        "dashboard" | "dashboardElsewhere" => {
+            let map = find(docs, "ConfigMap", "mimeo-dashboard");
+            let (namespace, label, value) = match name {
+                "dashboard" => (NAMESPACE, "grafana_dashboard", "1"),
+                _ => ("monitoring", "dashboards", "mimeo"),
+            };
+            assert_eq!(map["metadata"]["namespace"], namespace);
+            assert_eq!(map["metadata"]["labels"][label], value, "{map}");
+            if name == "dashboardElsewhere" {
+                assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "platform");
+            }
+            let rendered: Value = serde_json::from_str(map["data"]["mimeo.json"].as_str().unwrap()).unwrap();
+            let file: Value = serde_json::from_str(
+                &std::fs::read_to_string(chart().join("dashboards/mimeo.json")).unwrap(),
+            )
+            .unwrap();
+            assert!(
+                rendered == file,
+                "the ConfigMap holds dashboards/mimeo.json as it is"
+            );
+        }
+        "prometheusRule" => {
+            let rule = find(docs, "PrometheusRule", RELEASE);
+            assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+            let alerts = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+            let operator = std::fs::read_to_string(repo().join("docs/operator.md")).unwrap();
+            for alert in alerts {
+                assert_eq!(alert["labels"]["team"], "platform", "{alert}");
+                let name = alert["alert"].as_str().unwrap();
+                let runbook = alert["annotations"]["runbook_url"].as_str().unwrap();
+                let anchor = name.to_lowercase();
+                assert!(
+                    runbook.ends_with(&format!("docs/operator.md#{anchor}")),
+                    "{runbook}"
+                );
+                assert!(
+                    operator.lines().any(|l| l == format!("#### {name}")),
+                    "docs/operator.md has no runbook section #### {name}"
+                );
+                assert!(
+                    alert["expr"]
+                        .as_str()
+                        .unwrap()
+                        .contains(r#"job="mimeo", namespace="mimeo-system""#),
+                    "{alert}"
+                );
+            }
         }
         "serviceMonitor" => {
             let monitor = find(docs, "ServiceMonitor", RELEASE);
@@ -1086,6 +1180,15 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
         ),
         (&["--set", "httpPort=0"], &["httpPort", "minimum"]),
         (
+            &["--set", "dashboard.enabled=yes"],
+            &["dashboard/enabled", "got string, want boolean"],
+        ),
+        (&["--set", "dashboard.label="], &["dashboard/label", "minLength"]),
+        (
+            &["--set-json", r#"prometheusRule.alertLabels={"team":7}"#],
+            &["prometheusRule/alertLabels/team", "got number, want string"],
+        ),
+        (
             &["--set", "replica=2"],
             &["additional properties 'replica' not allowed"],
         ),
@@ -1162,6 +1265,10 @@ fn values_of_the_wrong_type_fail_with_the_schemas_message() {
             "allowKinds: Secret is listed twice",
         ),
         (
+            &["--set", "prometheusRule.enabled=true"],
+            "prometheusRule.enabled needs serviceMonitor.enabled, or prometheusRule.selector",
+        ),
+        (
             &["--set-json", r#"nextTo.kinds=["Secret"]"#],
             "nextTo.kinds: the chart does not know the kind \"Secret\"",
         ),
@@ -1222,12 +1329,55 @@ spec:
               x-kubernetes-preserve-unknown-fields: true
 "#;
 
-async fn install_service_monitor_crd(plane: &ControlPlane) {
+/// Enough of the Prometheus Operator's PrometheusRule CRD, as [`SERVICE_MONITOR_CRD`] is of its
+/// ServiceMonitor: each rule names an alert or a record and an expr (what the operator requires).
+const PROMETHEUS_RULE_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  names: {kind: PrometheusRule, listKind: PrometheusRuleList, plural: prometheusrules, singular: prometheusrule}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                groups:
+                  type: array
+                  items:
+                    type: object
+                    required: [name, rules]
+                    properties:
+                      name: {type: string}
+                      rules:
+                        type: array
+                        items:
+                          type: object
+                          required: [expr]
+                          x-kubernetes-preserve-unknown-fields: true
+                          properties:
+                            alert: {type: string}
+                            record: {type: string}
+                            expr: {type: string}
+"#;
+
+async fn install_monitoring_crds(plane: &ControlPlane) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("servicemonitor.yaml");
-    std::fs::write(&path, SERVICE_MONITOR_CRD).unwrap();
+    let monitor = dir.path().join("servicemonitor.yaml");
+    std::fs::write(&monitor, SERVICE_MONITOR_CRD).unwrap();
+    let rules = dir.path().join("prometheusrule.yaml");
+    std::fs::write(&rules, PROMETHEUS_RULE_CRD).unwrap();
     plane
-        .install_crds(&[path])
+        .install_crds(&[monitor, rules])
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -1277,8 +1427,8 @@ async fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
 #[tokio::test]
 async fn every_rendered_object_passes_a_server_side_dry_run() {
     let h = common::Harness::without_controller().await;
-    install_service_monitor_crd(&h.plane).await;
-    create_namespaces(&h.client, &[NAMESPACE, "platform", "team-a"]).await;
+    install_monitoring_crds(&h.plane).await;
+    create_namespaces(&h.client, &[NAMESPACE, "platform", "team-a", "monitoring"]).await;
     let helm = Helm::new();
     let params = PatchParams::apply("helm-test").dry_run().validation_strict();
     // The dry run has teeth: a field the apiserver does not know is refused.

@@ -1036,7 +1036,7 @@ async fn run_chains(
         let context = plugin_context(key, resource, source, &None, &copy.target, inputs);
         let mut desired = source.template.copy_for(copy.target.clone());
         let object = std::mem::take(&mut desired.object);
-        copy.pending = Pending::Made(match plugins.run(chain, context, object).await {
+        copy.pending = Pending::Made(match plugins.run(chain, context, object, |_, _| {}).await {
             Ok(outcome) => made_of(outcome, desired),
             Err(e) => Made::Failed {
                 message: short_message(&e.to_string()),

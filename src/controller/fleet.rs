@@ -517,7 +517,8 @@ impl Fleet {
         }
         let bytes = read_kubeconfig(&self.local.client, reference).await?;
         let digest = digest_bytes(&bytes);
-        let client = clusters::client_from_bytes(bytes).await?;
+        let requests = self.metrics.requests_layer(Some(&name));
+        let client = clusters::client_from_bytes(bytes, &requests).await?;
         let handle = ClusterHandle {
             name: Some(name.clone()),
             client: client.clone(),
@@ -651,6 +652,7 @@ impl Fleet {
         match &current {
             // Its copies stay where they are: remember which cluster that is.
             None => {
+                self.metrics.set_remote_cluster(name, None);
                 if let Some(uid) = lock(&self.identities).get(name).filter(|uid| !uid.is_empty()) {
                     lock(&self.departed).insert(name.to_owned(), uid.clone());
                 }

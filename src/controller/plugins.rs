@@ -663,16 +663,18 @@ impl Plugins {
             .map_err(|e| e.to_string())
     }
 
-    /// Runs a chain on one copy, off the async runtime.
+    /// Runs a chain on one copy, off the async runtime; `called` hears of each plugin call.
     pub async fn run(
         &self,
         chain: &Chain,
         ctx: TransformContext,
         object: serde_json::Value,
+        mut called: impl FnMut(&Plugin, Duration) + Send + 'static,
     ) -> Result<ChainOutcome, ChainError> {
         let _permit = self.calls.clone().acquire_owned().await;
         let (host, chain) = (self.host.clone(), chain.clone());
-        match tokio::task::spawn_blocking(move || host.run_chain(&chain, &ctx, object)).await {
+        let run = move || host.run_chain_observed(&chain, &ctx, object, &mut called);
+        match tokio::task::spawn_blocking(run).await {
             Ok(result) => result,
             Err(e) => Err(ChainError {
                 plugin: "(host)".into(),

@@ -86,7 +86,7 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
 }
 
 /// Lets go of everything this replica keeps for a rule: its watches and clusters, what its chain
-/// made, its last status and its metrics.
+/// made, its last status, its backoff and its metrics.
 fn forget(ctx: &Context, key: &RuleKey) {
     ctx.fleet.forget(key);
     ctx.next_to.forget(key);
@@ -96,6 +96,7 @@ fn forget(ctx: &Context, key: &RuleKey) {
     ctx.chain_outputs
         .keep_only(key, &std::collections::BTreeSet::new());
     lock(&ctx.statuses).remove(key);
+    ctx.retries.succeeded(key);
     ctx.metrics.set_copies(&key.to_string(), None);
 }
 

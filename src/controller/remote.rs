@@ -24,7 +24,8 @@ const RECHECK_NOT_READY: Duration = Duration::from_secs(10);
 pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let by_shard = count_by_shard(&cluster, &ctx).await?;
     if !ctx.shards.holds_name(&cluster.name_any()) {
-        // Another replica checks it and writes its status.
+        // Another replica checks it, writes its status and exports its metrics.
+        ctx.metrics.set_remote_cluster(&cluster.name_any(), None);
         return Ok(Action::requeue(RECHECK));
     }
     let down = ctx.fleet.down_because(&cluster.name_any());
@@ -52,6 +53,12 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
     };
     let previous = cluster.status.as_ref();
     let generation = cluster.meta().generation;
+    let rules = match &by_shard {
+        Some(counts) => counts.values().sum(),
+        None => ctx.fleet.rules_using(&cluster.name_any()) as i32,
+    };
+    ctx.metrics
+        .set_remote_cluster(&cluster.name_any(), Some((ready.ready, i64::from(rules))));
     let status = RemoteClusterStatus {
         observed_generation: generation,
         conditions: vec![ready_condition(
@@ -60,10 +67,7 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             ready.clone(),
         )],
         server_version: version.or_else(|| previous.and_then(|s| s.server_version.clone())),
-        rules: Some(match &by_shard {
-            Some(counts) => counts.values().sum(),
-            None => ctx.fleet.rules_using(&cluster.name_any()) as i32,
-        }),
+        rules: Some(rules),
         // Written by each shard's holder under a field manager of its own, never here.
         rules_by_shard: Default::default(),
     };
@@ -153,7 +157,8 @@ fn connected_message(version: &str, same_cluster: &[String]) -> String {
 /// Reads the kubeconfig and asks the cluster for its version.
 async fn check(cluster: &RemoteCluster, ctx: &Context) -> Result<String, KubeconfigProblem> {
     let bytes = read_kubeconfig(&ctx.client, kubeconfig_ref(cluster)?).await?;
-    let client = clusters::client_from_bytes(bytes).await?;
+    let requests = ctx.metrics.requests_layer(Some(&cluster.name_any()));
+    let client = clusters::client_from_bytes(bytes, &requests).await?;
     let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
         .await
         .map_err(|_| KubeconfigProblem {

@@ -50,23 +50,62 @@ pub fn asked_for(error: &kube::Error) -> Option<Duration> {
     }
 }
 
-/// Failed tries in a row, per rule.
+/// A rule's failed tries in a row, and whether it is waiting out its backoff now.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tries {
+    failed: u32,
+    backing_off: bool,
+}
+
+/// Failed tries in a row, per rule, and the gauge of rules backing off
+/// (`mimeo_rules_retrying`), kept with them so that it cannot drift.
 #[derive(Default)]
-pub struct Retries(Mutex<HashMap<RuleKey, u32>>);
+pub struct Retries {
+    tries: Mutex<HashMap<RuleKey, Tries>>,
+    backing_off: prometheus_client::metrics::gauge::Gauge,
+}
 
 impl Retries {
-    /// The delay before the rule's next try, counting this failure.
-    pub fn failed(&self, rule: &RuleKey, at_least: Option<Duration>) -> Duration {
-        let mut tries = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let attempt = tries.entry(rule.clone()).or_insert(0);
-        let wait = delay(*attempt, spread(), at_least);
-        *attempt = attempt.saturating_add(1);
-        wait
+    /// Retries that keep `backing_off` at the number of rules waiting out a backoff.
+    pub fn counted(backing_off: prometheus_client::metrics::gauge::Gauge) -> Self {
+        Retries {
+            tries: Default::default(),
+            backing_off,
+        }
     }
 
-    /// The rule got through: its next failure waits a second again.
+    /// The delay before the rule's next try, counting this failure.
+    pub fn failed(&self, rule: &RuleKey, at_least: Option<Duration>) -> Duration {
+        self.update(|tries| {
+            let entry = tries.entry(rule.clone()).or_default();
+            let wait = delay(entry.failed, spread(), at_least);
+            entry.failed = entry.failed.saturating_add(1);
+            entry.backing_off = true;
+            wait
+        })
+    }
+
+    /// The rule got through (or is gone): its next failure waits a second again.
     pub fn succeeded(&self, rule: &RuleKey) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(rule);
+        self.update(|tries| tries.remove(rule));
+    }
+
+    /// The rule did not get through but is not tried again on a backoff: it waits for a change
+    /// (or a fixed time). Its failures in a row still count towards its next backoff.
+    pub fn waits(&self, rule: &RuleKey) {
+        self.update(|tries| {
+            if let Some(entry) = tries.get_mut(rule) {
+                entry.backing_off = false;
+            }
+        });
+    }
+
+    fn update<T>(&self, change: impl FnOnce(&mut HashMap<RuleKey, Tries>) -> T) -> T {
+        let mut tries = self.tries.lock().unwrap_or_else(|p| p.into_inner());
+        let result = change(&mut tries);
+        self.backing_off
+            .set(tries.values().filter(|t| t.backing_off).count() as i64);
+        result
     }
 }
 
@@ -108,6 +147,29 @@ mod tests {
         );
         retries.succeeded(&a);
         assert!(retries.failed(&a, None) <= Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn the_gauge_counts_the_rules_backing_off_now() {
+        let gauge = prometheus_client::metrics::gauge::Gauge::default();
+        let retries = Retries::counted(gauge.clone());
+        let a = "SyncRule/ns/a".parse::<RuleKey>().unwrap();
+        let b = "ClusterSyncRule/b".parse::<RuleKey>().unwrap();
+        retries.failed(&a, None);
+        retries.failed(&a, None);
+        retries.failed(&b, None);
+        assert_eq!(gauge.get(), 2);
+        retries.waits(&b);
+        assert_eq!(gauge.get(), 1, "b waits for a change, not a backoff");
+        let again = retries.failed(&b, None);
+        assert!(
+            again >= Duration::from_millis(1600),
+            "b's failures still count: {again:?}"
+        );
+        assert_eq!(gauge.get(), 2);
+        retries.succeeded(&a);
+        retries.succeeded(&b);
+        assert_eq!(gauge.get(), 0);
     }
 
     #[test]

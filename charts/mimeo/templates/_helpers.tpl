@@ -177,6 +177,9 @@ What the chart refuses before rendering anything: combinations the controller ca
 {{- fail "inventories.clusterProfile.enabled needs inventories.clusterProfile.providersConfigMap: the provider file is the only source of credentials for ClusterProfiles" }}
 {{- end }}
 {{- end }}
+{{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.selector) }}
+{{- fail "prometheusRule.enabled needs serviceMonitor.enabled, or prometheusRule.selector naming the labels your Prometheus gives mimeo's series: the alerts select the series the ServiceMonitor has scraped, and without any MimeoNoLeader would fire for good" }}
+{{- end }}
 {{- if not .Values.allowKinds }}
 {{- fail "allowKinds is empty: list at least one kind (the controller's default is Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io and Kyverno's CEL policy kinds)" }}
 {{- end }}

@@ -84,7 +84,7 @@ pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mu
             let made = match transform(ctx, &gathered.key, chain, input, desired, plugin_ctx).await {
                 Ok(made) => made,
                 Err(e) => {
-                    ctx.metrics.plugin_failed(e.error.label());
+                    ctx.metrics.plugin_failed(&e.plugin, e.error.label());
                     Made::Failed {
                         message: short_message(&e.to_string()),
                         summary: e.summary(),
@@ -139,7 +139,9 @@ async fn transform(
     ctx.metrics.chain(false);
     let object = std::mem::take(&mut desired.object);
     let target = desired.target.clone();
-    let made = made_of(ctx.plugins.run(chain, plugin_ctx, object).await?, desired);
+    let metrics = ctx.metrics.clone();
+    let called = move |plugin: &crate::plugin::Plugin, took| metrics.plugin_called(&plugin.name, took);
+    let made = made_of(ctx.plugins.run(chain, plugin_ctx, object, called).await?, desired);
     let remembered = match &made {
         Made::Write { object, hash } => Remembered::Write {
             object: object.clone(),

@@ -60,11 +60,13 @@ pub(super) async fn record<R: RuleResource>(
     let selects = gathered.spec.targets.iter().any(|t| t.cluster_selector.is_some());
     ctx.fleet.uses(&gathered.key, still_used, selects);
     let ready = readiness(gathered, &inventory);
-    let mut by_state: HashMap<String, i64> = HashMap::new();
+    let mut counts = crate::metrics::CopyCounts::new();
     for copy in &inventory {
-        *by_state.entry(format!("{:?}", copy.state)).or_default() += 1;
+        *counts
+            .entry((copy.cluster.clone(), format!("{:?}", copy.state)))
+            .or_default() += 1;
     }
-    ctx.metrics.set_copies(&gathered.key.to_string(), Some(by_state));
+    ctx.metrics.set_copies(&gathered.key.to_string(), Some(counts));
     note_changes(&mut events, gathered, &inventory, &event_notes);
     if ready.reason == "SourceNotFound"
         || ready.reason == "SourceNotShared"
@@ -296,9 +298,15 @@ pub(super) async fn refusal<R: RuleResource>(
     );
     write_status(rule, ctx, status, None).await?;
     Ok(match next {
-        Next::AwaitChange => Action::await_change(),
+        Next::AwaitChange => {
+            ctx.retries.waits(&rule.key());
+            Action::await_change()
+        }
         Next::Backoff => Action::requeue(ctx.retries.failed(&rule.key(), None)),
-        Next::After(after) => Action::requeue(after),
+        Next::After(after) => {
+            ctx.retries.waits(&rule.key());
+            Action::requeue(after)
+        }
     })
 }
 

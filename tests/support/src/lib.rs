@@ -14,7 +14,8 @@
 //! [`Registry`] is the same for OCI registries: a real CNCF distribution registry on a free loopback
 //! port with storage in a temporary directory, optionally behind basic auth or serving HTTPS under a
 //! CA of its own, from which mimeo fetches Wasm plugins; [`oras()`] is the ORAS CLI that tests push
-//! artifacts with, and [`helm()`] the Helm CLI that tests install the chart with. [`Scripted`] is
+//! artifacts with, [`helm()`] the Helm CLI that tests install the chart with, and [`promtool()`]
+//! Prometheus's tool that tests check the chart's alerts and dashboard queries with. [`Scripted`] is
 //! an HTTP(S) server that answers what a test scripts: a hostile registry, a token service, a
 //! sidecar that must receive nothing.
 
@@ -25,7 +26,7 @@ mod process;
 mod registry;
 mod scripted;
 
-pub use binaries::{Binaries, binaries, helm, oras};
+pub use binaries::{Binaries, binaries, helm, oras, promtool};
 pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, registry_binary};
 pub use scripted::{Answer, Asked, Scripted, local_address};
 
@@ -103,6 +104,8 @@ pub enum Error {
     Oras(String),
     #[error("helm unavailable: {0}")]
     Helm(String),
+    #[error("promtool unavailable: {0}")]
+    Promtool(String),
     #[error("{command} failed ({status}):\n{stderr}")]
     OrasFailed {
         command: String,
