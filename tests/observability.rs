@@ -15,7 +15,7 @@
 //!
 //! `helm template` renders the ConfigMap and the PrometheusRule only when enabled:
 //! `tests/helm.rs` (`lint_and_template_with_each_switch`). promtool comes from
-//! `tests/support/build-promtool.sh`; without it these tests fail, saying to run that script.
+//! `tests/support/build-promtool.sh`, which the first test to need it runs (about ten minutes cold).
 
 mod common;
 

@@ -9,22 +9,11 @@
 #
 # Prints the binary's path on its last line. A warm cache returns at once; a cold one downloads
 # and compiles the whole Prometheus module: 594 s on a busy 2-core machine.
-#
-# With --built it builds nothing: it prints the path if promtool is built, else says how to build
-# it and fails. Tests ask that way, so that a missing promtool is a clear failure, not a test
-# that hangs for ten minutes.
+# The tests run it on first use (tests/support/src/binaries.rs), as they run the other scripts.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/go-install-cached.sh"
 
 PROMETHEUS_VERSION="${MIMEO_PROMETHEUS_VERSION:-v0.316.0}"
-
-if [[ "${1:-}" == "--built" ]]; then
-  go_install_cached_path promtool "$PROMETHEUS_VERSION" || {
-    echo "promtool $PROMETHEUS_VERSION is not built: run tests/support/build-promtool.sh (about ten minutes the first time), or set MIMEO_PROMTOOL_BIN" >&2
-    exit 1
-  }
-  exit 0
-fi
 
 # v0.316.0 -> 3.16.0, as Prometheus's release names it.
 promtool_ldflags() {

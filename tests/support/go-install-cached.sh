@@ -9,16 +9,6 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export CGO_ENABLED=0
 
-# go_install_cached_path NAME VERSION
-#
-# Prints where go_install_cached keeps NAME at VERSION, and fails unless it is built there: for
-# callers that must not start a long build (tests that ask for a tool, say).
-go_install_cached_path() {
-  local bin="${MIMEO_CACHE_DIR:-$HOME/.cache/mimeo}/$1/$2/$1"
-  [[ -x "$bin" ]] || return 1
-  echo "$bin"
-}
-
 # go_install_cached NAME VERSION PACKAGE [LDFLAGS_FUNCTION]
 #
 # Prints the path of $MIMEO_CACHE_DIR/NAME/VERSION/NAME (default cache ~/.cache/mimeo) on its

@@ -1,6 +1,6 @@
-//! Finds the control-plane binaries and the ORAS and Helm CLIs, building them with
-//! `build-control-plane.sh`, `build-oras.sh` and `build-helm.sh` on first use; and promtool,
-//! which `build-promtool.sh` builds beforehand (ten minutes cold: a test does not start that).
+//! Finds the control-plane binaries, the ORAS and Helm CLIs and promtool, building them with
+//! `build-control-plane.sh`, `build-oras.sh`, `build-helm.sh` and `build-promtool.sh` on first
+//! use, so that `cargo test --workspace` passes on a fresh machine by itself.
 
 use crate::Error;
 use std::path::PathBuf;
@@ -74,16 +74,15 @@ pub fn helm() -> Result<PathBuf, Error> {
 }
 
 /// Prometheus's promtool, from `MIMEO_PROMTOOL_BIN` when set and not empty, else from
-/// `build-promtool.sh`'s cache. Unlike the other tools it is never built here: a cold build of
-/// the Prometheus module takes about ten minutes, so a test that needs it fails at once, saying to
-/// run `tests/support/build-promtool.sh` (which CI does before the tests).
+/// `build-promtool.sh`'s cache (which builds it from the Prometheus module the first time: about
+/// ten minutes cold on two cores, instant warm). The script runs once per test process.
 pub fn promtool() -> Result<PathBuf, Error> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     FOUND
         .get_or_init(
             || match std::env::var_os("MIMEO_PROMTOOL_BIN").filter(|bin| !bin.is_empty()) {
                 Some(bin) => Ok(bin.into()),
-                None => run_script_with("build-promtool.sh", &["--built"], "path"),
+                None => run_script("build-promtool.sh", "path"),
             },
         )
         .clone()
@@ -93,15 +92,9 @@ pub fn promtool() -> Result<PathBuf, Error> {
 /// Runs one of this crate's build scripts and returns the last line it printed: the scripts log to
 /// stderr and end with the path they built or found.
 pub(crate) fn run_script(name: &str, what: &str) -> Result<PathBuf, String> {
-    run_script_with(name, &[], what)
-}
-
-/// [`run_script`] with arguments.
-fn run_script_with(name: &str, args: &[&str], what: &str) -> Result<PathBuf, String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
     let output = Command::new("bash")
         .arg(&script)
-        .args(args)
         .output()
         .map_err(|e| format!("running {}: {e}", script.display()))?;
     if !output.status.success() {
