@@ -131,23 +131,32 @@ impl Shards {
     }
 
     /// Renewed (or taken) until `until`: a shard just taken is writable only after
-    /// [`HANDOFF_GRACE`].
-    fn set(&self, shard: u32, until: Instant) {
+    /// [`HANDOFF_GRACE`]. Says whether the hold had lapsed before this renewal: writes and looks
+    /// were turned away meanwhile, though the shards held are the same before and after.
+    fn set(&self, shard: u32, until: Instant) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let from = held
-            .get(&shard)
-            .map_or_else(|| Instant::now() + HANDOFF_GRACE, |h| h.from);
+        let now = Instant::now();
+        let before = held.get(&shard).copied();
         held.insert(
             shard,
             Hold {
-                from,
+                from: before.map_or(now + HANDOFF_GRACE, |h| h.from),
                 until: Some(until),
             },
         );
+        before.is_some_and(|h| h.until.is_some_and(|until| until <= now))
     }
 
     fn drop_shard(&self, shard: u32) {
         self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(&shard);
+    }
+
+    /// Wakes every subscriber even when the shards held are what they were: a hold that lapsed
+    /// and came back let rules go in between (their look found the shard not held), and only a
+    /// look now brings them back.
+    fn wake(&self) {
+        let now = self.held_now();
+        self.changed.send_modify(|was| *was = now);
     }
 
     fn publish(&self) {
@@ -234,6 +243,7 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
     };
     let mut held = BTreeSet::new();
     let mut free = BTreeSet::new();
+    let mut lapsed = false;
     for (i, elector) in electors.iter().enumerate() {
         let shard = i as u32;
         let was_held = shards
@@ -245,7 +255,13 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
             let started = Instant::now();
             match elector.try_hold().await {
                 Ok(Ok(())) => {
-                    shards.set(shard, started + renew_deadline(settings.duration));
+                    if shards.set(shard, started + renew_deadline(settings.duration)) {
+                        tracing::warn!(
+                            shard,
+                            "a shard Lease was renewed after its deadline; its rules are looked at again"
+                        );
+                        lapsed = true;
+                    }
                     held.insert(shard);
                 }
                 Ok(Err(_)) | Err(_) => {
@@ -273,7 +289,7 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
     for shard in planned.take {
         let started = Instant::now();
         if let Ok(Ok(())) = electors[shard as usize].try_hold().await {
-            shards.set(shard, started + renew_deadline(settings.duration));
+            let _ = shards.set(shard, started + renew_deadline(settings.duration));
             tracing::info!(shard, live, "took a shard");
         }
     }
@@ -285,7 +301,10 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
             shards.publish();
         });
     }
-    shards.publish();
+    match lapsed {
+        true => shards.wake(),
+        false => shards.publish(),
+    }
 }
 
 /// What the other replicas' Leases say.
@@ -462,6 +481,46 @@ mod tests {
         assert!(!shards.holds(1));
         let lone = Shards::default();
         assert!(lone.holds_rule(&RuleKey::cluster_sync_rule("any")));
+    }
+
+    /// A hold that lapsed and was renewed holds the same shards as before, yet the rules turned
+    /// away in between must be looked at again: the renewal says it lapsed, and waking tells
+    /// every subscriber even with nothing changed. (A lone replica under load renewed late once,
+    /// and 48 rules stayed let go until their next change.)
+    #[test]
+    fn a_lapsed_hold_renewed_wakes_the_rules_it_turned_away() {
+        let shards = Shards::new(3);
+        assert!(
+            !shards.set(0, Instant::now() + Duration::from_secs(60)),
+            "taken, not lapsed"
+        );
+        shards.held.lock().unwrap().get_mut(&0).unwrap().from = Instant::now();
+        let mut changes = shards.subscribe();
+        shards.publish();
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        assert!(
+            !shards.set(0, Instant::now() + Duration::from_secs(60)),
+            "renewed in time"
+        );
+        shards.publish();
+        assert!(
+            !changes.has_changed().unwrap(),
+            "nothing changed, nobody is woken"
+        );
+        shards.held.lock().unwrap().get_mut(&0).unwrap().until =
+            Some(Instant::now() - Duration::from_millis(1));
+        assert!(!shards.holds(0));
+        assert!(
+            shards.set(0, Instant::now() + Duration::from_secs(60)),
+            "renewed late"
+        );
+        shards.wake();
+        assert!(
+            changes.has_changed().unwrap(),
+            "the same shards, and every rule looked at again"
+        );
+        assert_eq!(*changes.borrow_and_update(), BTreeSet::from([0]));
     }
 
     #[test]
