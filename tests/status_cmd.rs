@@ -1,7 +1,7 @@
 //! `mimeo status` against a real apiserver and the running controller, as the binary a user
-//! runs: a tenant's rules with copies Synced, Conflict, NotAccepted, PluginFailed and in a
-//! RemoteCluster that does not answer, as a tree and as JSON, read with the tenant's own rights
-//! (its namespace only) and with an admin's.
+//! runs: a tenant's rule with copies Synced, Conflict, NotAccepted, PluginFailed and in a
+//! RemoteCluster that does not answer, beside a rule in sync, as a tree and as JSON, read with
+//! the tenant's own rights (its namespace only) and with an admin's.
 
 mod common;
 
@@ -74,7 +74,7 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
     .await;
     h.namespace("team-a", &[], &[]).await;
     h.namespace("mimeo-system", &[], &[]).await;
-    for ns in ["accepts", "taken"] {
+    for ns in ["accepts", "taken", "broken"] {
         h.namespace(ns, &[], &[("mimeo.dev/accept-from", "team-a")]).await;
     }
     h.namespace("refuses", &[], &[]).await;
@@ -97,15 +97,27 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
 
     let tenant = tenant_client(&h, "team-a").await;
     let kubeconfig = common::service_account_kubeconfig(&h.plane, &h.client, "team-a", "tenant").await;
-    // The tenant writes its rules itself.
+    // The tenant writes its rule itself. The template names a host for every namespace but
+    // `broken`, where the plugin fails.
+    let hosts = json!({"team-a": "a", "accepts": "b", "taken": "c", "refuses": "d", "far": "e"});
+    common::apply_as(
+        &tenant,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hosts", "namespace": "team-a"},
+               "data": hosts}),
+    )
+    .await
+    .unwrap();
     common::apply_as(
         &tenant,
         rule(
             "creds",
             json!({"source": {"kind": "Secret", "name": "creds"},
+                   "inputs": [{"name": "hosts", "from": {"kind": "ConfigMap", "name": "hosts"}}],
                    "targets": [{"namespace": "team-a", "name": "creds-copy"}, {"namespace": "accepts"},
-                               {"namespace": "taken"}, {"namespace": "refuses"},
-                               {"namespace": "far", "cluster": "east"}]}),
+                               {"namespace": "taken"}, {"namespace": "refuses"}, {"namespace": "broken"},
+                               {"namespace": "far", "cluster": "east"}],
+                   "transforms": [{"plugin": "file://template.wasm", "config": {
+                       "stringData": {"host": "{{ inputs.hosts.data[target.namespace] }}"}}}]}),
         ),
     )
     .await
@@ -113,30 +125,24 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
     common::apply_as(
         &tenant,
         rule(
-            "broken",
+            "quiet",
             json!({"source": {"kind": "Secret", "name": "creds"},
-                   "targets": [{"namespace": "team-a", "name": "broken-copy"}],
-                   "transforms": [{"plugin": "file://misbehave.wasm", "config": {"do": "trap"}}]}),
+                   "targets": [{"namespace": "team-a", "name": "quiet-copy"}]}),
         ),
     )
     .await
     .unwrap();
     eventually("every copy decided", || async {
-        let counts = |name: &str| {
-            let h = &h;
-            let name = name.to_owned();
-            async move { h.rule("team-a", &name).await?.status.map(|s| s.counts) }
-        };
-        let creds = counts("creds").await?;
-        let broken = counts("broken").await?;
+        let counts = h.rule("team-a", "creds").await?.status?.counts;
+        let quiet = h.rule("team-a", "quiet").await?.status?.counts;
         let want = [
             ("Synced", 2),
             ("Conflict", 1),
             ("NotAccepted", 1),
+            ("PluginFailed", 1),
             ("Unreachable", 1),
         ];
-        (want.iter().all(|(s, n)| creds.get(*s) == Some(n)) && broken.get("PluginFailed") == Some(&1))
-            .then_some(())
+        (want.iter().all(|(s, n)| counts.get(*s) == Some(n)) && quiet.get("Synced") == Some(&1)).then_some(())
     })
     .await;
 
@@ -147,21 +153,23 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
     expect(
         &text,
         &[
-            "SyncRule team-a/broken  Ready=False PluginFailed for ",
-            "broken-copy  PluginFailed  for ",
-            "from team-a/creds: ",
             "SyncRule team-a/creds  Ready=False ",
-            "2/5 copies in sync",
+            "2/6 copies in sync",
             "│ source: Secret team-a/creds\n",
-            "│ copies: Conflict 1, NotAccepted 1, Synced 2, Unreachable 1\n",
-            "├── this cluster  2/4 in sync\n",
+            "│ copies: Conflict 1, NotAccepted 1, PluginFailed 1, Synced 2, Unreachable 1\n",
+            "├── this cluster  2/5 in sync\n",
+            "│   ├── broken\n│   │   └── creds  PluginFailed  for ",
+            "from team-a/creds: plugin file://template.wasm",
             "creds-copy  Synced  written ",
             "creds  Conflict  for ",
             "creds  NotAccepted  for ",
-            "└── 1 more copy: you may not list Secret in every namespace: listed in team-a only; not readable in accepts, refuses, taken\n",
+            "└── 1 more copy: you may not list Secret in every namespace: listed in team-a only; not readable in accepts, broken, refuses, taken\n",
             "└── RemoteCluster east  0/1 in sync  Unreachable\n",
             "    └── far\n",
             "        └── creds  Unreachable  for ",
+            "SyncRule team-a/quiet  Ready=True ",
+            "1/1 copies in sync",
+            "quiet-copy  Synced  written ",
         ],
     );
     assert!(!text.contains('\x1b'), "colours in a pipe:\n{text}");
@@ -176,13 +184,14 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
     assert_eq!(
         states(&json, "creds"),
         [
+            "-/broken/creds PluginFailed",
             "-/refuses/creds NotAccepted",
             "-/taken/creds Conflict",
             "-/team-a/creds-copy Synced",
             "east/far/creds Unreachable"
         ]
     );
-    assert_eq!(states(&json, "broken"), ["-/team-a/broken-copy PluginFailed"]);
+    assert_eq!(states(&json, "quiet"), ["-/team-a/quiet-copy Synced"]);
     let creds = json["rules"]
         .as_array()
         .unwrap()
@@ -191,7 +200,7 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
         .unwrap();
     assert_eq!(creds["clusters"][0]["notListed"], 1, "{creds:#}");
     assert_eq!(creds["ready"]["status"], "False");
-    let conflict = &creds["clusters"][0]["namespaces"][1]["copies"][0];
+    let conflict = &creds["clusters"][0]["namespaces"][2]["copies"][0];
     assert!(conflict["since"].as_str().unwrap().ends_with('Z'), "{conflict}");
     assert!(!conflict["why"].as_str().unwrap().is_empty(), "{conflict}");
 
