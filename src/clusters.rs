@@ -1,6 +1,7 @@
 //! Other clusters: turning a `RemoteCluster`'s kubeconfig into a client, and saying clearly why
 //! when that cannot be done; and the client of the cluster mimeo runs in. Every client counts its
-//! requests (`metrics::requests`). Nothing here reads the Secret or talks to a cluster on its own.
+//! requests (`metrics::requests`) and bounds those in flight (`in_flight`). Nothing here reads
+//! the Secret or talks to a cluster on its own.
 //!
 //! A kubeconfig Secret may be written by someone with far fewer rights than mimeo (a tenant, or
 //! Cluster API next to its Cluster object), yet the client made from it runs inside mimeo's pod.
@@ -8,8 +9,11 @@
 //! (its ServiceAccount token, its certificates), runs a program, goes through a proxy, or sends
 //! credentials where they could be read on the way (plain HTTP, unverified TLS).
 
+mod in_flight;
+
 use crate::error_text::with_causes;
 use crate::metrics::CountRequests;
+use in_flight::{BoundInFlight, REQUESTS_IN_FLIGHT};
 use kube::config::{AuthInfo, Cluster, KubeConfigOptions, Kubeconfig};
 
 /// Why a kubeconfig cannot be used, as a condition reason and a message.
@@ -191,10 +195,13 @@ pub async fn local_client(requests: &CountRequests) -> Result<kube::Client, kube
     counted_client(config, requests)
 }
 
-/// kube's own client stack for `config`, with the layer that counts its requests outside it.
+/// kube's own client stack for `config`, with the layer that counts its requests outside it,
+/// and outside that the bound on its requests in flight (`in_flight`), so that a request's wait
+/// for its turn is not counted as the apiserver's time.
 fn counted_client(config: kube::Config, requests: &CountRequests) -> Result<kube::Client, kube::Error> {
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(requests)
+        .with_layer(&BoundInFlight::new(REQUESTS_IN_FLIGHT))
         .build())
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// copies allocates and frees tens of MiB; glibc's malloc kept them in its per-thread arenas,
 /// so the resident set stayed at the pass's peak: at 10,000 copies 114.9 MiB with glibc, 88.8
 /// with this (`cargo bench --bench scale -- --sources 100`).
-#[cfg(not(target_env = "msvc"))]
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -25,7 +25,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// under a data limit (`RLIMIT_DATA`, counting address space), and the JavaScript example's
 /// compile, 450 MB resident, ran out of a 1024 MiB limit with the address space jemalloc keeps
 /// by default.
-#[cfg(not(target_env = "msvc"))]
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[allow(non_upper_case_globals)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false\0";
