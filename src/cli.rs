@@ -4,6 +4,7 @@ use crate::plugin::oci::{CaArgument, RegistryTrust};
 use crate::sync::kinds::AllowedKind;
 use crate::telemetry::LogFormat;
 use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -44,6 +45,8 @@ pub enum Command {
     ///
     /// Prints, as a plan on stdout, the mimeo rules for what another copy tool copies in the
     /// current kubeconfig's cluster, and applies such a plan with --apply (docs/migrating.md).
+    /// HelmDeployer's copies on its target clusters are read, and their entries applied, only
+    /// through --cluster-kubeconfig.
     /// Exit status: 0 the plan was printed or applied, 1 the cluster could not be read or a part
     /// of the plan was not applied.
     Migrate(MigrateArgs),
@@ -57,7 +60,9 @@ pub enum Command {
     /// the worst over the file's rules: 0 no change, 1 changes, 2 a rule would be refused, the
     /// diff failed, or a copy is undecided (a `! Failed`, `! PluginFailed`, `! Unreachable` or
     /// `! Unauthorized` line: it could not be read or made); a `! Conflict`, `! NotAccepted` or
-    /// other `!` line is decided and counts as no change. Copies in RemoteClusters are not shown.
+    /// other `!` line is decided and counts as no change. Copies in RemoteClusters are not shown;
+    /// a mimeo migrate plan's annotations on openMCP Clusters are, read with
+    /// --cluster-kubeconfig (else a note says they were not read).
     Diff(DiffArgs),
 }
 
@@ -114,6 +119,12 @@ pub struct DiffArgs {
     pub limits: PluginLimitArgs,
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// The kubeconfig file of an openMCP Cluster (NAMESPACE/NAME of the Cluster object) that
+    /// HelmDeployer copies onto (toTargetCluster). Repeat for each. With it, migrate reads that
+    /// cluster and plans consent and adoption of HelmDeployer's copies there, --apply writes those
+    /// entries there, and diff shows them. Without it they are not read, and not applied.
+    #[arg(long = "cluster-kubeconfig", value_name = "NAMESPACE/NAME=PATH", value_parser = parse_cluster_kubeconfig)]
+    pub cluster_kubeconfigs: Vec<ClusterKubeconfig>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -138,6 +149,12 @@ pub struct MigrateArgs {
     /// touched, and nothing is created), then create its rules. Nothing is read for a new plan.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "allow_system_namespaces"])]
     pub apply: Option<PathBuf>,
+    /// The kubeconfig file of an openMCP Cluster (NAMESPACE/NAME of the Cluster object) that
+    /// HelmDeployer copies onto (toTargetCluster). Repeat for each. With it, migrate reads that
+    /// cluster and plans consent and adoption of HelmDeployer's copies there, --apply writes those
+    /// entries there, and diff shows them. Without it they are not read, and not applied.
+    #[arg(long = "cluster-kubeconfig", value_name = "NAMESPACE/NAME=PATH", value_parser = parse_cluster_kubeconfig)]
+    pub cluster_kubeconfigs: Vec<ClusterKubeconfig>,
 }
 
 impl MigrateArgs {
@@ -817,6 +834,41 @@ impl PluginArgs {
     }
 }
 
+/// `--cluster-kubeconfig NAMESPACE/NAME=PATH`: the kubeconfig file of one openMCP `Cluster`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterKubeconfig {
+    /// The `Cluster`'s `namespace/name`, as the plan names it.
+    pub cluster: String,
+    pub path: PathBuf,
+}
+
+fn parse_cluster_kubeconfig(text: &str) -> Result<ClusterKubeconfig, String> {
+    let expected =
+        "expected NAMESPACE/NAME=PATH: the openMCP Cluster's namespace and name, then its kubeconfig file";
+    let (cluster, path) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: {expected}"))?;
+    let (namespace, name) = parse_secret_ref(cluster).map_err(|_| format!("{text:?}: {expected}"))?;
+    if path.is_empty() {
+        return Err(format!("{text:?}: {expected}"));
+    }
+    Ok(ClusterKubeconfig {
+        cluster: format!("{namespace}/{name}"),
+        path: PathBuf::from(path),
+    })
+}
+
+/// The kubeconfig files by `Cluster`; a `Cluster` named twice is refused, not guessed at.
+pub fn cluster_kubeconfigs(given: &[ClusterKubeconfig]) -> Result<BTreeMap<String, PathBuf>, String> {
+    let mut by_cluster = BTreeMap::new();
+    for g in given {
+        if by_cluster.insert(g.cluster.clone(), g.path.clone()).is_some() {
+            return Err(format!("--cluster-kubeconfig names Cluster {} twice", g.cluster));
+        }
+    }
+    Ok(by_cluster)
+}
+
 /// `NAMESPACE/NAME`, both non-empty.
 fn parse_secret_ref(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
@@ -830,6 +882,55 @@ fn parse_secret_ref(text: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clusters_kubeconfig_is_namespace_slash_name_equals_path() {
+        let given = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["mimeo", "migrate"].iter().chain(args))?;
+            let Command::Migrate(args) = cli.command else {
+                panic!("not migrate")
+            };
+            Ok::<_, clap::Error>(args.cluster_kubeconfigs)
+        };
+        let parsed = given(&[
+            "--cluster-kubeconfig",
+            "test-0/cluster-0=/tmp/a=b.yaml",
+            "--cluster-kubeconfig=test-1/cluster-1=b.yaml",
+        ])
+        .unwrap();
+        assert_eq!(
+            parsed,
+            [
+                ClusterKubeconfig {
+                    cluster: "test-0/cluster-0".into(),
+                    path: "/tmp/a=b.yaml".into()
+                },
+                ClusterKubeconfig {
+                    cluster: "test-1/cluster-1".into(),
+                    path: "b.yaml".into()
+                },
+            ]
+        );
+        for wrong in [
+            "cluster-0=a.yaml",
+            "test-0/cluster-0",
+            "test-0/=a",
+            "/c=a",
+            "a/b/c=a",
+            "a/b=",
+        ] {
+            let error = given(&["--cluster-kubeconfig", wrong]).unwrap_err().to_string();
+            assert!(error.contains("expected NAMESPACE/NAME=PATH"), "{wrong}: {error}");
+        }
+        let twice = cluster_kubeconfigs(&[parsed[0].clone(), parsed[0].clone()]).unwrap_err();
+        assert_eq!(twice, "--cluster-kubeconfig names Cluster test-0/cluster-0 twice");
+        let cli =
+            Cli::try_parse_from(["mimeo", "diff", "-f", "p.yaml", "--cluster-kubeconfig", "a/b=c"]).unwrap();
+        let Command::Diff(args) = cli.command else {
+            panic!("not diff")
+        };
+        assert_eq!(args.cluster_kubeconfigs[0].cluster, "a/b");
+    }
 
     #[test]
     fn the_controllers_credentials_serve_sync_rules_only_when_asked() {

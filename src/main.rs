@@ -51,9 +51,13 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
                 )
             })?
             .with_context(|| format!("{} does not read as a Migration", file.display()))?;
-        let applied = mimeo::migrate::apply::apply(&client, &plan).await;
+        let clusters = cluster_clients(&args.cluster_kubeconfigs).await?;
+        let applied = mimeo::migrate::apply::apply(&client, &clusters, &plan).await;
         for line in &applied.lines {
             println!("{line}");
+        }
+        for line in &applied.unreached {
+            eprintln!("{line}");
         }
         if applied.failed > 0 {
             eprintln!("{} changes not applied: see the lines with !", applied.failed);
@@ -61,16 +65,26 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let inventory = mimeo::migrate::read::inventory(&client).await?;
+    let mut inventory = mimeo::migrate::read::inventory(&client).await?;
+    for (cluster, client) in cluster_clients(&args.cluster_kubeconfigs).await? {
+        let read = mimeo::migrate::read::target_cluster(&cluster, &client).await?;
+        inventory.clusters.insert(cluster, read);
+    }
     let migration = mimeo::migrate::migrate(&inventory, &args.options());
     print!("{}", migration.to_yaml());
     for note in &migration.notes {
         eprintln!("note: {note}");
     }
-    for (namespace, entries) in &migration.consents {
+    let platform = migration.consents.iter().map(|(ns, entries)| (None, ns, entries));
+    let clusters = migration
+        .cluster_consents
+        .iter()
+        .map(|((cluster, ns), entries)| (Some(cluster.as_str()), ns, entries));
+    for (cluster, namespace, entries) in platform.chain(clusters) {
+        let on = mimeo::migrate::on_cluster(cluster);
         for (entry, grant) in entries {
             eprintln!(
-                "consent: namespace {namespace} would accept {entry} ({}): the copy there is {}; asked for by {}{}",
+                "consent: namespace {namespace}{on} would accept {entry} ({}): the copy there is {}; asked for by {}{}",
                 mimeo::sync::ownership::ACCEPT_FROM_ANNOTATION,
                 grant.evidence,
                 grant.asked_by,
@@ -83,13 +97,27 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
         }
     }
     eprintln!(
-        "{} rules; {} copies, {} of them existing (to adopt); consent asked of {} namespaces",
+        "{} rules; {} copies, {} of them existing (to adopt); consent asked of {} namespaces; on other Clusters, {} existing copies to adopt and consent asked of {} namespaces",
         migration.rules.len(),
         migration.copies.len(),
         migration.adoptions.len(),
-        migration.consents.len()
+        migration.consents.len(),
+        migration.cluster_adoptions.len(),
+        migration.cluster_consents.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A client for each openMCP `Cluster` given with `--cluster-kubeconfig`, by `namespace/name`.
+async fn cluster_clients(
+    given: &[mimeo::cli::ClusterKubeconfig],
+) -> anyhow::Result<std::collections::BTreeMap<String, kube::Client>> {
+    let mut clients = std::collections::BTreeMap::new();
+    for (cluster, path) in mimeo::cli::cluster_kubeconfigs(given).map_err(anyhow::Error::msg)? {
+        let client = mimeo::migrate::read::cluster_client(&cluster, &path).await?;
+        clients.insert(cluster, client);
+    }
+    Ok(clients)
 }
 
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
@@ -132,7 +160,9 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
         true => mimeo::sync::kinds::default_allowed_kinds(),
         false => args.allow_kinds.clone(),
     };
-    let (lines, mut worst) = controller::diff_metadata::metadata_changes(&client, &documents).await;
+    let clusters = cluster_clients(&args.cluster_kubeconfigs).await?;
+    let (lines, mut worst) =
+        controller::diff_metadata::metadata_changes(&client, &clusters, &documents).await;
     print!("{lines}");
     for rule in &documents.rules {
         let options = DiffOptions {

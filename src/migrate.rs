@@ -57,6 +57,9 @@ pub struct Inventory {
     pub kyverno_served: bool,
     /// openMCP HelmDeployer's configuration and the `Cluster`s it selects from.
     pub helm: helmdeployer::HelmDeployer,
+    /// The openMCP `Cluster`s read through `--cluster-kubeconfig`, by `namespace/name`: their
+    /// namespaces and Secrets, where HelmDeployer's `toTargetCluster` copies are.
+    pub clusters: BTreeMap<String, Inventory>,
 }
 
 impl Namespace {
@@ -191,6 +194,10 @@ pub struct Migration {
     pub copies: BTreeMap<Place, String>,
     /// The copies that exist already, with the rule to adopt each.
     pub adoptions: BTreeMap<Place, String>,
+    /// [`Migration::consents`] on the openMCP `Cluster`s read (`namespace/name`, namespace).
+    pub cluster_consents: BTreeMap<(String, String), BTreeMap<String, Grant>>,
+    /// [`Migration::adoptions`] on the openMCP `Cluster`s read, by `namespace/name`.
+    pub cluster_adoptions: BTreeMap<(String, Place), String>,
     /// What could not be translated, and why; one line each.
     pub notes: Vec<String>,
     /// Consent and adoption in system namespaces too.
@@ -226,6 +233,20 @@ impl Migration {
         places: Vec<Place>,
         provenance: &Provenance,
     ) {
+        self.add_copies_in(None, inventory, rule, places, provenance);
+    }
+
+    /// [`Migration::add_copies`] in `cluster` (an openMCP `Cluster`, `namespace/name`, read into
+    /// `inventory`) or, with `None`, in this one. There a same-named namespace is someone else's,
+    /// so consent is asked even of a namespace named like the rule's.
+    fn add_copies_in(
+        &mut self,
+        cluster: Option<&str>,
+        inventory: &Inventory,
+        rule: &Value,
+        places: Vec<Place>,
+        provenance: &Provenance,
+    ) {
         let rule_namespace = rule["metadata"]["namespace"].as_str().map(str::to_owned);
         let rule_name = rule["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         let reference = reference_of(rule);
@@ -234,11 +255,19 @@ impl Migration {
             .into_iter()
             .filter(|p| inventory.namespace(&p.namespace).is_some())
         {
-            self.copies.insert(place.clone(), reference.clone());
+            if cluster.is_none() {
+                self.copies.insert(place.clone(), reference.clone());
+            }
             let Some(existing) = inventory.object(&place.kind, &place.namespace, &place.name) else {
                 continue;
             };
-            let what = format!("{} {}/{}", place.kind, place.namespace, place.name);
+            let what = format!(
+                "{} {}/{}{}",
+                place.kind,
+                place.namespace,
+                place.name,
+                on_cluster(cluster)
+            );
             let Some(evidence) = (provenance.evidence)(existing) else {
                 self.notes.push(format!(
                     "{what}: exists but carries no mark of the old tool pointing at this rule's source; not adopted and no consent asked: {reference} reports Conflict there until its owner decides"
@@ -251,18 +280,37 @@ impl Migration {
                 ));
                 continue;
             }
-            self.adoptions.insert(place.clone(), reference.clone());
-            if let Some(from) = &rule_namespace
-                && *from != place.namespace
-            {
-                self.consents.entry(place.namespace.clone()).or_default().insert(
-                    format!("{from}/{rule_name}"),
-                    Grant {
-                        evidence: format!("{what} ({evidence})"),
-                        asked_by: provenance.asked_by.clone(),
-                        written_in: provenance.written_in.clone(),
-                    },
-                );
+            let grant = Grant {
+                evidence: format!("{what} ({evidence})"),
+                asked_by: provenance.asked_by.clone(),
+                written_in: provenance.written_in.clone(),
+            };
+            // A ClusterSyncRule's copies need no consent.
+            let entry = rule_namespace
+                .as_ref()
+                .map(|from| (from, format!("{from}/{rule_name}")));
+            match cluster {
+                None => {
+                    self.adoptions.insert(place.clone(), reference.clone());
+                    if let Some((from, entry)) = entry
+                        && *from != place.namespace
+                    {
+                        self.consents
+                            .entry(place.namespace.clone())
+                            .or_default()
+                            .insert(entry, grant);
+                    }
+                }
+                Some(cluster) => {
+                    if let Some((_, entry)) = entry {
+                        self.cluster_consents
+                            .entry((cluster.to_owned(), place.namespace.clone()))
+                            .or_default()
+                            .insert(entry, grant);
+                    }
+                    self.cluster_adoptions
+                        .insert((cluster.to_owned(), place), reference.clone());
+                }
             }
         }
     }
@@ -279,19 +327,39 @@ impl Migration {
     /// target namespace, the `mimeo.dev/adopt-by` mark for each existing copy (no Secret value
     /// is ever printed), and the rules. Every string is quoted, so that it reads back as one.
     pub fn to_yaml(&self) -> String {
-        let consent: Vec<Value> = self
+        let platform = self
             .consents
             .iter()
-            .map(|(namespace, entries)| {
-                json!({"namespace": namespace, "acceptFrom": entries.keys().collect::<Vec<_>>()})
+            .map(|(namespace, entries)| (None, namespace, entries));
+        let clusters = self
+            .cluster_consents
+            .iter()
+            .map(|((cluster, namespace), entries)| (Some(cluster), namespace, entries));
+        let consent: Vec<Value> = platform
+            .chain(clusters)
+            .map(|(cluster, namespace, entries)| {
+                let mut consent =
+                    json!({"namespace": namespace, "acceptFrom": entries.keys().collect::<Vec<_>>()});
+                if let Some(cluster) = cluster {
+                    consent["cluster"] = json!(cluster);
+                }
+                consent
             })
             .collect();
-        let adopt: Vec<Value> = self
-            .adoptions
+        let platform = self.adoptions.iter().map(|(place, rule)| (None, place, rule));
+        let clusters = self
+            .cluster_adoptions
             .iter()
-            .map(|(place, rule)| {
-                json!({"apiVersion": self.api_version_of(rule), "kind": place.kind,
-                       "namespace": place.namespace, "name": place.name, "rule": rule})
+            .map(|((cluster, place), rule)| (Some(cluster), place, rule));
+        let adopt: Vec<Value> = platform
+            .chain(clusters)
+            .map(|(cluster, place, rule)| {
+                let mut adoption = json!({"apiVersion": self.api_version_of(rule), "kind": place.kind,
+                                          "namespace": place.namespace, "name": place.name, "rule": rule});
+                if let Some(cluster) = cluster {
+                    adoption["cluster"] = json!(cluster);
+                }
+                adoption
             })
             .collect();
         let mut plan = json!({"apiVersion": PLAN_API_VERSION, "kind": PLAN_KIND,
@@ -336,6 +404,9 @@ pub const PLAN_API_VERSION: &str = "mimeo.dev/v1alpha1";
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedConsent {
+    /// The openMCP `Cluster` (`namespace/name`) the namespace is in; `None`: this cluster.
+    #[serde(default)]
+    pub cluster: Option<String>,
     pub namespace: String,
     pub accept_from: Vec<String>,
 }
@@ -344,11 +415,19 @@ pub struct PlannedConsent {
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedAdoption {
+    /// The openMCP `Cluster` (`namespace/name`) the copy is in; `None`: this cluster.
+    #[serde(default)]
+    pub cluster: Option<String>,
     pub api_version: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
     pub rule: String,
+}
+
+/// ` on Cluster <namespace/name>` for an entry of a target cluster, else nothing: for messages.
+pub fn on_cluster(cluster: Option<&str>) -> String {
+    cluster.map(|c| format!(" on Cluster {c}")).unwrap_or_default()
 }
 
 /// `mimeo migrate`'s output, read back.
@@ -631,6 +710,7 @@ mod tests {
         assert_eq!(
             plan.consent,
             [PlannedConsent {
+                cluster: None,
                 namespace: "victim".into(),
                 accept_from: vec!["tenant/replicator-secret-db".into()]
             }]

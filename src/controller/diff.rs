@@ -140,14 +140,16 @@ impl Documents {
                         "the Migration does not read as mimeo migrate's output: {e}"
                     ))
                 })?;
-                for consent in &plan.consent {
+                // The entries for an openMCP `Cluster` change that cluster, not this one: they
+                // are shown apart (`diff_metadata`), not taken as this cluster's consent.
+                for consent in plan.consent.iter().filter(|c| c.cluster.is_none()) {
                     overlay
                         .accept_from
                         .entry(consent.namespace.clone())
                         .or_default()
                         .extend(consent.accept_from.clone());
                 }
-                for adoption in &plan.adopt {
+                for adoption in plan.adopt.iter().filter(|a| a.cluster.is_none()) {
                     overlay.objects.insert(
                         (
                             adoption.kind.clone(),

@@ -1,50 +1,93 @@
 //! The part of `mimeo diff` that is not a rule's copies: the annotations a `mimeo migrate` plan
 //! adds (as `mimeo migrate --apply` would add them), and for a plain document (a `Namespace`, a
 //! metadata-only object) the fields that a `kubectl apply --server-side` of it would delete.
+//! A plan's entries on an openMCP `Cluster` are read through the client given for it, or said
+//! to be not read.
 
 use super::diff::Documents;
 use super::field_loss::dropped_by_server_side_apply;
-use crate::migrate::accept_from_with;
+use crate::migrate::{accept_from_with, on_cluster};
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
+use std::collections::BTreeMap;
 
 /// The lines to print, and the exit code they call for: 1 for a change, 2 for an object that
-/// could not be read or a document that would delete another manager's fields.
-pub async fn metadata_changes(client: &Client, documents: &Documents) -> (String, u8) {
+/// could not be read or a document that would delete another manager's fields. `clusters` are
+/// the clients for the openMCP `Cluster`s (`namespace/name`) the user gave a kubeconfig for; an
+/// entry on another one is a note, since nothing there is known.
+pub async fn metadata_changes(
+    client: &Client,
+    clusters: &BTreeMap<String, Client>,
+    documents: &Documents,
+) -> (String, u8) {
     let mut out = String::new();
     let mut code = 0;
+    let unread = |out: &mut String, what: &str, cluster: &str| {
+        out.push_str(&format!(
+            "  note: {what}: not read, so not shown: give --cluster-kubeconfig {cluster}=PATH\n"
+        ));
+    };
     if let Some(plan) = &documents.plan {
-        let namespaces: Api<Namespace> = Api::all(client.clone());
         for consent in &plan.consent {
-            match namespaces.get(&consent.namespace).await {
+            let what = format!(
+                "Namespace {}{}",
+                consent.namespace,
+                on_cluster(consent.cluster.as_deref())
+            );
+            let client = match &consent.cluster {
+                None => client,
+                Some(cluster) => match clusters.get(cluster) {
+                    Some(client) => client,
+                    None => {
+                        unread(&mut out, &what, cluster);
+                        continue;
+                    }
+                },
+            };
+            match Api::<Namespace>::all(client.clone())
+                .get(&consent.namespace)
+                .await
+            {
                 Ok(ns) => {
                     let existing = ns.annotations().get(ACCEPT_FROM_ANNOTATION).map(String::as_str);
                     match accept_from_with(existing, &consent.accept_from) {
                         Some(value) => {
                             out.push_str(&format!(
-                                "~ annotate Namespace {}: {ACCEPT_FROM_ANNOTATION}: {:?} -> {value:?}\n",
-                                consent.namespace,
+                                "~ annotate {what}: {ACCEPT_FROM_ANNOTATION}: {:?} -> {value:?}\n",
                                 existing.unwrap_or_default()
                             ));
                             code = code.max(1);
                         }
-                        None => out.push_str(&format!(
-                            "  Namespace {} accepts them already\n",
-                            consent.namespace
-                        )),
+                        None => out.push_str(&format!("  {what} accepts them already\n")),
                     }
                 }
                 Err(e) => {
-                    out.push_str(&format!("! Failed Namespace {}: {e}\n", consent.namespace));
+                    out.push_str(&format!("! Failed {what}: {e}\n"));
                     code = 2;
                 }
             }
         }
         for adoption in &plan.adopt {
-            let what = format!("{} {}/{}", adoption.kind, adoption.namespace, adoption.name);
+            let what = format!(
+                "{} {}/{}{}",
+                adoption.kind,
+                adoption.namespace,
+                adoption.name,
+                on_cluster(adoption.cluster.as_deref())
+            );
+            let client = match &adoption.cluster {
+                None => client,
+                Some(cluster) => match clusters.get(cluster) {
+                    Some(client) => client,
+                    None => {
+                        unread(&mut out, &what, cluster);
+                        continue;
+                    }
+                },
+            };
             match get(
                 client,
                 &adoption.api_version,

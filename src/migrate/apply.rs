@@ -3,24 +3,28 @@
 //! earlier client-side `kubectl apply` recorded and drop those the file leaves out (a
 //! Namespace's labels, a copy's data), and would create a copy that is gone as an empty object;
 //! a JSON merge patch of one annotation changes that annotation alone, under its own field
-//! manager, and fails on an object that is not there.
+//! manager, and fails on an object that is not there. The entries for an openMCP `Cluster`
+//! are written through the client the user gave for it; without one they are not applied.
 
-use super::{Plan, PlannedAdoption, accept_from_with};
+use super::{Plan, PlannedAdoption, accept_from_with, on_cluster};
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "mimeo-migrate";
 
 /// What applying did, one line each; `failed` is the count of lines that say something was
-/// not applied.
+/// not applied. `unreached` are the entries for `Cluster`s no client was given for, which the
+/// user must act on: for stderr.
 #[derive(Debug, Default)]
 pub struct Applied {
     pub lines: Vec<String>,
+    pub unreached: Vec<String>,
     pub failed: usize,
 }
 
@@ -33,24 +37,61 @@ impl Applied {
         self.lines.push(format!("! {line}"));
         self.failed += 1;
     }
+
+    /// The client for an entry's cluster: `client` for this one, else the one given for it; none
+    /// (said, and counted as not applied) when no kubeconfig was given for it.
+    fn client_for<'a>(
+        &mut self,
+        client: &'a Client,
+        clusters: &'a BTreeMap<String, Client>,
+        cluster: Option<&str>,
+        what: &str,
+    ) -> Option<&'a Client> {
+        let Some(cluster) = cluster else {
+            return Some(client);
+        };
+        let found = clusters.get(cluster);
+        if found.is_none() {
+            self.unreached.push(format!(
+                "! {what}: not applied: no kubeconfig for this Cluster; give --cluster-kubeconfig {cluster}=PATH"
+            ));
+            self.failed += 1;
+        }
+        found
+    }
 }
 
 /// Consent first, then the adoption marks, then the `ClusterInventory`s, then the rules: a rule
-/// sees its consent, marks and clusters from its first reconcile.
-pub async fn apply(client: &Client, plan: &Plan) -> Applied {
+/// sees its consent, marks and clusters from its first reconcile. `clusters` are the clients for
+/// the openMCP `Cluster`s (`namespace/name`) the plan has entries on.
+pub async fn apply(client: &Client, clusters: &BTreeMap<String, Client>, plan: &Plan) -> Applied {
     let mut applied = Applied::default();
     for consent in &plan.consent {
+        let what = format!(
+            "Namespace {}{}",
+            consent.namespace,
+            on_cluster(consent.cluster.as_deref())
+        );
+        let Some(client) = applied.client_for(client, clusters, consent.cluster.as_deref(), &what) else {
+            continue;
+        };
         match add_consent(client, &consent.namespace, &consent.accept_from).await {
-            Ok(Some(value)) => applied.done(format!(
-                "Namespace {}: {ACCEPT_FROM_ANNOTATION}={value}",
-                consent.namespace
-            )),
-            Ok(None) => applied.done(format!("Namespace {}: accepts them already", consent.namespace)),
-            Err(e) => applied.failed(format!("Namespace {}: {e}", consent.namespace)),
+            Ok(Some(value)) => applied.done(format!("{what}: {ACCEPT_FROM_ANNOTATION}={value}")),
+            Ok(None) => applied.done(format!("{what}: accepts them already")),
+            Err(e) => applied.failed(format!("{what}: {e}")),
         }
     }
     for adoption in &plan.adopt {
-        let what = format!("{} {}/{}", adoption.kind, adoption.namespace, adoption.name);
+        let what = format!(
+            "{} {}/{}{}",
+            adoption.kind,
+            adoption.namespace,
+            adoption.name,
+            on_cluster(adoption.cluster.as_deref())
+        );
+        let Some(client) = applied.client_for(client, clusters, adoption.cluster.as_deref(), &what) else {
+            continue;
+        };
         match mark(client, adoption).await {
             Ok(()) => applied.done(format!("{what}: {ADOPT_BY_ANNOTATION}={}", adoption.rule)),
             Err(kube::Error::Api(s)) if s.code == 404 => applied.done(format!(

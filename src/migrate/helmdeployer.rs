@@ -95,7 +95,8 @@ impl Direction {
 struct RuleParts {
     targets: Vec<Value>,
     places: Vec<(Place, Entry)>,
-    remote: Vec<String>,
+    /// The copies on the selected `Cluster`s themselves, each with its `namespace/name`.
+    cluster_places: Vec<(String, Place, Entry)>,
 }
 
 /// A `ClusterInventory` in the making.
@@ -470,10 +471,16 @@ fn collect(
             }
             if !parts.targets.contains(&spec) {
                 parts.targets.push(spec);
-                parts.remote.push(format!(
-                    "namespace {} of the clusters of ClusterInventory {inventory}",
-                    d.namespace
-                ));
+            }
+            for (namespace, name) in &d.clusters {
+                let place = Place {
+                    kind: "Secret".into(),
+                    namespace: d.namespace.clone(),
+                    name: target.clone(),
+                };
+                parts
+                    .cluster_places
+                    .push((format!("{namespace}/{name}"), place, entry.clone()));
             }
         }
     }
@@ -518,6 +525,18 @@ pub fn translate(inventory: &Inventory, migration: &mut Migration, provider_name
             .map(|n| format!("{}: {n}", Tool::HelmDeployer.name())),
     );
     let (rules, inventories) = collect(&deployments, migration);
+    let chosen: BTreeSet<String> = deployments
+        .iter()
+        .filter(|d| !d.target.is_empty())
+        .flat_map(|d| d.clusters.iter().map(|(ns, name)| format!("{ns}/{name}")))
+        .collect();
+    for cluster in inventory.clusters.keys().filter(|c| !chosen.contains(*c)) {
+        migration.note(
+            Tool::HelmDeployer,
+            &format!("--cluster-kubeconfig {cluster}"),
+            "HelmDeployer copies nothing onto this Cluster now; not used",
+        );
+    }
     for ((source, target), parts) in rules {
         if parts.targets.is_empty() {
             continue;
@@ -548,28 +567,42 @@ fn add(
                      "labels": {"mimeo.dev/migrated-from": Tool::HelmDeployer.name()}},
         "spec": {"source": {"kind": "Secret", "name": source.name}, "targets": parts.targets}});
     let evidence = |copy: &Object| made_by_helmdeployer(copy, source, provider);
-    let mut by_asker: BTreeMap<(String, String), Vec<Place>> = BTreeMap::new();
-    for (place, entry) in parts.places {
+    let mut by_asker: BTreeMap<(Option<String>, String, String), Vec<Place>> = BTreeMap::new();
+    let mut unread = BTreeSet::new();
+    let platform = parts
+        .places
+        .into_iter()
+        .map(|(place, entry)| (None, place, entry));
+    let clusters = parts
+        .cluster_places
+        .into_iter()
+        .map(|(cluster, place, entry)| (Some(cluster), place, entry));
+    for (cluster, place, entry) in platform.chain(clusters) {
+        if let Some(cluster) = cluster.as_ref().filter(|c| !inventory.clusters.contains_key(*c)) {
+            unread.insert(format!("{cluster} (namespace {})", place.namespace));
+            continue;
+        }
         by_asker
-            .entry((entry.asked_by, entry.written_in))
+            .entry((cluster, entry.asked_by, entry.written_in))
             .or_default()
             .push(place);
     }
-    for ((asked_by, written_in), places) in by_asker {
+    for ((cluster, asked_by, written_in), places) in by_asker {
         let provenance = Provenance {
             evidence: &evidence,
             asked_by,
             written_in,
         };
-        migration.add_copies(inventory, &rule, places, &provenance);
+        let read = cluster.as_ref().map_or(inventory, |c| &inventory.clusters[c]);
+        migration.add_copies_in(cluster.as_deref(), read, &rule, places, &provenance);
     }
-    if !parts.remote.is_empty() {
+    if !unread.is_empty() {
         migration.note(
             Tool::HelmDeployer,
             &format!("SyncRule {}/{name}", source.namespace),
             format!(
-                "copies onto target clusters ({}) are not read here: no consent and no adoption is planned there; in each such cluster the namespace must accept {}/{name} (mimeo.dev/accept-from), and HelmDeployer's copies there are reported as Conflict (a SyncRule never adopts in another cluster) until their owner removes them",
-                parts.remote.join("; "),
+                "the copies onto Clusters {} were not read (give --cluster-kubeconfig NAMESPACE/NAME=PATH for each, and run again): no consent and no adoption is planned there; without it, in each such cluster the namespace must accept {}/{name} (mimeo.dev/accept-from), and HelmDeployer's copies there are reported as Conflict (nothing marks them for adoption) until their owner removes them",
+                unread.into_iter().collect::<Vec<_>>().join(", "),
                 source.namespace
             ),
         );
@@ -789,6 +822,128 @@ mod tests {
             );
         }
         assert!(!m.consents.contains_key("test-1"), "cluster-1 is not selected");
+    }
+
+    /// test-05 with cluster-0 read: HelmDeployer's copies in `namespace` there, and a look-alike
+    /// copied by hand; cluster-1 read too, though nothing selects it.
+    fn test_05_with_clusters(namespace: &str) -> Inventory {
+        let mut inventory = test_05();
+        inventory.helm.deployments[0]["spec"]["namespace"] = json!(namespace);
+        let cluster_0 = Inventory {
+            namespaces: vec![ns(namespace, &[]), ns("kube-system", &[])],
+            objects: vec![
+                copy(namespace, "secret-3", ("default", "secret-3"), FIELD_MANAGER),
+                copy(
+                    namespace,
+                    "secret-overwrite",
+                    ("default", "secret-overwrite"),
+                    FIELD_MANAGER,
+                ),
+                copy(
+                    namespace,
+                    "copied-secret-4",
+                    ("default", "secret-4"),
+                    "kubectl-client-side-apply",
+                ),
+            ],
+            ..Inventory::default()
+        };
+        inventory.clusters.insert("test-0/cluster-0".into(), cluster_0);
+        inventory
+            .clusters
+            .insert("test-1/cluster-1".into(), Inventory::default());
+        inventory
+    }
+
+    #[test]
+    fn helmdeployers_copies_on_a_cluster_read_are_adopted_there() {
+        let m = run(&test_05_with_clusters("helm"));
+        let p = "openmcp-helmdeployer";
+        let adopted: Vec<String> = m
+            .cluster_adoptions
+            .iter()
+            .map(|((c, place), r)| format!("{c}: {}/{} by {r}", place.namespace, place.name))
+            .collect();
+        assert_eq!(
+            adopted,
+            [
+                format!("test-0/cluster-0: helm/secret-3 by SyncRule/default/{p}-secret-3"),
+                format!("test-0/cluster-0: helm/secret-overwrite by SyncRule/default/{p}-secret-overwrite"),
+            ]
+        );
+        let consent = &m.cluster_consents[&("test-0/cluster-0".to_owned(), "helm".to_owned())];
+        assert_eq!(
+            consent.keys().collect::<Vec<_>>(),
+            [
+                &format!("default/{p}-secret-3"),
+                &format!("default/{p}-secret-overwrite")
+            ]
+        );
+        assert!(
+            consent[&format!("default/{p}-secret-3")]
+                .evidence
+                .starts_with("Secret helm/secret-3 on Cluster test-0/cluster-0 (openmcp.cloud/managed-by"),
+            "{consent:?}"
+        );
+        assert_eq!(m.cluster_consents.len(), 1, "{:?}", m.cluster_consents);
+        assert!(
+            !m.adoptions.keys().any(|p| p.namespace == "helm"),
+            "nothing of cluster-0 is taken as the platform's"
+        );
+        let notes = m.notes.join("\n");
+        assert!(
+            notes.contains(
+                "Secret helm/copied-secret-4 on Cluster test-0/cluster-0: exists but carries no mark"
+            ),
+            "{notes}"
+        );
+        assert!(
+            notes.contains(
+                "--cluster-kubeconfig test-1/cluster-1: HelmDeployer copies nothing onto this Cluster now"
+            ),
+            "{notes}"
+        );
+        assert!(!notes.contains("were not read"), "{notes}");
+
+        // The plan says which cluster each entry is on, and reads back so.
+        let document: Value = serde_yaml_ng::from_str(&m.to_yaml()).unwrap();
+        let plan = crate::migrate::Plan::from_document(&document).unwrap().unwrap();
+        let on: Vec<(Option<&str>, &str)> = plan
+            .consent
+            .iter()
+            .map(|c| (c.cluster.as_deref(), c.namespace.as_str()))
+            .collect();
+        assert_eq!(on, [(None, "test-0"), (Some("test-0/cluster-0"), "helm")]);
+        assert_eq!(
+            plan.adopt
+                .iter()
+                .filter(|a| a.cluster.as_deref() == Some("test-0/cluster-0"))
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn on_another_cluster_a_namespace_named_like_the_rules_is_asked_too() {
+        let m = run(&test_05_with_clusters("default"));
+        let consent = &m.cluster_consents[&("test-0/cluster-0".to_owned(), "default".to_owned())];
+        assert!(
+            consent.contains_key("default/openmcp-helmdeployer-secret-3"),
+            "{consent:?}"
+        );
+    }
+
+    #[test]
+    fn copies_on_a_cluster_not_read_are_a_note() {
+        let m = run(&test_05());
+        assert!(m.cluster_adoptions.is_empty() && m.cluster_consents.is_empty());
+        assert!(
+            m.notes.iter().any(|n| n.contains(
+                "SyncRule default/openmcp-helmdeployer-secret-3: the copies onto Clusters test-0/cluster-0 (namespace helm) were not read (give --cluster-kubeconfig NAMESPACE/NAME=PATH"
+            ) && n.contains("must accept default/openmcp-helmdeployer-secret-3 (mimeo.dev/accept-from)")),
+            "{:#?}",
+            m.notes
+        );
     }
 
     #[test]

@@ -105,6 +105,7 @@ mod tests {
     fn every_namespace_a_selector_and_contexts() {
         let inventory = Inventory {
             helm: Default::default(),
+            clusters: Default::default(),
             kyverno_served: true,
             namespaces: vec![ns("platform", &[]), ns("a", &[("app", "kubed")]), ns("b", &[])],
             objects: vec![

@@ -377,6 +377,7 @@ mod tests {
             .insert(RULE_LABEL.into(), "sync-image-pull-secret".into());
         let inventory = Inventory {
             helm: Default::default(),
+            clusters: Default::default(),
             kyverno_served: true,
             namespaces: vec![
                 ns("platform", &[]),

@@ -1,15 +1,19 @@
 //! Reading what migrating needs from a cluster, with the user's own identity: namespaces, the
 //! metadata (never the content) of every Secret and ConfigMap, Kyverno's policies if it is
-//! installed, and openMCP HelmDeployer's configuration and `Cluster`s if they are served.
+//! installed, and openMCP HelmDeployer's configuration and `Cluster`s if they are served. Of
+//! an openMCP `Cluster` HelmDeployer copies onto, with the kubeconfig the user gives for it:
+//! namespaces and the metadata of its Secrets, the only kind it copies there.
 
 use super::helmdeployer::HelmDeployer;
 use super::{Inventory, Namespace, Object};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace as KubeNamespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// Why reading failed.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +24,72 @@ pub struct ReadError {
     source: kube::Error,
 }
 
+/// Why a target cluster could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The parser's own message may quote the file, which may hold a credential: not shown.
+    #[error("Cluster {cluster}: {path} does not read as a kubeconfig")]
+    Unreadable { cluster: String, path: String },
+    #[error("Cluster {cluster}: the kubeconfig {path} cannot be used: {message}")]
+    Unusable {
+        cluster: String,
+        path: String,
+        message: String,
+    },
+    #[error("Cluster {cluster}: {source}")]
+    Read {
+        cluster: String,
+        #[source]
+        source: ReadError,
+    },
+}
+
+/// A client for an openMCP `Cluster` from the kubeconfig file the user gave for it: its current
+/// context, as kubectl would use it (this runs as the user, not inside mimeo's pod).
+pub async fn cluster_client(cluster: &str, path: &Path) -> Result<Client, ClusterError> {
+    let shown = path.display().to_string();
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|_| ClusterError::Unreadable {
+        cluster: cluster.to_owned(),
+        path: shown.clone(),
+    })?;
+    let unusable = |e: &(dyn std::error::Error + 'static)| ClusterError::Unusable {
+        cluster: cluster.to_owned(),
+        path: shown.clone(),
+        message: crate::clusters::explain_client_error(e),
+    };
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| unusable(&e))?;
+    Client::try_from(config).map_err(|e| unusable(&e))
+}
+
+/// What migrating needs of an openMCP `Cluster` HelmDeployer copies onto: its namespaces and the
+/// metadata of its Secrets.
+pub async fn target_cluster(cluster: &str, client: &Client) -> Result<Inventory, ClusterError> {
+    let read = async {
+        let secrets = Api::<Secret>::all(client.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(|source| ReadError {
+                what: "secrets",
+                source,
+            })?;
+        Ok(Inventory {
+            namespaces: namespaces(client).await?,
+            objects: secrets
+                .items
+                .into_iter()
+                .map(|i| object("Secret", i.metadata))
+                .collect(),
+            ..Inventory::default()
+        })
+    };
+    read.await.map_err(|source| ClusterError::Read {
+        cluster: cluster.to_owned(),
+        source,
+    })
+}
+
 fn map(m: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
     m.unwrap_or_default()
 }
@@ -27,19 +97,7 @@ fn map(m: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
 /// Everything migrating looks at. Kyverno's kinds are read only where they are served.
 pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
     let err = |what| move |source| ReadError { what, source };
-    let namespaces = Api::<KubeNamespace>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(err("namespaces"))?
-        .items
-        .into_iter()
-        .map(|n| Namespace {
-            name: n.metadata.name.unwrap_or_default(),
-            labels: map(n.metadata.labels),
-            annotations: map(n.metadata.annotations),
-        })
-        .collect();
-    let mut objects = Vec::new();
+    let namespaces = namespaces(client).await?;
     let secrets = Api::<Secret>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -50,16 +108,7 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         .map_err(err("configmaps"))?;
     let metas = secrets.items.into_iter().map(|i| ("Secret", i.metadata));
     let metas = metas.chain(config_maps.items.into_iter().map(|i| ("ConfigMap", i.metadata)));
-    for (kind, metadata) in metas {
-        objects.push(Object {
-            kind: kind.to_owned(),
-            namespace: metadata.namespace.unwrap_or_default(),
-            name: metadata.name.unwrap_or_default(),
-            labels: map(metadata.labels),
-            annotations: map(metadata.annotations),
-            label_managers: label_managers(metadata.managed_fields.as_deref().unwrap_or_default()),
-        });
-    }
+    let objects = metas.map(|(kind, metadata)| object(kind, metadata)).collect();
     let mut policies = Vec::new();
     let mut kyverno_served = true;
     let cluster_policies = ApiResource::from_gvk_with_plural(
@@ -94,7 +143,37 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         policies,
         kyverno_served,
         helm: helm(client).await?,
+        clusters: BTreeMap::new(),
     })
+}
+
+async fn namespaces(client: &Client) -> Result<Vec<Namespace>, ReadError> {
+    Ok(Api::<KubeNamespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ReadError {
+            what: "namespaces",
+            source,
+        })?
+        .items
+        .into_iter()
+        .map(|n| Namespace {
+            name: n.metadata.name.unwrap_or_default(),
+            labels: map(n.metadata.labels),
+            annotations: map(n.metadata.annotations),
+        })
+        .collect())
+}
+
+fn object(kind: &str, metadata: ObjectMeta) -> Object {
+    Object {
+        kind: kind.to_owned(),
+        namespace: metadata.namespace.unwrap_or_default(),
+        name: metadata.name.unwrap_or_default(),
+        labels: map(metadata.labels),
+        annotations: map(metadata.annotations),
+        label_managers: label_managers(metadata.managed_fields.as_deref().unwrap_or_default()),
+    }
 }
 
 /// For each label, the managers whose `managedFields` entry owns it.

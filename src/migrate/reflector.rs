@@ -266,6 +266,7 @@ mod tests {
     fn auto_reflection_and_mirrors() {
         let inventory = Inventory {
             helm: Default::default(),
+            clusters: Default::default(),
             kyverno_served: true,
             namespaces: vec![
                 ns("cert-manager", &[]),

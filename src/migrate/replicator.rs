@@ -313,6 +313,7 @@ pub(crate) mod tests {
     fn push_by_names_patterns_and_selectors() {
         let inventory = Inventory {
             helm: Default::default(),
+            clusters: Default::default(),
             kyverno_served: true,
             namespaces: vec![
                 ns("default", &[]),
@@ -428,6 +429,7 @@ pub(crate) mod tests {
         let allowed = [(ALLOWED, "true"), (ALLOWED_NAMESPACES, "team-.*")];
         let inventory = Inventory {
             helm: Default::default(),
+            clusters: Default::default(),
             kyverno_served: true,
             namespaces: vec![ns("default", &[]), ns("team-a", &[]), ns("other", &[])],
             objects: vec![
