@@ -2,18 +2,20 @@
 //! HelmDeployer's own test fixture (test-05: two Clusters, a HelmDeployment whose selector names
 //! a definition of the HelmDeployerConfig, the source Secrets) applied with kubectl, and the
 //! copies HelmDeployer makes next to the selected Cluster written as it writes them (its labels,
-//! its field manager); beside them a look-alike made with kubectl.
+//! its field manager); beside them a look-alike made with kubectl. Then the same on a target
+//! cluster of its own control plane, read and written through `--cluster-kubeconfig`.
 
 mod common;
 
 use common::Harness;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use mimeo::migrate::Plan;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const OPENMCP: &str = "../shared/fixtures/inventory/openmcp";
 
@@ -22,11 +24,16 @@ fn fixture(file: &str) -> PathBuf {
 }
 
 fn kubectl(h: &Harness, args: &[&str], stdin: Option<&Value>) {
+    kubectl_on(h.plane.kubeconfig_path(), args, stdin)
+}
+
+/// kubectl (client-side, as people run it) against the cluster of `kubeconfig`.
+fn kubectl_on(kubeconfig: &Path, args: &[&str], stdin: Option<&Value>) {
     use std::io::Write;
     let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
         .args(args)
         .arg("--kubeconfig")
-        .arg(h.plane.kubeconfig_path())
+        .arg(kubeconfig)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -59,7 +66,7 @@ fn mimeo_migrate(h: &Harness, args: &[&str]) -> (i32, String, String) {
 /// A Secret as HelmDeployer's `ManageSecrets` writes it next to a Cluster: the source's data, its
 /// three labels, created by its client (which names no field manager, so the apiserver takes
 /// the user agent's program, `openmcp-operator`).
-async fn helmdeployer_copy(h: &Harness, namespace: &str, name: &str, source: (&str, &str)) {
+async fn helmdeployer_copy(client: &Client, namespace: &str, name: &str, source: (&str, &str)) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": namespace, "labels": {
             "openmcp.cloud/managed-by": "helmdeploy.HelmDeployer",
@@ -71,7 +78,10 @@ async fn helmdeployer_copy(h: &Harness, namespace: &str, name: &str, source: (&s
         field_manager: Some("openmcp-operator".into()),
         ..Default::default()
     };
-    h.secrets(namespace).create(&params, &secret).await.unwrap();
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&params, &secret)
+        .await
+        .unwrap();
 }
 
 /// The plane with openMCP's CRDs, HelmDeployer's test-05 fixture, a second HelmDeployment that
@@ -102,10 +112,22 @@ async fn platform() -> Harness {
                  "secretsToCopy": {"toPlatformCluster": [{"source": {"name": "team-secret"}, "target": {"name": "secret-1"}}]}}});
     kubectl(&h, &["apply", "-f", "-"], Some(&hd_1));
     // HelmDeployer's copies next to cluster-0 (the only Cluster with purpose `single`).
-    helmdeployer_copy(&h, "test-0", "secret-1", ("default", "secret-1")).await;
-    helmdeployer_copy(&h, "test-0", "copied-secret-2", ("default", "secret-2")).await;
-    helmdeployer_copy(&h, "test-0", "secret-cfg-1", ("openmcp-system", "secret-cfg-1")).await;
-    helmdeployer_copy(&h, "test-0", "secret-overwrite", ("default", "secret-overwrite")).await;
+    helmdeployer_copy(&h.client, "test-0", "secret-1", ("default", "secret-1")).await;
+    helmdeployer_copy(&h.client, "test-0", "copied-secret-2", ("default", "secret-2")).await;
+    helmdeployer_copy(
+        &h.client,
+        "test-0",
+        "secret-cfg-1",
+        ("openmcp-system", "secret-cfg-1"),
+    )
+    .await;
+    helmdeployer_copy(
+        &h.client,
+        "test-0",
+        "secret-overwrite",
+        ("default", "secret-overwrite"),
+    )
+    .await;
     // A look-alike with HelmDeployer's labels, written with kubectl by whoever may write test-0.
     let look_alike = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "copied-secret-cfg-2", "namespace": "test-0", "labels": {
@@ -372,4 +394,229 @@ async fn from_openmcp_helmdeployer() {
         common::secret_value(&look_alike, "value").as_deref(),
         Some("mine")
     );
+}
+
+/// A look-alike of HelmDeployer's copy: its labels, written by someone else with kubectl.
+fn look_alike(namespace: &str, name: &str, source: (&str, &str)) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": {
+            "openmcp.cloud/managed-by": "helmdeploy.HelmDeployer",
+            "helm.open-control-plane.io/source-namespace": source.0,
+            "helm.open-control-plane.io/source-name": source.1}},
+        "stringData": {"value": "mine"}})
+}
+
+fn annotation(metadata: &kube::api::ObjectMeta, key: &str) -> Option<String> {
+    metadata.annotations.as_ref().and_then(|a| a.get(key)).cloned()
+}
+
+/// `toTargetCluster` onto cluster-0, whose own control plane is B: HelmDeployer's copy of
+/// secret-3 in `helm` there is planned for adoption through `--cluster-kubeconfig`, with B's
+/// `helm` asked to accept the rule; a look-alike made with kubectl is not. Without the
+/// kubeconfig, `--apply` applies the rest and says, exit 1, what it could not; with it, the
+/// entries land in B, the running controller adopts the copy in place (same uid), and deleting
+/// the rule deletes it.
+#[tokio::test]
+async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
+    let p = "openmcp-helmdeployer";
+    let (mut h, b) = tokio::join!(platform(), mimeo_envtest::ControlPlane::start());
+    let b = b.unwrap_or_else(|e| panic!("{e}"));
+    let b_client = b.client().await.unwrap();
+    Api::<Namespace>::all(b_client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "helm"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    helmdeployer_copy(&b_client, "helm", "secret-3", ("default", "secret-3")).await;
+    kubectl_on(
+        b.kubeconfig_path(),
+        &["apply", "-f", "-"],
+        Some(&look_alike("helm", "copied-secret-4", ("default", "secret-4"))),
+    );
+    let on_b = format!("test-0/cluster-0={}", b.kubeconfig_path().display());
+
+    let (code, yaml, notes) = mimeo_migrate(
+        &h,
+        &["--from", "openmcp-helmdeployer", "--cluster-kubeconfig", &on_b],
+    );
+    assert_eq!(code, 0, "{notes}");
+    assert!(
+        !yaml.contains("c2VjcmV0"),
+        "a Secret value in the output:\n{yaml}"
+    );
+    let document: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    let plan = Plan::from_document(&document).unwrap().unwrap();
+    let on_cluster: Vec<String> = plan
+        .adopt
+        .iter()
+        .filter(|a| a.cluster.is_some())
+        .map(|a| {
+            format!(
+                "{} {}/{} {}",
+                a.cluster.as_deref().unwrap(),
+                a.namespace,
+                a.name,
+                a.rule
+            )
+        })
+        .collect();
+    let rule_3 = format!("SyncRule/default/{p}-secret-3");
+    assert_eq!(on_cluster, [format!("test-0/cluster-0 helm/secret-3 {rule_3}")]);
+    let consent: Vec<_> = plan.consent.iter().filter(|c| c.cluster.is_some()).collect();
+    assert_eq!(consent.len(), 1, "{yaml}");
+    assert_eq!(
+        (consent[0].namespace.as_str(), consent[0].accept_from.clone()),
+        ("helm", vec![format!("default/{p}-secret-3")])
+    );
+    assert!(
+        notes.contains("Secret helm/copied-secret-4 on Cluster test-0/cluster-0: exists but carries no mark"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("consent: namespace helm on Cluster test-0/cluster-0 would accept default/openmcp-helmdeployer-secret-3"),
+        "{notes}"
+    );
+
+    // diff shows B's entries when given its kubeconfig, and says they were not read otherwise.
+    let (code, said) = common::mimeo_diff(
+        h.plane.kubeconfig_yaml(),
+        &yaml,
+        &[
+            "--next-to-kinds",
+            "Cluster.clusters.openmcp.cloud",
+            "--cluster-kubeconfig",
+            &on_b,
+        ],
+    );
+    assert_eq!(code, 1, "{said}");
+    for line in [
+        format!(
+            "~ annotate Namespace helm on Cluster test-0/cluster-0: mimeo.dev/accept-from: \"\" -> \"default/{p}-secret-3\""
+        ),
+        format!("~ annotate Secret helm/secret-3 on Cluster test-0/cluster-0: mimeo.dev/adopt-by={rule_3}"),
+    ] {
+        assert!(said.contains(&line), "missing {line:?} in:\n{said}");
+    }
+    assert!(!said.contains("Secret helm/copied-secret-4"), "{said}");
+    let (_, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &yaml, &[]);
+    assert!(
+        said.contains("note: Secret helm/secret-3 on Cluster test-0/cluster-0: not read, so not shown: give --cluster-kubeconfig test-0/cluster-0=PATH"),
+        "{said}"
+    );
+
+    // Without B's kubeconfig: the rest is applied, B's entries are not, and that is said.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &yaml).unwrap();
+    let (code, applied, errors) = mimeo_migrate(&h, &["--apply", file.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{applied}{errors}");
+    for line in [
+        "! Namespace helm on Cluster test-0/cluster-0: not applied: no kubeconfig for this Cluster; give --cluster-kubeconfig test-0/cluster-0=PATH",
+        "! Secret helm/secret-3 on Cluster test-0/cluster-0: not applied: no kubeconfig for this Cluster; give --cluster-kubeconfig test-0/cluster-0=PATH",
+    ] {
+        assert!(errors.contains(line), "missing {line:?} in:\n{errors}");
+    }
+    assert!(
+        applied.contains(&format!("SyncRule default/{p}-secret-3: created")),
+        "{applied}"
+    );
+    let test_0 = Api::<Namespace>::all(h.client.clone())
+        .get("test-0")
+        .await
+        .unwrap();
+    assert!(annotation(&test_0.metadata, "mimeo.dev/accept-from").is_some());
+    let helm = Api::<Namespace>::all(b_client.clone()).get("helm").await.unwrap();
+    assert_eq!(annotation(&helm.metadata, "mimeo.dev/accept-from"), None);
+
+    // With it: B's entries land there, and only there.
+    let (code, applied, errors) = mimeo_migrate(
+        &h,
+        &[
+            "--apply",
+            file.path().to_str().unwrap(),
+            "--cluster-kubeconfig",
+            &on_b,
+        ],
+    );
+    assert_eq!(code, 0, "{applied}{errors}");
+    let helm = Api::<Namespace>::all(b_client.clone()).get("helm").await.unwrap();
+    assert_eq!(
+        annotation(&helm.metadata, "mimeo.dev/accept-from"),
+        Some(format!("default/{p}-secret-3"))
+    );
+    let b_secrets = Api::<Secret>::namespaced(b_client.clone(), "helm");
+    let copy = b_secrets.get("secret-3").await.unwrap();
+    assert_eq!(
+        annotation(&copy.metadata, "mimeo.dev/adopt-by"),
+        Some(rule_3.clone())
+    );
+    let uid = copy.metadata.uid.clone().unwrap();
+    let look = b_secrets.get("copied-secret-4").await.unwrap();
+    assert_eq!(annotation(&look.metadata, "mimeo.dev/adopt-by"), None);
+
+    // B as the inventory would make it a RemoteCluster (tests/inventories.rs does that through
+    // openMCP's AccessRequests): by hand, with the inventory's label.
+    h.namespace("mimeo-system", &[], &[]).await;
+    let kubeconfig = b.token_kubeconfig_yaml(b.admin_token());
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cluster-0-kubeconfig", "namespace": "mimeo-system"},
+        "stringData": {"value": kubeconfig}}))
+        .await;
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+        "metadata": {"name": "test-0-cluster-0", "labels": {"mimeo.dev/inventory": format!("{p}-single")}},
+        "spec": {"kubeconfigSecretRef": {"namespace": "mimeo-system", "name": "cluster-0-kubeconfig"},
+                 "allowedNamespaces": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                     "operator": "In", "values": ["default", "openmcp-system"]}]}}}),
+    )
+    .await;
+    h.config_mut().next_to_kinds = vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()];
+    h.start_controller().await;
+    common::eventually("mimeo holds HelmDeployer's copy on cluster-0", || async {
+        let copy = b_secrets.get("secret-3").await.unwrap();
+        let held = copy
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("mimeo.dev/managed-by"));
+        held.then_some(copy)
+    })
+    .await;
+    let copy = b_secrets.get("secret-3").await.unwrap();
+    assert_eq!(
+        copy.metadata.uid.as_deref(),
+        Some(uid.as_str()),
+        "adopted in place"
+    );
+    assert_eq!(common::secret_value(&copy, "value").as_deref(), Some("secret-3"));
+    let look = b_secrets.get("copied-secret-4").await.unwrap();
+    assert_eq!(common::secret_value(&look, "value").as_deref(), Some("mine"));
+    assert!(
+        look.metadata
+            .labels
+            .as_ref()
+            .is_none_or(|l| !l.contains_key("mimeo.dev/managed-by")),
+        "the look-alike is left alone"
+    );
+
+    // The rule owns it now: deleting the rule deletes it.
+    let rules = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("mimeo.dev", "v1alpha1", "SyncRule"),
+        "syncrules",
+    );
+    Api::<DynamicObject>::namespaced_with(h.client.clone(), "default", &rules)
+        .delete(&format!("{p}-secret-3"), &DeleteParams::default())
+        .await
+        .unwrap();
+    common::eventually("the adopted copy on cluster-0 deleted with its rule", || async {
+        b_secrets
+            .get_opt("secret-3")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(b_secrets.get_opt("copied-secret-4").await.unwrap().is_some());
 }
