@@ -1202,6 +1202,32 @@ mod tests {
     use crate::sync::hash::digest_bytes;
 
     #[test]
+    fn a_plans_entries_on_another_cluster_are_not_this_clusters() {
+        let plan = r#"
+apiVersion: mimeo.dev/v1alpha1
+kind: Migration
+consent:
+- {namespace: "helm", acceptFrom: ["default/r"]}
+- {cluster: "test-0/cluster-0", namespace: "apps", acceptFrom: ["default/r"]}
+adopt:
+- {cluster: "test-0/cluster-0", apiVersion: "v1", kind: "Secret", namespace: "apps", name: "s", rule: "SyncRule/default/r"}
+rules:
+- {apiVersion: mimeo.dev/v1alpha1, kind: SyncRule, metadata: {name: r, namespace: default},
+   spec: {source: {kind: Secret, name: s}, targets: [{namespace: helm}]}}
+"#;
+        let documents = Documents::parse(plan, "default").unwrap();
+        assert_eq!(
+            documents.overlay.accept_from.keys().collect::<Vec<_>>(),
+            ["helm"],
+            "apps is consent on cluster-0, not here"
+        );
+        assert!(documents.overlay.objects.is_empty());
+        let read = documents.plan.unwrap();
+        assert_eq!(read.consent[0].cluster, None);
+        assert_eq!(read.adopt[0].cluster.as_deref(), Some("test-0/cluster-0"));
+    }
+
+    #[test]
     fn secret_values_are_shown_as_digests_unless_asked() {
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                             "metadata": {"name": "s", "namespace": "a", "uid": "x", "resourceVersion": "9"},
