@@ -66,8 +66,9 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut inventory = mimeo::migrate::read::inventory(&client).await?;
+    let namespaces = mimeo::migrate::helmdeployer::target_namespaces(&inventory.helm);
     for (cluster, client) in cluster_clients(&args.cluster_kubeconfigs).await? {
-        let read = mimeo::migrate::read::target_cluster(&cluster, &client).await?;
+        let read = mimeo::migrate::read::target_cluster(&cluster, &client, &namespaces).await?;
         inventory.clusters.insert(cluster, read);
     }
     let migration = mimeo::migrate::migrate(&inventory, &args.options());

@@ -46,6 +46,17 @@ pub struct HelmDeployer {
     pub clusters: Vec<Value>,
 }
 
+/// The namespaces HelmDeployer copies into on its target clusters: every deployment's
+/// `spec.namespace` (those whose copies are dropped too; reading one more does no harm).
+pub fn target_namespaces(helm: &HelmDeployer) -> BTreeSet<String> {
+    helm.deployments
+        .iter()
+        .filter_map(|d| d["spec"]["namespace"].as_str())
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// A Secret by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Source {
@@ -935,6 +946,11 @@ mod tests {
 
     #[test]
     fn copies_on_a_cluster_not_read_are_a_note() {
+        assert_eq!(
+            target_namespaces(&test_05().helm).into_iter().collect::<Vec<_>>(),
+            ["helm"],
+            "all that is read of a target cluster"
+        );
         let m = run(&test_05());
         assert!(m.cluster_adoptions.is_empty() && m.cluster_consents.is_empty());
         assert!(

@@ -1,8 +1,8 @@
 //! Reading what migrating needs from a cluster, with the user's own identity: namespaces, the
 //! metadata (never the content) of every Secret and ConfigMap, Kyverno's policies if it is
 //! installed, and openMCP HelmDeployer's configuration and `Cluster`s if they are served. Of
-//! an openMCP `Cluster` HelmDeployer copies onto, with the kubeconfig the user gives for it:
-//! namespaces and the metadata of its Secrets, the only kind it copies there.
+//! an openMCP `Cluster` HelmDeployer copies onto, with the kubeconfig the user gives for it: the
+//! namespaces it copies into and the metadata of their Secrets, the only kind it copies there.
 
 use super::helmdeployer::HelmDeployer;
 use super::{Inventory, Namespace, Object};
@@ -12,7 +12,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, ObjectMeta};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Why reading failed.
@@ -63,26 +63,44 @@ pub async fn cluster_client(cluster: &str, path: &Path) -> Result<Client, Cluste
     Client::try_from(config).map_err(|e| unusable(&e))
 }
 
-/// What migrating needs of an openMCP `Cluster` HelmDeployer copies onto: its namespaces and the
-/// metadata of its Secrets.
-pub async fn target_cluster(cluster: &str, client: &Client) -> Result<Inventory, ClusterError> {
+/// What migrating needs of an openMCP `Cluster` HelmDeployer copies onto: those of `namespaces`
+/// that exist there, and the metadata of their Secrets. Only those: a kubeconfig for a workload
+/// cluster may well grant no more.
+pub async fn target_cluster(
+    cluster: &str,
+    client: &Client,
+    namespaces: &BTreeSet<String>,
+) -> Result<Inventory, ClusterError> {
     let read = async {
-        let secrets = Api::<Secret>::all(client.clone())
-            .list_metadata(&ListParams::default())
-            .await
-            .map_err(|source| ReadError {
-                what: "secrets",
-                source,
-            })?;
-        Ok(Inventory {
-            namespaces: namespaces(client).await?,
-            objects: secrets
-                .items
-                .into_iter()
-                .map(|i| object("Secret", i.metadata))
-                .collect(),
-            ..Inventory::default()
-        })
+        let mut inventory = Inventory::default();
+        for name in namespaces {
+            let found = Api::<KubeNamespace>::all(client.clone())
+                .get_opt(name)
+                .await
+                .map_err(|source| ReadError {
+                    what: "namespaces",
+                    source,
+                })?;
+            let Some(found) = found else {
+                continue;
+            };
+            inventory.namespaces.push(Namespace {
+                name: name.clone(),
+                labels: map(found.metadata.labels),
+                annotations: map(found.metadata.annotations),
+            });
+            let secrets = Api::<Secret>::namespaced(client.clone(), name)
+                .list_metadata(&ListParams::default())
+                .await
+                .map_err(|source| ReadError {
+                    what: "secrets",
+                    source,
+                })?;
+            inventory
+                .objects
+                .extend(secrets.items.into_iter().map(|i| object("Secret", i.metadata)));
+        }
+        Ok(inventory)
     };
     read.await.map_err(|source| ClusterError::Read {
         cluster: cluster.to_owned(),
