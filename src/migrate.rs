@@ -8,7 +8,8 @@
 //! HelmDeployer's `secretsToCopy` ([`helmdeployer`]). A [`Migration`] holds the rules (and the
 //! `ClusterInventory`s they reach other clusters through), the consent each target namespace
 //! needs, the copies that tool made (or would make) that the rules are to adopt, and a note for
-//! everything that could not be translated.
+//! everything that could not be translated. For HelmDeployer, the same for its copies on the
+//! openMCP `Cluster`s the user gave a kubeconfig for ([`Inventory::clusters`]).
 
 pub mod apply;
 pub mod helmdeployer;
@@ -370,8 +371,30 @@ impl Migration {
         format!(
             "# Apply with `mimeo migrate --apply FILE`: it adds the annotations named here with patches and\n\
              # creates the rules; `kubectl apply` refuses this kind (no apiserver serves it). Review it first\n\
-             # with `mimeo diff -f FILE`.\n{}",
+             # with `mimeo diff -f FILE`.\n{}{}",
+            self.cluster_hint(),
             yaml::to_string(&plan)
+        )
+    }
+
+    /// For a plan with entries on openMCP `Cluster`s: the flags that reach them.
+    fn cluster_hint(&self) -> String {
+        let clusters: std::collections::BTreeSet<&str> = self
+            .cluster_consents
+            .keys()
+            .map(|(c, _)| c.as_str())
+            .chain(self.cluster_adoptions.keys().map(|(c, _)| c.as_str()))
+            .collect();
+        if clusters.is_empty() {
+            return String::new();
+        }
+        let flags: Vec<String> = clusters
+            .iter()
+            .map(|c| format!("--cluster-kubeconfig {c}=PATH"))
+            .collect();
+        format!(
+            "# Entries with `cluster:` are on that openMCP Cluster: to diff and apply them, add {}.\n",
+            flags.join(" ")
         )
     }
 

@@ -917,7 +917,12 @@ mod tests {
         assert!(!notes.contains("were not read"), "{notes}");
 
         // The plan says which cluster each entry is on, and reads back so.
-        let document: Value = serde_yaml_ng::from_str(&m.to_yaml()).unwrap();
+        let text = m.to_yaml();
+        assert!(
+            text.contains("to diff and apply them, add --cluster-kubeconfig test-0/cluster-0=PATH.\n"),
+            "{text}"
+        );
+        let document: Value = serde_yaml_ng::from_str(&text).unwrap();
         let plan = crate::migrate::Plan::from_document(&document).unwrap().unwrap();
         let on: Vec<(Option<&str>, &str)> = plan
             .consent
