@@ -3,7 +3,6 @@
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
 mod chain_outputs;
-mod compile_queue;
 pub mod diff;
 pub mod diff_metadata;
 mod echoes;
@@ -26,6 +25,7 @@ mod retry;
 mod rule;
 pub mod seal_key;
 mod status;
+mod turns;
 mod used_by;
 mod watches;
 // Public for the integration tests that race a first write against another writer.
@@ -137,6 +137,8 @@ pub struct Context {
     flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
     /// The shards this replica holds: it reconciles and writes for their rules alone.
     pub(crate) shards: crate::shards::Shards,
+    /// Turns to make and write a rule's copies (`reconcile::WRITE_TURNS`).
+    write_turns: Arc<turns::Turns>,
 }
 
 /// Fails with a clear message when the CRDs are not installed. Limited to namespaces, mimeo
@@ -238,6 +240,7 @@ pub async fn run(
         retries,
         seal_key,
         shards: config.shards.clone(),
+        write_turns: turns::Turns::new(reconcile::WRITE_TURNS),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

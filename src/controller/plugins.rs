@@ -6,7 +6,7 @@
 //! the pin is kept until the rule changes or its `refreshInterval` passes, so a restart with a
 //! warm artifact cache asks no registry anything.
 
-use super::compile_queue::CompileQueue;
+use super::turns::Turns;
 use super::failed_downloads::FailedDownloads;
 use crate::api::{PluginPin, PullSecretRef, Transform};
 use crate::locks::lock;
@@ -244,7 +244,7 @@ pub struct Plugins {
     /// Turns to compile, taken in turn by the namespaces of the rules waiting: each compile is a
     /// process with up to the compile memory limit, and a slow one must not hold the permits of
     /// calls, nor one tenant's many hold everyone else's.
-    compiles: Arc<CompileQueue>,
+    compiles: Arc<Turns>,
     /// Artifacts a rule's generation failed to download for good: not downloaded again for it.
     failed_downloads: FailedDownloads,
 }
@@ -270,7 +270,7 @@ impl Plugins {
             config_maps: Mutex::new(HashMap::new()),
             accepted_configs: Mutex::new(AcceptedConfigs::default()),
             calls: Arc::new(Semaphore::new(permits)),
-            compiles: CompileQueue::new(compiles),
+            compiles: Turns::new(compiles),
             failed_downloads: FailedDownloads::default(),
         }
     }

@@ -1,6 +1,7 @@
-//! Turns to compile a plugin, shared between the namespaces of the rules waiting
-//! ([`FairQueue`] decides the order): the async side, a wake-up per ticket and a guard that ends
-//! the turn however the compile ends.
+//! Turns at something only a few may do at once (compile a plugin, make and write a rule's
+//! copies), shared between the namespaces of the rules waiting ([`FairQueue`] decides the
+//! order): the async side, a wake-up per ticket and a guard that ends the turn however the work
+//! ends.
 
 use super::fair_queue::{FairQueue, Ticket};
 use crate::locks::lock;
@@ -11,7 +12,7 @@ use tokio::sync::oneshot;
 /// A rule's namespace; `None` for a `ClusterSyncRule`, whose turns are shared among them.
 type Namespace = Option<String>;
 
-pub struct CompileQueue {
+pub struct Turns {
     state: Mutex<State>,
 }
 
@@ -32,10 +33,10 @@ impl State {
     }
 }
 
-/// A turn to compile, from the moment it is asked for: dropped, it is given up (waiting) or done
+/// A turn, from the moment it is asked for: dropped, it is given up (waiting) or done
 /// (running), and the next turn goes to whom the queue says.
 pub struct Turn {
-    queue: Arc<CompileQueue>,
+    queue: Arc<Turns>,
     ticket: Ticket,
 }
 
@@ -48,10 +49,10 @@ impl Drop for Turn {
     }
 }
 
-impl CompileQueue {
-    /// A queue for `slots` compiles at once.
+impl Turns {
+    /// A queue for `slots` turns at once.
     pub fn new(slots: usize) -> Arc<Self> {
-        Arc::new(CompileQueue {
+        Arc::new(Turns {
             state: Mutex::new(State {
                 queue: FairQueue::new(slots),
                 wake: HashMap::new(),
@@ -86,7 +87,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_turn_given_up_while_waiting_passes_to_the_next() {
-        let queue = CompileQueue::new(1);
+        let queue = Turns::new(1);
         let running = queue.turn(Some("a")).await;
         let waiting = tokio::spawn({
             let queue = queue.clone();
