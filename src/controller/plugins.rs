@@ -6,8 +6,8 @@
 //! the pin is kept until the rule changes or its `refreshInterval` passes, so a restart with a
 //! warm artifact cache asks no registry anything.
 
-use super::turns::Turns;
 use super::failed_downloads::FailedDownloads;
+use super::turns::Turns;
 use crate::api::{PluginPin, PullSecretRef, Transform};
 use crate::locks::lock;
 use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_from_docker_config};
