@@ -202,7 +202,9 @@ impl Scripted {
         self.ca.as_ref().map(|(_, path)| path.as_path())
     }
 
-    /// The most answers that were being sent at the same time so far.
+    /// The most answers that were being sent at the same time so far: each counted from its
+    /// request read until just before its last byte is written, so a client that waits for one
+    /// answer before it asks again is never seen with two.
     pub fn most_in_flight(&self) -> usize {
         self.in_flight.most.load(Ordering::SeqCst)
     }
@@ -240,21 +242,42 @@ struct InFlight {
     most: AtomicUsize,
 }
 
-/// One answer being sent, counted in [`InFlight`] while it lives.
-struct Sending<'a>(&'a InFlight);
+/// One answer being sent, counted in [`InFlight`] until [`end`](Sending::end) or drop.
+struct Sending<'a>(Option<&'a InFlight>);
 
 impl<'a> Sending<'a> {
     fn start(in_flight: &'a InFlight) -> Sending<'a> {
         let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
         in_flight.most.fetch_max(now, Ordering::SeqCst);
-        Sending(in_flight)
+        Sending(Some(in_flight))
+    }
+
+    fn end(&mut self) {
+        if let Some(in_flight) = self.0.take() {
+            in_flight.now.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
 impl Drop for Sending<'_> {
     fn drop(&mut self) {
-        self.0.now.fetch_sub(1, Ordering::SeqCst);
+        self.end();
     }
+}
+
+/// Writes `bytes`, the end of an answer, counting the answer out before its last byte goes:
+/// a client holds a whole answer only after it stopped being counted, so a request it sends
+/// next is never counted beside it, however late this task runs again (counting out after the
+/// last write read 3 at once for a client that never had more than 2 going).
+async fn write_last(
+    stream: &mut (impl AsyncWrite + Unpin),
+    bytes: &[u8],
+    sending: &mut Sending<'_>,
+) -> std::io::Result<()> {
+    let (most, last) = bytes.split_at(bytes.len().saturating_sub(1));
+    stream.write_all(most).await?;
+    sending.end();
+    stream.write_all(last).await
 }
 
 /// Reads one request, records it, writes the script's answer and closes.
@@ -267,7 +290,7 @@ async fn serve(
     let Some(asked) = read_request(&mut stream).await else {
         return;
     };
-    let _sending = Sending::start(in_flight);
+    let mut sending = Sending::start(in_flight);
     let answer = script(&asked);
     recorded
         .lock()
@@ -292,38 +315,54 @@ async fn serve(
     }
     let length = answer.generated.unwrap_or(answer.body.len() as u64);
     head.push_str(&format!("Content-Length: {length}\r\nConnection: close\r\n\r\n"));
-    if stream.write_all(head.as_bytes()).await.is_err() {
+    let stalls = answer.stall_after.is_some_and(|after| after < length);
+    // The bytes after the head, as many as are sent.
+    let sent = match asked.method.as_str() {
+        "HEAD" => 0,
+        _ => length.min(answer.stall_after.unwrap_or(u64::MAX)),
+    };
+    let written = if sent == 0 && !stalls {
+        write_last(&mut stream, head.as_bytes(), &mut sending).await
+    } else {
+        match stream.write_all(head.as_bytes()).await {
+            Err(e) => Err(e),
+            Ok(()) => match answer.generated {
+                Some(_) => write_generated(&mut stream, sent, (!stalls).then_some(&mut sending)).await,
+                None if stalls => stream.write_all(&answer.body[..sent as usize]).await,
+                None => write_last(&mut stream, &answer.body[..sent as usize], &mut sending).await,
+            },
+        }
+    };
+    if written.is_err() {
         return;
     }
-    if asked.method != "HEAD" {
-        let sent = length.min(answer.stall_after.unwrap_or(u64::MAX));
-        let written = match answer.generated {
-            Some(_) => write_generated(&mut stream, sent).await,
-            None => stream.write_all(&answer.body[..sent as usize]).await,
-        };
-        if written.is_err() {
-            return;
-        }
-        if answer.stall_after.is_some_and(|after| after < length) {
-            let _ = stream.flush().await;
-            // Until the client gives up: a read returns when it closes the connection.
-            let mut byte = [0u8; 1];
-            let _ = stream.read(&mut byte).await;
-            return;
-        }
+    if stalls {
+        let _ = stream.flush().await;
+        // Until the client gives up: a read returns when it closes the connection.
+        let mut byte = [0u8; 1];
+        let _ = stream.read(&mut byte).await;
+        return;
     }
     let _ = stream.shutdown().await;
 }
 
-/// `length` bytes of a repeating pattern, one 64 KiB chunk at a time.
-async fn write_generated(stream: &mut (impl AsyncWrite + Unpin), length: u64) -> std::io::Result<()> {
+/// `length` bytes of a repeating pattern, one 64 KiB chunk at a time; the last through
+/// [`write_last`] when `ending` is given.
+async fn write_generated(
+    stream: &mut (impl AsyncWrite + Unpin),
+    length: u64,
+    mut ending: Option<&mut Sending<'_>>,
+) -> std::io::Result<()> {
     const CHUNK: usize = 64 << 10;
     let chunk: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
     let mut left = length;
     while left > 0 {
         let n = left.min(CHUNK as u64) as usize;
-        stream.write_all(&chunk[..n]).await?;
         left -= n as u64;
+        match ending.as_deref_mut() {
+            Some(sending) if left == 0 => write_last(stream, &chunk[..n], sending).await?,
+            _ => stream.write_all(&chunk[..n]).await?,
+        }
     }
     Ok(())
 }
