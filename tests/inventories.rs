@@ -964,14 +964,12 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
 
 /// `kubectl apply -f FILE` (client-side) of a file in the repository.
 fn kubectl_apply_file(plane: &ControlPlane, file: &str) {
-    let out = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(["apply", "-f"])
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file))
-        .arg("--kubeconfig")
-        .arg(plane.kubeconfig_path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file);
+    common::kubectl(
+        plane.kubeconfig_path(),
+        &["apply", "-f", path.to_str().unwrap()],
+        b"",
+    );
 }
 
 async fn secret_exists(client: &Client, ns: &str, name: &str) -> bool {

@@ -11,31 +11,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const REPLICATED_AT: &str = "replicator.v1.mittwald.de/replicated-at";
 
 fn kubectl(h: &Harness, args: &[&str], stdin: &str) -> (bool, String) {
-    let bin = mimeo_envtest::binaries().unwrap().kubectl();
-    let mut child = Command::new(bin)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(h.plane.kubeconfig_path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    common::run_kubectl(h.plane.kubeconfig_path(), args, stdin.as_bytes())
 }
 
 fn mimeo(h: &Harness, args: &[&str]) -> (i32, String, String) {

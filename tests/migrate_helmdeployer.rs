@@ -29,23 +29,8 @@ fn kubectl(h: &Harness, args: &[&str], stdin: Option<&Value>) {
 
 /// kubectl (client-side, as people run it) against the cluster of `kubeconfig`.
 fn kubectl_on(kubeconfig: &Path, args: &[&str], stdin: Option<&Value>) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(object) = stdin {
-        input.write_all(object.to_string().as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let input = stdin.map(Value::to_string).unwrap_or_default();
+    common::kubectl(kubeconfig, args, input.as_bytes());
 }
 
 /// `mimeo migrate ARGS` with the plane's kubeconfig: (exit code, stdout, stderr).

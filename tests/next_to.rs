@@ -11,33 +11,14 @@ use kube::api::Api;
 use mimeo::api::ClusterSyncRule;
 use mimeo::controller::ControllerConfig;
 use serde_json::json;
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CLUSTER_CRD: &str = "../shared/fixtures/inventory/openmcp/clusters.openmcp.cloud_clusters.yaml";
 
 /// Runs kubectl as the admin with `stdin` as its input; panics when it fails.
 fn kubectl(h: &Harness, args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(h.plane.kubeconfig_path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "kubectl {args:?}: {text}");
-    text
+    common::kubectl(h.plane.kubeconfig_path(), args, stdin.as_bytes())
 }
 
 fn kubectl_apply(h: &Harness, yaml: &str) {

@@ -877,18 +877,11 @@ fn apply_printed_rbac(other: &Other, args: &[&str]) {
         "{}",
         String::from_utf8_lossy(&printed.stderr)
     );
-    let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(["apply", "-f", "-", "--kubeconfig"])
-        .arg(other.plane.kubeconfig_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(&printed.stdout).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    common::kubectl(
+        other.plane.kubeconfig_path(),
+        &["apply", "-f", "-"],
+        &printed.stdout,
+    );
 }
 
 /// The uid of Secret `ns/name` in `client`'s cluster.

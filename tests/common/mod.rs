@@ -532,26 +532,44 @@ async fn apply_with(client: &Client, manager: &str, object: Value) -> kube::Resu
     .map(|_| ())
 }
 
-/// `kubectl apply -f -` (client-side) of `object` on `plane`, as users apply their files and
-/// cluster managers their manifests.
-pub fn kubectl_apply(plane: &ControlPlane, object: &Value) {
+/// Runs kubectl (client-side, as people run it) against the cluster of `kubeconfig` with
+/// `stdin` as its input: whether it succeeded, and its stdout then its stderr.
+pub fn run_kubectl(kubeconfig: &std::path::Path, args: &[&str], stdin: &[u8]) -> (bool, String) {
     use std::io::Write;
     let mut child = std::process::Command::new(mimeo_envtest::binaries().unwrap().kubectl())
-        .args(["apply", "-f", "-", "--kubeconfig"])
-        .arg(plane.kubeconfig_path())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(object.to_string().as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// [`run_kubectl`] that must succeed: its output.
+pub fn kubectl(kubeconfig: &std::path::Path, args: &[&str], stdin: &[u8]) -> String {
+    let (succeeded, text) = run_kubectl(kubeconfig, args, stdin);
+    assert!(succeeded, "kubectl {args:?}: {text}");
+    text
+}
+
+/// `kubectl apply -f -` (client-side) of `object` on `plane`, as users apply their files and
+/// cluster managers their manifests.
+pub fn kubectl_apply(plane: &ControlPlane, object: &Value) {
+    kubectl(
+        plane.kubeconfig_path(),
+        &["apply", "-f", "-"],
+        object.to_string().as_bytes(),
+    );
 }
 
 /// Runs `mimeo diff -f` on `yaml` (one or more documents) as the user of the kubeconfig in
