@@ -131,7 +131,7 @@ mod tests {
     use super::*;
     use http_body_util::{BodyExt as _, Full};
     use std::time::Duration;
-    use tower::{Service as _, ServiceExt as _};
+    use tower::ServiceExt as _;
 
     type Answer = Result<Response<Full<bytes::Bytes>>, std::convert::Infallible>;
 
@@ -147,26 +147,34 @@ mod tests {
         })
     }
 
-    fn get(path: &str) -> Request<()> {
-        Request::get(path).body(()).unwrap()
+    /// A bound of `permits` in front of [`answering`].
+    fn bounded(
+        permits: usize,
+    ) -> impl tower::Service<
+        Request<()>,
+        Response = Response<WithPermit<Full<bytes::Bytes>>>,
+        Error = std::convert::Infallible,
+    > {
+        tower::Layer::layer(&BoundInFlight::new(permits), answering())
+    }
+
+    /// A GET of `path` sent once the service is ready; its answer, still to be awaited.
+    async fn send<S: tower::Service<Request<()>>>(service: &mut S, path: &str) -> S::Future
+    where
+        S::Error: std::fmt::Debug,
+    {
+        let request = Request::get(path).body(()).unwrap();
+        service.ready().await.unwrap().call(request)
     }
 
     #[tokio::test]
     async fn a_request_waits_until_an_earlier_body_is_read() {
-        let layer = BoundInFlight::new(1);
-        let mut service = tower::Layer::layer(&layer, answering());
-        let first = service
-            .ready()
+        let mut service = bounded(1);
+        let first = send(&mut service, "/api/v1/namespaces/a/secrets/s")
             .await
-            .unwrap()
-            .call(get("/api/v1/namespaces/a/secrets/s"))
             .await
             .unwrap();
-        let second = service
-            .ready()
-            .await
-            .unwrap()
-            .call(get("/api/v1/namespaces/a/secrets/t"));
+        let second = send(&mut service, "/api/v1/namespaces/a/secrets/t").await;
         tokio::pin!(second);
         assert!(
             tokio::time::timeout(Duration::from_millis(50), &mut second)
@@ -184,13 +192,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_body_lets_the_next_request_go() {
-        let layer = BoundInFlight::new(1);
-        let mut service = tower::Layer::layer(&layer, answering());
-        let first = service.ready().await.unwrap().call(get("/api/v1/secrets")).await;
-        drop(first);
+        let mut service = bounded(1);
+        drop(send(&mut service, "/api/v1/secrets").await.await);
         tokio::time::timeout(
             Duration::from_secs(5),
-            service.ready().await.unwrap().call(get("/api/v1/secrets")),
+            send(&mut service, "/api/v1/secrets").await,
         )
         .await
         .expect("a dropped response gives its permit back")
@@ -199,26 +205,19 @@ mod tests {
 
     #[tokio::test]
     async fn watches_and_leases_do_not_wait() {
-        let layer = BoundInFlight::new(1);
-        let mut service = tower::Layer::layer(&layer, answering());
-        let _held = service
-            .ready()
+        let mut service = bounded(1);
+        let _held = send(&mut service, "/api/v1/namespaces/a/secrets/s")
             .await
-            .unwrap()
-            .call(get("/api/v1/namespaces/a/secrets/s"))
             .await
             .unwrap();
         for path in [
             "/api/v1/secrets?labelSelector=x&watch=true",
             "/apis/coordination.k8s.io/v1/namespaces/mimeo/leases/mimeo-shard-0",
         ] {
-            tokio::time::timeout(
-                Duration::from_secs(5),
-                service.ready().await.unwrap().call(get(path)),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("{path} waited for a permit"))
-            .unwrap();
+            tokio::time::timeout(Duration::from_secs(5), send(&mut service, path).await)
+                .await
+                .unwrap_or_else(|_| panic!("{path} waited for a permit"))
+                .unwrap();
         }
     }
 }
