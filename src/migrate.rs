@@ -448,6 +448,25 @@ pub struct PlannedAdoption {
     pub rule: String,
 }
 
+impl PlannedConsent {
+    /// `Namespace NAME[ on Cluster NS/NAME]`, for messages.
+    pub fn what(&self) -> String {
+        format!(
+            "Namespace {}{}",
+            self.namespace,
+            on_cluster(self.cluster.as_deref())
+        )
+    }
+}
+
+impl PlannedAdoption {
+    /// `KIND NS/NAME[ on Cluster NS/NAME]`, for messages.
+    pub fn what(&self) -> String {
+        let on = on_cluster(self.cluster.as_deref());
+        format!("{} {}/{}{on}", self.kind, self.namespace, self.name)
+    }
+}
+
 /// ` on Cluster <namespace/name>` for an entry of a target cluster, else nothing: for messages.
 pub fn on_cluster(cluster: Option<&str>) -> String {
     cluster.map(|c| format!(" on Cluster {c}")).unwrap_or_default()

@@ -6,11 +6,11 @@
 
 use super::diff::Documents;
 use super::field_loss::dropped_by_server_side_apply;
-use crate::migrate::{accept_from_with, on_cluster};
+use crate::migrate::accept_from_with;
+use crate::migrate::apply::dynamic_api;
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject};
-use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use std::collections::BTreeMap;
 
@@ -32,11 +32,7 @@ pub async fn metadata_changes(
     };
     if let Some(plan) = &documents.plan {
         for consent in &plan.consent {
-            let what = format!(
-                "Namespace {}{}",
-                consent.namespace,
-                on_cluster(consent.cluster.as_deref())
-            );
+            let what = consent.what();
             let client = match &consent.cluster {
                 None => client,
                 Some(cluster) => match clusters.get(cluster) {
@@ -71,13 +67,7 @@ pub async fn metadata_changes(
             }
         }
         for adoption in &plan.adopt {
-            let what = format!(
-                "{} {}/{}{}",
-                adoption.kind,
-                adoption.namespace,
-                adoption.name,
-                on_cluster(adoption.cluster.as_deref())
-            );
+            let what = adoption.what();
             let client = match &adoption.cluster {
                 None => client,
                 Some(cluster) => match clusters.get(cluster) {
@@ -151,18 +141,9 @@ async fn get(
     namespace: Option<&str>,
     name: &str,
 ) -> Result<Option<DynamicObject>, String> {
-    let type_meta = kube::core::TypeMeta {
-        api_version: api_version.to_owned(),
-        kind: kind.to_owned(),
-    };
-    let gvk = GroupVersionKind::try_from(&type_meta).map_err(|e| e.to_string())?;
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+    let api = dynamic_api(client, api_version, kind, namespace)
         .await
         .map_err(|e| e.to_string())?;
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
     api.get_opt(name)
         .await
         .map_err(|e| super::error::without_values(&e.to_string()))

@@ -6,7 +6,7 @@
 //! manager, and fails on an object that is not there. The entries for an openMCP `Cluster`
 //! are written through the client the user gave for it; without one they are not applied.
 
-use super::{Plan, PlannedAdoption, accept_from_with, on_cluster};
+use super::{Plan, PlannedAdoption, accept_from_with};
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -67,11 +67,7 @@ impl Applied {
 pub async fn apply(client: &Client, clusters: &BTreeMap<String, Client>, plan: &Plan) -> Applied {
     let mut applied = Applied::default();
     for consent in &plan.consent {
-        let what = format!(
-            "Namespace {}{}",
-            consent.namespace,
-            on_cluster(consent.cluster.as_deref())
-        );
+        let what = consent.what();
         let Some(client) = applied.client_for(client, clusters, consent.cluster.as_deref(), &what) else {
             continue;
         };
@@ -82,13 +78,7 @@ pub async fn apply(client: &Client, clusters: &BTreeMap<String, Client>, plan: &
         }
     }
     for adoption in &plan.adopt {
-        let what = format!(
-            "{} {}/{}{}",
-            adoption.kind,
-            adoption.namespace,
-            adoption.name,
-            on_cluster(adoption.cluster.as_deref())
-        );
+        let what = adoption.what();
         let Some(client) = applied.client_for(client, clusters, adoption.cluster.as_deref(), &what) else {
             continue;
         };
@@ -160,13 +150,13 @@ async fn add_consent(client: &Client, namespace: &str, entries: &[String]) -> Re
 /// Adds the adoption mark to an existing copy (a merge patch fails on one that is gone, where a
 /// server-side apply would create it empty).
 async fn mark(client: &Client, adoption: &PlannedAdoption) -> kube::Result<()> {
-    let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
-        api_version: adoption.api_version.clone(),
-        kind: adoption.kind.clone(),
-    })
-    .map_err(|e| kube::Error::Discovery(kube::error::DiscoveryError::MissingResource(e.to_string())))?;
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &adoption.namespace, &resource);
+    let api = dynamic_api(
+        client,
+        &adoption.api_version,
+        &adoption.kind,
+        Some(&adoption.namespace),
+    )
+    .await?;
     let patch = json!({"metadata": {"annotations": {ADOPT_BY_ANNOTATION: adoption.rule}}});
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -175,6 +165,26 @@ async fn mark(client: &Client, adoption: &PlannedAdoption) -> kube::Result<()> {
     api.patch(&adoption.name, &params, &Patch::Merge(&patch))
         .await
         .map(|_| ())
+}
+
+/// The API of objects of `api_version` and `kind` (found by discovery) in `namespace`, or of
+/// the cluster's when `None`: for entries that name their kind as a document does.
+pub async fn dynamic_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> kube::Result<Api<DynamicObject>> {
+    let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
+        api_version: api_version.to_owned(),
+        kind: kind.to_owned(),
+    })
+    .map_err(|e| kube::Error::Discovery(kube::error::DiscoveryError::MissingResource(e.to_string())))?;
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await?;
+    Ok(match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    })
 }
 
 /// Whether `found` holds everything `wanted` says: the apiserver adds defaults to what was
