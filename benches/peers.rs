@@ -15,7 +15,8 @@
 //!
 //! `--raw 1` measures the floor in each mimeo run: after each of mimeo's rotations, a plain client
 //! makes the same N updates (server-side apply, mimeo's write concurrency) to Secrets of the same
-//! shape in N other namespaces, seen by the same watch. `--settle-ms` waits that long after each
+//! shape in N other namespaces, seen by the same watch: a copy's labels and annotations, read after
+//! the fan-out, the ones a rotation changes changing with each of its own. `--settle-ms` waits that long after each
 //! rotation, mimeo's or raw, so that neither runs while the other's tail does.
 //! `MIMEO_BENCH_BINS=a,b` runs each of these mimeo binaries in every run (in turn, the order
 //! swapped from run to run), to compare builds in one run; `MIMEO_BENCH_LOG` sets their log filter
@@ -212,18 +213,75 @@ fn raw_value(r: usize) -> String {
     format!("raw-{r:06}-{}", "x".repeat(1013))
 }
 
-/// What the raw client writes in namespace `raw-{i}`: a Secret the size and shape of a copy.
-fn raw_object(i: usize, r: usize) -> serde_json::Value {
+/// The metadata of mimeo's copies, for the raw client to write the same: their labels and
+/// annotations (keys renamed out of `mimeo.dev/` at the same length, so that mimeo does not take
+/// the raw Secrets for copies), and which annotations a rotation changes.
+#[derive(Clone, Debug, Default)]
+struct CopyShape {
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    changing: std::collections::BTreeSet<String>,
+}
+
+impl CopyShape {
+    /// The shape of a copy as read; none changing yet.
+    fn of(copy: &Secret) -> CopyShape {
+        let renamed = |map: &Option<BTreeMap<String, String>>| -> BTreeMap<String, String> {
+            map.iter()
+                .flatten()
+                .map(|(k, v)| (k.replace("mimeo.dev/", "mimeo.raw/"), v.clone()))
+                .collect()
+        };
+        CopyShape {
+            labels: renamed(&copy.metadata.labels),
+            annotations: renamed(&copy.metadata.annotations),
+            changing: Default::default(),
+        }
+    }
+
+    /// Marks the annotations whose values differ in `later`, the same copy after a rotation.
+    fn changed_in(&mut self, later: &Secret) {
+        let later = CopyShape::of(later);
+        self.changing = (self.annotations.iter())
+            .filter(|(k, v)| later.annotations.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect();
+    }
+
+    /// The annotations of rotation `r`: the changing ones end in `r`, at the same length.
+    fn annotations_at(&self, r: usize) -> BTreeMap<String, String> {
+        (self.annotations.iter())
+            .map(|(k, v)| match self.changing.contains(k) {
+                true => {
+                    let digits = format!("{r:08}");
+                    let keep = v.len().saturating_sub(digits.len());
+                    (k.clone(), format!("{}{digits}", &v[..keep]))
+                }
+                false => (k.clone(), v.clone()),
+            })
+            .collect()
+    }
+}
+
+/// What the raw client writes in namespace `raw-{i}`: a Secret of the size of a copy, with a
+/// copy's labels and annotations once they are known (`shape`).
+fn raw_object(i: usize, r: usize, shape: Option<&CopyShape>) -> serde_json::Value {
+    let (labels, annotations) = match shape {
+        Some(shape) => (json!(shape.labels), json!(shape.annotations_at(r))),
+        None => (
+            json!({"raw": "yes"}),
+            json!({"raw.example/source": format!("{SOURCE_NS}/{NAME}"),
+                   "raw.example/hash": format!("{r:064x}")}),
+        ),
+    };
     json!({"apiVersion": "v1", "kind": "Secret",
            "metadata": {"name": NAME, "namespace": format!("raw-{i}"),
-                        "labels": {"raw": "yes"},
-                        "annotations": {"raw.example/source": format!("{SOURCE_NS}/{NAME}"),
-                                        "raw.example/hash": format!("{r:064x}")}},
+                        "labels": labels, "annotations": annotations},
            "data": {"token": ByteString(raw_value(r).into_bytes())}})
 }
 
 /// Rotation `r` by a plain client: the N updates, `RAW_CONCURRENCY` in flight.
-async fn raw_rotation(client: &Client, namespaces: usize, r: usize) {
+async fn raw_rotation(client: &Client, namespaces: usize, r: usize, shape: Option<&CopyShape>) {
     futures::stream::iter(0..namespaces)
         .map(|i| {
             let api: Api<Secret> = Api::namespaced(client.clone(), &format!("raw-{i}"));
@@ -231,7 +289,7 @@ async fn raw_rotation(client: &Client, namespaces: usize, r: usize) {
                 api.patch(
                     NAME,
                     &PatchParams::apply("raw").force(),
-                    &Patch::Apply(&raw_object(i, r)),
+                    &Patch::Apply(&raw_object(i, r, shape)),
                 )
                 .await
                 .unwrap();
@@ -277,7 +335,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
             )
             .await;
         }
-        raw_rotation(&client, namespaces, 0).await;
+        raw_rotation(&client, namespaces, 0, None).await;
     }
     let dir = tempfile::tempdir().unwrap();
     let mut running = match tool {
@@ -334,6 +392,18 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         Duration::from_secs(300),
     )
     .await;
+    // The raw client writes what mimeo writes: a copy's labels and annotations, those a rotation
+    // changes changing with each of its own (known after mimeo's first rotation).
+    let (mut shape, mut raw_shape_requests) = (None, 0.0);
+    if raw {
+        let copy = Api::<Secret>::namespaced(client.clone(), "t-0")
+            .get(NAME)
+            .await
+            .unwrap();
+        shape = Some(CopyShape::of(&copy));
+        raw_rotation(&client, namespaces, 0, shape.as_ref()).await;
+        raw_shape_requests = namespaces as f64;
+    }
 
     tokio::time::sleep(options.settle).await;
     let rotations_before =
@@ -360,9 +430,23 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         }
         latencies.push(latency);
         tokio::time::sleep(options.settle).await;
+        if let Some(shape) = shape.as_mut().filter(|_| r == 1) {
+            shape.changed_in(
+                &Api::<Secret>::namespaced(client.clone(), "t-0")
+                    .get(NAME)
+                    .await
+                    .unwrap(),
+            );
+            println!(
+                "{label}: the raw client writes a copy's labels {:?} and annotations {:?}, changing {:?}",
+                shape.labels.keys().collect::<Vec<_>>(),
+                shape.annotations.keys().collect::<Vec<_>>(),
+                shape.changing
+            );
+        }
         if raw {
             let started = Instant::now();
-            raw_rotation(&client, namespaces, r).await;
+            raw_rotation(&client, namespaces, r, shape.as_ref()).await;
             raw_latencies.push(all_seen(&mut seen, &raw_value(r), namespaces, started, wait).await);
             raw_requests += namespaces as f64;
             tokio::time::sleep(options.settle).await;
@@ -374,9 +458,12 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     let mut rotation_requests = requests_since(&rotations_before, &after_rotations);
     let mut requests = requests_since(&requests_before, &after_rotations);
     // The raw client's own updates are not the tool's.
-    for counted in [&mut rotation_requests, &mut requests] {
+    for (counted, raw_applies) in [
+        (&mut rotation_requests, raw_requests),
+        (&mut requests, raw_requests + raw_shape_requests),
+    ] {
         if let Some(applies) = counted.get_mut(&("APPLY".to_owned(), "secrets".to_owned())) {
-            *applies -= raw_requests;
+            *applies -= raw_applies;
         }
     }
     let rotation_reconciles = match (reconciles_before, running.reconciles().await) {
