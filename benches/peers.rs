@@ -16,7 +16,9 @@
 //! `--raw 1` measures the floor in each mimeo run: after each of mimeo's rotations, a plain client
 //! makes the same N updates (server-side apply, mimeo's write concurrency) to Secrets of the same
 //! shape in N other namespaces, seen by the same watch: a copy's labels and annotations, read after
-//! the fan-out, the ones a rotation changes changing with each of its own. `--settle-ms` waits that long after each
+//! the fan-out, the ones a rotation changes changing with each of its own. Its Secrets are created
+//! as mimeo creates a copy (a create-only POST, so two field managers' entries); a second set,
+//! created by an apply (one entry), updated the same way in turn, shows what that entry costs. `--settle-ms` waits that long after each
 //! rotation, mimeo's or raw, so that neither runs while the other's tail does.
 //! `MIMEO_BENCH_BINS=a,b` runs each of these mimeo binaries in every run (in turn, the order
 //! swapped from run to run), to compare builds in one run; `MIMEO_BENCH_LOG` sets their log filter
@@ -29,7 +31,7 @@ use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use mimeo_envtest::ControlPlane;
 use processes::{Mimeo, Process, apiserver_requests, apply, requests_since};
@@ -67,8 +69,11 @@ struct Run {
     label: String,
     fan_out: Option<Duration>,
     rotations: Vec<Option<Duration>>,
-    /// The same updates by a plain client, one after each rotation (`--raw 1`).
+    /// The same updates by a plain client, one after each rotation (`--raw 1`), to Secrets
+    /// created as copies are.
     raw: Vec<Option<Duration>>,
+    /// The same again, to Secrets created by an apply.
+    applied: Vec<Option<Duration>>,
     /// Requests over the rotations alone, by verb and resource.
     rotation_requests: BTreeMap<(String, String), f64>,
     /// Rule reconciles over the rotations alone (mimeo's own metric).
@@ -209,8 +214,31 @@ fn secret_value(i: usize) -> String {
     format!("{i:06}-{}", "x".repeat(1017))
 }
 
-fn raw_value(r: usize) -> String {
-    format!("raw-{r:06}-{}", "x".repeat(1013))
+/// The plain client's two sets of Secrets: one created as mimeo creates a copy (a create-only
+/// POST, then applies: two field managers' entries, the create's `Update` and the applies'), one
+/// created by an apply (one entry), to show what the create's entry costs each later write.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RawSet {
+    Created,
+    Applied,
+}
+
+impl RawSet {
+    /// The prefix of the set's namespaces and values (each 4 bytes, so sizes stay equal).
+    fn prefix(self) -> &'static str {
+        match self {
+            RawSet::Created => "raw-",
+            RawSet::Applied => "app-",
+        }
+    }
+
+    fn namespace(self, i: usize) -> String {
+        format!("{}{i}", self.prefix())
+    }
+}
+
+fn raw_value(set: RawSet, r: usize) -> String {
+    format!("{}{r:06}-{}", set.prefix(), "x".repeat(1013))
 }
 
 /// The metadata of mimeo's copies, for the raw client to write the same: their labels and
@@ -263,33 +291,48 @@ impl CopyShape {
     }
 }
 
-/// What the raw client writes in namespace `raw-{i}`: a Secret of the size of a copy, with a
-/// copy's labels and annotations once they are known (`shape`).
-fn raw_object(i: usize, r: usize, shape: Option<&CopyShape>) -> serde_json::Value {
-    let (labels, annotations) = match shape {
-        Some(shape) => (json!(shape.labels), json!(shape.annotations_at(r))),
-        None => (
-            json!({"raw": "yes"}),
-            json!({"raw.example/source": format!("{SOURCE_NS}/{NAME}"),
-                   "raw.example/hash": format!("{r:064x}")}),
-        ),
-    };
+/// What the raw client writes in its namespace `i` of `set`: a Secret of the size of a copy, with
+/// a copy's labels and annotations.
+fn raw_object(set: RawSet, i: usize, r: usize, shape: &CopyShape) -> serde_json::Value {
+    let (labels, annotations) = (json!(shape.labels), json!(shape.annotations_at(r)));
     json!({"apiVersion": "v1", "kind": "Secret",
-           "metadata": {"name": NAME, "namespace": format!("raw-{i}"),
+           "metadata": {"name": NAME, "namespace": set.namespace(i),
                         "labels": labels, "annotations": annotations},
-           "data": {"token": ByteString(raw_value(r).into_bytes())}})
+           "data": {"token": ByteString(raw_value(set, r).into_bytes())}, "type": "Opaque"})
+}
+
+/// The plain client's Secrets, created as mimeo creates a copy: a create-only request (POST) under
+/// its field manager, so that they carry the same two field managers' entries (the create's
+/// `Update` and then the rotations' `Apply`) as a copy.
+async fn raw_create(client: &Client, namespaces: usize, shape: &CopyShape) {
+    futures::stream::iter(0..namespaces)
+        .map(|i| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &RawSet::Created.namespace(i));
+            let params = PostParams {
+                field_manager: Some("raw".into()),
+                ..Default::default()
+            };
+            async move {
+                let secret: Secret =
+                    serde_json::from_value(raw_object(RawSet::Created, i, 0, shape)).unwrap();
+                api.create(&params, &secret).await.unwrap();
+            }
+        })
+        .buffer_unordered(RAW_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
 }
 
 /// Rotation `r` by a plain client: the N updates, `RAW_CONCURRENCY` in flight.
-async fn raw_rotation(client: &Client, namespaces: usize, r: usize, shape: Option<&CopyShape>) {
+async fn raw_rotation(client: &Client, set: RawSet, namespaces: usize, r: usize, shape: &CopyShape) {
     futures::stream::iter(0..namespaces)
         .map(|i| {
-            let api: Api<Secret> = Api::namespaced(client.clone(), &format!("raw-{i}"));
+            let api: Api<Secret> = Api::namespaced(client.clone(), &set.namespace(i));
             async move {
                 api.patch(
                     NAME,
                     &PatchParams::apply("raw").force(),
-                    &Patch::Apply(&raw_object(i, r, shape)),
+                    &Patch::Apply(&raw_object(set, i, r, shape)),
                 )
                 .await
                 .unwrap();
@@ -329,13 +372,14 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     let raw = options.raw && tool == Tool::Mimeo;
     if raw {
         for i in 0..namespaces {
-            apply(
-                &client,
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("raw-{i}")}}),
-            )
-            .await;
+            for set in [RawSet::Created, RawSet::Applied] {
+                apply(
+                    &client,
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": set.namespace(i)}}),
+                )
+                .await;
+            }
         }
-        raw_rotation(&client, namespaces, 0, None).await;
     }
     let dir = tempfile::tempdir().unwrap();
     let mut running = match tool {
@@ -400,8 +444,10 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
             .get(NAME)
             .await
             .unwrap();
-        shape = Some(CopyShape::of(&copy));
-        raw_rotation(&client, namespaces, 0, shape.as_ref()).await;
+        let created = CopyShape::of(&copy);
+        raw_create(&client, namespaces, &created).await;
+        raw_rotation(&client, RawSet::Applied, namespaces, 0, &created).await;
+        shape = Some(created);
         raw_shape_requests = namespaces as f64;
     }
 
@@ -412,7 +458,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     let machine_before = machine_cpu();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
     let mut latencies = Vec::new();
-    let mut raw_latencies = Vec::new();
+    let (mut raw_latencies, mut applied_latencies) = (Vec::new(), Vec::new());
     let mut raw_requests = 0.0;
     for r in 1..=rotations {
         let value = secret_value(r);
@@ -444,12 +490,22 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
                 shape.changing
             );
         }
-        if raw {
-            let started = Instant::now();
-            raw_rotation(&client, namespaces, r, shape.as_ref()).await;
-            raw_latencies.push(all_seen(&mut seen, &raw_value(r), namespaces, started, wait).await);
-            raw_requests += namespaces as f64;
-            tokio::time::sleep(options.settle).await;
+        if let Some(shape) = &shape {
+            // In turn, the order swapped each rotation, so neither set always follows mimeo.
+            let mut sets = [
+                (RawSet::Created, &mut raw_latencies),
+                (RawSet::Applied, &mut applied_latencies),
+            ];
+            if r % 2 == 0 {
+                sets.reverse();
+            }
+            for (set, latencies) in sets {
+                let started = Instant::now();
+                raw_rotation(&client, set, namespaces, r, shape).await;
+                latencies.push(all_seen(&mut seen, &raw_value(set, r), namespaces, started, wait).await);
+                raw_requests += namespaces as f64;
+                tokio::time::sleep(options.settle).await;
+            }
         }
     }
     let machine = machine_cpu().since(&machine_before);
@@ -457,15 +513,15 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
     let mut rotation_requests = requests_since(&rotations_before, &after_rotations);
     let mut requests = requests_since(&requests_before, &after_rotations);
-    // The raw client's own updates are not the tool's.
-    for (counted, raw_applies) in [
-        (&mut rotation_requests, raw_requests),
-        (&mut requests, raw_requests + raw_shape_requests),
-    ] {
-        if let Some(applies) = counted.get_mut(&("APPLY".to_owned(), "secrets".to_owned())) {
-            *applies -= raw_applies;
+    // The raw client's own creates and updates are not the tool's.
+    let less = |counted: &mut BTreeMap<(String, String), f64>, verb: &str, n: f64| {
+        if let Some(writes) = counted.get_mut(&(verb.to_owned(), "secrets".to_owned())) {
+            *writes -= n;
         }
-    }
+    };
+    less(&mut rotation_requests, "APPLY", raw_requests);
+    less(&mut requests, "APPLY", raw_requests + raw_shape_requests);
+    less(&mut requests, "POST", raw_shape_requests);
     let rotation_reconciles = match (reconciles_before, running.reconciles().await) {
         (Some(before), Some(after)) => Some(after - before),
         _ => None,
@@ -498,6 +554,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         fan_out,
         rotations: latencies,
         raw: raw_latencies,
+        applied: applied_latencies,
         rotation_requests,
         rotation_reconciles,
         peak_mib,
@@ -619,9 +676,18 @@ fn show(d: Option<Duration>) -> String {
         .unwrap_or_else(|| "not converged".into())
 }
 
-/// The raw client's rotations, sorted.
+/// The raw client's rotations of the Secrets created as copies are, sorted.
 fn raw_done(run: &Run) -> Vec<Duration> {
-    let mut done: Vec<Duration> = run.raw.iter().flatten().copied().collect();
+    sorted(&run.raw)
+}
+
+/// The raw client's rotations of the Secrets created by an apply, sorted.
+fn applied_done(run: &Run) -> Vec<Duration> {
+    sorted(&run.applied)
+}
+
+fn sorted(latencies: &[Option<Duration>]) -> Vec<Duration> {
+    let mut done: Vec<Duration> = latencies.iter().flatten().copied().collect();
     done.sort();
     done
 }
@@ -653,6 +719,14 @@ fn report(run: &Run) {
             show(percentile(&raw, 0.99)),
             ratio(percentile(&done, 0.5), percentile(&raw, 0.5)).unwrap_or(f64::NAN),
             ratio(percentile(&done, 0.99), percentile(&raw, 0.99)).unwrap_or(f64::NAN),
+        );
+        let applied = applied_done(run);
+        println!(
+            "{}: raw client, same updates to apply-created Secrets: p50 {}, p99 {}; raw / these, p50 {:.2}",
+            run.label,
+            show(percentile(&applied, 0.5)),
+            show(percentile(&applied, 0.99)),
+            ratio(percentile(&raw, 0.5), percentile(&applied, 0.5)).unwrap_or(f64::NAN),
         );
     }
     println!(
@@ -758,6 +832,16 @@ fn summary(results: &[Run], options: &Options) {
         row(
             "rotation / raw, p99",
             &|r| ratio(percentile(&converged(r), 0.99), percentile(&raw_done(r), 0.99)),
+            "",
+        );
+        row(
+            "raw client, apply-created Secrets, p50",
+            &|r| secs(percentile(&applied_done(r), 0.5)),
+            " s",
+        );
+        row(
+            "raw / raw on apply-created, p50",
+            &|r| ratio(percentile(&raw_done(r), 0.5), percentile(&applied_done(r), 0.5)),
             "",
         );
     }
