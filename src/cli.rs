@@ -625,8 +625,8 @@ pub struct LeaderArgs {
     )]
     pub leader_elect_lease_seconds: u64,
     /// Split the rules into this many shards, each a Lease named after --leader-elect-lease-name
-    /// (`<name>-shard-<i>`), and let every replica work on its share of them: all replicas are
-    /// active. With 1 (the default), one replica works, as --leader-elect says.
+    /// (`<name>-shard-<N>-<i>`, shard i of N), and let every replica work on its share of them:
+    /// all replicas are active. With 1 (the default), one replica works, as --leader-elect says.
     #[arg(long, env = "MIMEO_SHARDS", default_value_t = 1, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub shards: u32,
@@ -1016,5 +1016,57 @@ mod tests {
                 (None, "/etc/more.pem"),
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod docs {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag of `mimeo run`, with its environment variable, is in operator.md's table of
+    /// flags: the table is where operators look, and it fell behind twice.
+    #[test]
+    fn operator_md_lists_every_flag_of_run_with_its_env() {
+        let doc = include_str!("../docs/operator.md");
+        let rows: Vec<(&str, &str)> = doc
+            .lines()
+            .filter_map(|line| {
+                let mut cells = line.strip_prefix("| `--")?.split(" | ");
+                let flag = cells.next()?.strip_suffix('`')?;
+                let env = cells.next()?.trim_matches('`');
+                Some((flag, env))
+            })
+            .collect();
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").expect("run");
+        let mut missing = Vec::new();
+        for arg in run.get_arguments().filter(|a| !a.is_hide_set()) {
+            let Some(flag) = arg.get_long() else { continue };
+            if flag == "help" {
+                continue;
+            }
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or("");
+            if !rows.contains(&(flag, env)) {
+                missing.push(format!("--{flag} ({env})"));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in docs/operator.md's flag table: {missing:?}"
+        );
+    }
+
+    /// `--help` names the shard Leases as they are named (`shards::ShardSettings::prefix`).
+    #[test]
+    fn run_help_names_the_shard_leases_as_they_are() {
+        let mut cli = Cli::command();
+        let help = cli
+            .find_subcommand_mut("run")
+            .expect("run")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("<name>-shard-<N>-<i>"), "{help}");
+        assert!(!help.contains("<name>-shard-<i>"), "{help}");
     }
 }

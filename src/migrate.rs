@@ -52,6 +52,12 @@ pub struct Object {
 pub struct Inventory {
     pub namespaces: Vec<Namespace>,
     pub objects: Vec<Object>,
+    /// Roles, RoleBindings and ServiceAccounts that carry kubernetes-replicator's annotations:
+    /// it copies those kinds too, mimeo does not, and the plan must say so.
+    pub not_migrated: Vec<Object>,
+    /// Those of the kinds above that could not be listed, with why: the plan says it could not
+    /// look.
+    pub not_read: Vec<String>,
     /// Kyverno `ClusterPolicy` and `Policy` objects, as JSON.
     pub policies: Vec<Value>,
     /// Whether Kyverno's `ClusterPolicy` kind is served: Kyverno is installed.
@@ -568,7 +574,11 @@ fn installed(inventory: &Inventory, tool: Tool) -> bool {
     match tool {
         Tool::Kyverno => inventory.kyverno_served,
         Tool::HelmDeployer => inventory.helm.served,
-        _ => inventory.objects.iter().any(marked),
+        _ => inventory
+            .objects
+            .iter()
+            .chain(&inventory.not_migrated)
+            .any(marked),
     }
 }
 

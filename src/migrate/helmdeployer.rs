@@ -242,8 +242,15 @@ fn deployment(
     let clusters = match selected_clusters(clusters, &selector) {
         Ok(clusters) => clusters,
         Err(why) => {
+            let whose = match (definition, config.and_then(|c| c["metadata"]["name"].as_str())) {
+                (Some((reference, _)), Some(config)) => format!(
+                    "the selector it refers to, selectorDefinitions.{reference} of HelmDeployerConfig \
+                     {config},"
+                ),
+                _ => "its selector".to_owned(),
+            };
             notes.push(format!(
-                "{what}: its selector does not read as openMCP's ({why}); not translated"
+                "{what}: {whose} does not read as openMCP's ({why}); not translated"
             ));
             return None;
         }
@@ -1048,6 +1055,30 @@ mod tests {
         let mut unlabelled = made;
         unlabelled.labels.remove(MANAGED_BY);
         assert!(made_by_helmdeployer(&unlabelled, &source, Some("helmdeploy")).is_none());
+    }
+
+    #[test]
+    fn a_broken_selector_is_named_where_it_is_written() {
+        let broken = json!({"matchPurposes": [{"operator": "Sometimes", "values": ["x"]}]});
+        let config = json!({"metadata": {"name": "default"},
+                            "spec": {"selectorDefinitions": {"workload": broken.clone()}}});
+        let by_ref = json!({"metadata": {"namespace": "p", "name": "d"},
+                            "spec": {"selector": {"ref": "workload"}}});
+        let own = json!({"metadata": {"namespace": "p", "name": "e"}, "spec": {"selector": broken}});
+        let mut notes = Vec::new();
+        assert!(deployment(&by_ref, Some(&config), "p", &[], &mut notes).is_none());
+        assert!(deployment(&own, Some(&config), "p", &[], &mut notes).is_none());
+        assert!(
+            notes[0].starts_with(
+                "HelmDeployment p/d: the selector it refers to, selectorDefinitions.workload of \
+                 HelmDeployerConfig default, does not read as openMCP's ("
+            ),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with("HelmDeployment p/e: its selector does not read as openMCP's ("),
+            "{notes:?}"
+        );
     }
 
     #[test]

@@ -119,6 +119,7 @@ mod tests {
                 object("Secret", "platform", "broken", &[(SYNC, "app in kubed")]),
             ],
             policies: vec![],
+            ..Inventory::default()
         };
         let m = migrate(
             &inventory,

@@ -412,6 +412,7 @@ mod tests {
                  "generate": {"kind": "Secret", "name": "x", "namespace": "{{request.object.metadata.namespace}}",
                               "synchronize": true, "clone": {"namespace": "platform", "name": "x"}}}
             ]))],
+            ..Inventory::default()
         };
         let m = migrate(
             &inventory,

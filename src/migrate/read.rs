@@ -6,7 +6,8 @@
 
 use super::helmdeployer::HelmDeployer;
 use super::{Inventory, Namespace, Object};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace as KubeNamespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace as KubeNamespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, ObjectMeta};
@@ -127,6 +128,7 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
     let metas = secrets.items.into_iter().map(|i| ("Secret", i.metadata));
     let metas = metas.chain(config_maps.items.into_iter().map(|i| ("ConfigMap", i.metadata)));
     let objects = metas.map(|(kind, metadata)| object(kind, metadata)).collect();
+    let (not_migrated, not_read) = replicated_rbac(client).await;
     let mut policies = Vec::new();
     let mut kyverno_served = true;
     let cluster_policies = ApiResource::from_gvk_with_plural(
@@ -158,11 +160,59 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
     Ok(Inventory {
         namespaces,
         objects,
+        not_migrated,
+        not_read,
         policies,
         kyverno_served,
         helm: helm(client).await?,
         clusters: BTreeMap::new(),
     })
+}
+
+/// The Roles, RoleBindings and ServiceAccounts kubernetes-replicator copies (those with any of
+/// its annotations), and the kinds that could not be listed, each with why. A user who may not
+/// list them still gets a plan, which says it could not look.
+async fn replicated_rbac(client: &Client) -> (Vec<Object>, Vec<String>) {
+    let (mut found, mut not_read) = (Vec::new(), Vec::new());
+    let everywhere = ListParams::default();
+    let lists: [(&str, kube::Result<Vec<ObjectMeta>>); 3] = [
+        (
+            "Role",
+            Api::<Role>::all(client.clone())
+                .list_metadata(&everywhere)
+                .await
+                .map(metas_of),
+        ),
+        (
+            "RoleBinding",
+            Api::<RoleBinding>::all(client.clone())
+                .list_metadata(&everywhere)
+                .await
+                .map(metas_of),
+        ),
+        (
+            "ServiceAccount",
+            Api::<ServiceAccount>::all(client.clone())
+                .list_metadata(&everywhere)
+                .await
+                .map(metas_of),
+        ),
+    ];
+    for (kind, list) in lists {
+        match list {
+            Ok(list) => found.extend(
+                list.into_iter()
+                    .map(|metadata| object(kind, metadata))
+                    .filter(super::replicator::annotated),
+            ),
+            Err(e) => not_read.push(format!("{kind}s: {}", crate::error_text::with_causes(&e))),
+        }
+    }
+    (found, not_read)
+}
+
+fn metas_of<K: Clone>(list: kube::core::ObjectList<kube::core::PartialObjectMeta<K>>) -> Vec<ObjectMeta> {
+    list.items.into_iter().map(|i| i.metadata).collect()
 }
 
 async fn namespaces(client: &Client) -> Result<Vec<Namespace>, ReadError> {

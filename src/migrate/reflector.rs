@@ -329,6 +329,7 @@ mod tests {
                 object("ConfigMap", "web", "by-label", &[]),
             ],
             policies: vec![],
+            ..Inventory::default()
         };
         let m = migrate(
             &inventory,

@@ -77,6 +77,33 @@ pub fn translate(inventory: &Inventory, migration: &mut Migration) {
         push(inventory, migration, source);
     }
     pull(inventory, migration);
+    not_migrated(inventory, migration);
+}
+
+/// The replicator copies Roles, RoleBindings and ServiceAccounts too; mimeo does not migrate
+/// them (RBAC copied between namespaces grants rights there, which a rule should not do
+/// unseen), so each gets a note, and so does a kind that could not be looked at.
+fn not_migrated(inventory: &Inventory, migration: &mut Migration) {
+    for object in &inventory.not_migrated {
+        let what = format!("{} {}/{}", object.kind, object.namespace, object.name);
+        migration.note(
+            Tool::Replicator,
+            &what,
+            "not migrated: mimeo does not take over the replicator's copies of Roles, RoleBindings \
+             and ServiceAccounts; keep the replicator for them, or write them where they are needed \
+             (a Helm chart, a GitOps repository) before removing it",
+        );
+    }
+    for why in &inventory.not_read {
+        migration.note(
+            Tool::Replicator,
+            "Roles, RoleBindings and ServiceAccounts",
+            format!(
+                "could not be read, so the replicator's copies of them are not listed here ({why}); \
+                 it copies those kinds too, and mimeo does not migrate them"
+            ),
+        );
+    }
 }
 
 fn push(inventory: &Inventory, migration: &mut Migration, source: &Object) {
@@ -347,6 +374,7 @@ pub(crate) mod tests {
                 object("Secret", "namespace-1", "test-secret", &[]),
             ],
             policies: vec![],
+            ..Inventory::default()
         };
         let m = migrate(
             &inventory,
@@ -425,6 +453,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn rbac_the_replicator_copies_is_named_as_not_migrated() {
+        let inventory = Inventory {
+            not_migrated: vec![
+                object("Role", "default", "reader", &[(REPLICATE_TO, "team-.*")]),
+                object(
+                    "ServiceAccount",
+                    "team-a",
+                    "bot",
+                    &[(REPLICATE_FROM, "default/bot")],
+                ),
+            ],
+            not_read: vec!["RoleBindings: forbidden".into()],
+            ..Inventory::default()
+        };
+        let named = crate::migrate::Options {
+            named: vec![Tool::Replicator],
+            ..crate::migrate::Options::default()
+        };
+        let migration = migrate(&inventory, &named);
+        assert!(migration.rules.is_empty());
+        let notes = migration.notes.join("\n");
+        for expected in [
+            "Role default/reader: not migrated",
+            "ServiceAccount team-a/bot: not migrated",
+            "Roles, RoleBindings and ServiceAccounts: could not be read",
+            "(RoleBindings: forbidden)",
+        ] {
+            assert!(notes.contains(expected), "{expected}: {notes}");
+        }
+    }
+
+    #[test]
     fn pull_only_where_the_source_allows_it() {
         let allowed = [(ALLOWED, "true"), (ALLOWED_NAMESPACES, "team-.*")];
         let inventory = Inventory {
@@ -466,6 +526,7 @@ pub(crate) mod tests {
                 ),
             ],
             policies: vec![],
+            ..Inventory::default()
         };
         let m = migrate(
             &inventory,
