@@ -1,7 +1,8 @@
 //! Other clusters: turning a `RemoteCluster`'s kubeconfig into a client, and saying clearly why
 //! when that cannot be done; and the client of the cluster mimeo runs in. Every client counts its
-//! requests (`metrics::requests`) and bounds those in flight (`in_flight`). Nothing here reads
-//! the Secret or talks to a cluster on its own.
+//! requests (`metrics::requests`), bounds those in flight (`in_flight`) and sends a rule's writes
+//! only while this replica holds the rule's shard (`fence`). Nothing here reads the Secret or
+//! talks to a cluster on its own.
 //!
 //! A kubeconfig Secret may be written by someone with far fewer rights than mimeo (a tenant, or
 //! Cluster API next to its Cluster object), yet the client made from it runs inside mimeo's pod.
@@ -9,6 +10,7 @@
 //! (its ServiceAccount token, its certificates), runs a program, goes through a proxy, or sends
 //! credentials where they could be read on the way (plain HTTP, unverified TLS).
 
+pub mod fence;
 mod in_flight;
 
 use crate::error_text::with_causes;
@@ -196,11 +198,13 @@ pub async fn local_client(requests: &CountRequests) -> Result<kube::Client, kube
 }
 
 /// kube's own client stack for `config`, with the layer that counts its requests outside it,
-/// and outside that the bound on its requests in flight (`in_flight`), so that a request's wait
-/// for its turn is not counted as the apiserver's time.
+/// the write fence outside that (a refused write is no request), and outside both the bound on
+/// its requests in flight (`in_flight`), so that a request's wait for its turn is not counted as
+/// the apiserver's time and the fence is checked once the wait is over.
 fn counted_client(config: kube::Config, requests: &CountRequests) -> Result<kube::Client, kube::Error> {
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(requests)
+        .with_layer(&fence::CheckFence)
         .with_layer(&BoundInFlight::new(REQUESTS_IN_FLIGHT))
         .build())
 }

@@ -102,6 +102,20 @@ impl Shards {
         self.count
     }
 
+    /// Shard `shard` held from now until `until`, for tests of what the fence refuses.
+    #[cfg(test)]
+    pub(crate) fn holding(shard: u32, until: Instant) -> Shards {
+        let shards = Shards::new(shard + 1);
+        shards.held.lock().unwrap().insert(
+            shard,
+            Hold {
+                from: Instant::now(),
+                until: Some(until),
+            },
+        );
+        shards
+    }
+
     /// Whether a write for `shard` may start now.
     pub fn holds(&self, shard: u32) -> bool {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());

@@ -30,6 +30,7 @@ use super::fleet::ClusterHandle;
 use super::rule::RuleResource;
 use crate::api::{CopyState, CopyStatus};
 use crate::clusters;
+use crate::clusters::fence::{self, Fence};
 use crate::error_text::with_causes;
 use crate::locks::lock;
 use crate::sync::copies::{self, OwnedCopy, PlaceKey};
@@ -73,12 +74,17 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
     let _done = InFlight(&ctx);
     let started = Instant::now();
     let api = rule.api(ctx.client.clone());
-    let result = finalizer(&api, FINALIZER, rule, |event| async {
-        match event {
-            FinalizerEvent::Apply(rule) => apply(rule, &ctx).await,
-            FinalizerEvent::Cleanup(rule) => cleanup::cleanup(rule, &ctx).await,
-        }
-    })
+    // Every write of the pass, to any cluster, is checked against the rule's shard as it leaves.
+    let fence = Fence::for_rule(&ctx.shards, &key);
+    let result = fence::under(
+        fence,
+        finalizer(&api, FINALIZER, rule, |event| async {
+            match event {
+                FinalizerEvent::Apply(rule) => apply(rule, &ctx).await,
+                FinalizerEvent::Cleanup(rule) => cleanup::cleanup(rule, &ctx).await,
+            }
+        }),
+    )
     .await;
     ctx.metrics.reconciled(R::KIND, started.elapsed());
     match result {

@@ -8,6 +8,7 @@ use super::make::live_object;
 use super::record::EventLog;
 use super::{WRITE_CONCURRENCY, failure, flap_key, owned_copies, place_of, remote_call};
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec};
+use crate::clusters::fence::Fence;
 use crate::controller::Context;
 use crate::controller::fleet::ClusterHandle;
 use crate::controller::watches::Watches;
@@ -132,7 +133,7 @@ async fn write_copy(
 ) -> kube::Result<WriteDone> {
     let (client, resource, desired) = (&job.client, &job.resource, &job.write.desired);
     let (live, how) = (&job.write.live, job.write.how);
-    fence(shards, key)?;
+    Fence::for_rule(shards, key).check()?;
     let there = match write::write(client, resource, desired, live.as_deref(), how).await? {
         write::Written::Stored(stored) => {
             return Ok(WriteDone::Stored {
@@ -155,7 +156,7 @@ async fn write_copy(
         Decision::InSync => Ok(WriteDone::InSync(there)),
         Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
         Decision::Write(again) => {
-            fence(shards, key)?;
+            Fence::for_rule(shards, key).check()?;
             let written = write::write(client, resource, desired, Some(&there), again).await?;
             match written {
                 write::Written::Stored(stored) => Ok(WriteDone::Stored {
@@ -390,7 +391,7 @@ pub(super) async fn remove_owned(
     if owner_of(&live.metadata, key, check) != Owner::ThisRule {
         return Ok(None);
     }
-    fence(shards, key)?;
+    Fence::for_rule(shards, key).check()?;
     write::remove(&cluster.client, resource, &*live, spec.deletion).await?;
     Ok(Some(match spec.deletion {
         crate::api::DeletionPolicy::Delete => "delete",
@@ -445,16 +446,5 @@ fn past(how: Write) -> &'static str {
         Write::Apply => "Updated",
         Write::Replace => "Replaced the content of",
         Write::Recreate => "Recreated",
-    }
-}
-
-/// Refuses a write when this replica does not hold the rule's shard now: a replica that was
-/// frozen past its Lease writes nothing until it has renewed it.
-pub(super) fn fence(shards: &Shards, key: &RuleKey) -> kube::Result<()> {
-    match shards.holds_rule(key) {
-        true => Ok(()),
-        false => Err(kube::Error::Service(
-            "this replica does not hold the rule's shard now; another replica writes its copies".into(),
-        )),
     }
 }

@@ -5,6 +5,7 @@
 use super::gather::{Gathered, Reachable};
 use super::inputs::ReadInputs;
 use super::{WRITE_CONCURRENCY, failure, remote_call};
+use crate::clusters::fence::Fence;
 use crate::controller::Context;
 use crate::controller::chain_outputs::{Remembered, chain_input};
 use crate::controller::error::short_message;
@@ -32,7 +33,7 @@ pub(super) async fn create_namespaces(ctx: &Context, gathered: &Gathered<'_>, pl
         let cluster = &gathered.reachable[c];
         let namespace = copy.target.namespace.as_deref().unwrap_or_default();
         let created = async {
-            super::carry_out::fence(&ctx.shards, &gathered.key)?;
+            Fence::for_rule(&ctx.shards, &gathered.key).check()?;
             write::create_namespace(&cluster.handle.client, namespace).await
         };
         match remote_call(&cluster.name, created).await {

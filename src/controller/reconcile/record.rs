@@ -5,6 +5,7 @@ use super::carry_out::Outcome;
 use super::gather::{Gathered, Next, Refusal};
 use super::{RETRY_UNREACHABLE, place_of};
 use crate::api::{CopyState, CopyStatus, RuleStatus};
+use crate::clusters::fence::Fence;
 use crate::controller::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule::RuleResource;
@@ -334,7 +335,7 @@ async fn write_status<R: RuleResource>(
             .map(<[CopyStatus]>::to_vec)
             .unwrap_or_default()
     });
-    super::carry_out::fence(&ctx.shards, &key)?;
+    Fence::for_rule(&ctx.shards, &key).check()?;
     if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
         ctx.statuses
             .lock()
