@@ -311,6 +311,7 @@ pub async fn run(
                 config.inventory.clone(),
                 ctx.allowed_kinds.clone(),
                 ctx.fleet.remote_clusters(),
+                streams.inventories,
                 config.shards.clone(),
                 stopped(),
             );

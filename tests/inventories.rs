@@ -254,6 +254,104 @@ async fn put_source(h: &Harness, value: &str) {
     h.put_secret("platform", "pull", &[("value", value)]).await;
 }
 
+/// A rule starting to use an inventory's cluster asks for its access at once, not at the
+/// inventory's next look 10 s later: the inventory was woken by a watch of its own and read the
+/// fleet's cache of RemoteClusters, which could still say no rule used the cluster (about one new
+/// Cluster in seven waited 10 s). 20 Clusters in a row, each asked for within 2 s of its
+/// RemoteCluster saying a rule uses it; and each gone within 2 s of no rule using it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_a_rule_starts_using_is_asked_for_at_once() {
+    let h = Harness::start().await;
+    h.plane
+        .install_crds(&[
+            fixture("openmcp/clusters.openmcp.cloud_clusters.yaml"),
+            fixture("openmcp/clusters.openmcp.cloud_accessrequests.yaml"),
+        ])
+        .await
+        .unwrap();
+    h.namespace("platform", &[], &[]).await;
+    put_source(&h, "one").await;
+    kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+        "metadata": {"name": "fleet"},
+        "spec": {"namespaces": ["platform"], "openMCP": {},
+                 "selector": {"matchPurposes": [{"operator": "ContainsAny", "values": ["workload"]}]}}}),
+    );
+    h.apply(copy_rule(
+        "pull",
+        json!({"matchLabels": {"mimeo.dev/inventory": "fleet"}}),
+        "apps",
+    ))
+    .await;
+    let requests = Api::<DynamicObject>::all_with(h.client.clone(), &access_requests());
+    let rules_using = |name: String| {
+        let h = &h;
+        async move {
+            remote_cluster(h, &name)
+                .await
+                .and_then(|rc| rc.status?.rules)
+                .unwrap_or(0)
+        }
+    };
+    let (mut asked, mut gone) = (Vec::new(), Vec::new());
+    for round in 0..20 {
+        let name = format!("r{round}");
+        let rc = format!("fleet-platform-{name}");
+        kubectl_apply(&h.plane, &openmcp_cluster("platform", &name, &["workload"]));
+        eventually(&format!("a rule uses {rc}"), || async {
+            (rules_using(rc.clone()).await == 1).then_some(())
+        })
+        .await;
+        let used = Instant::now();
+        common::eventually_within(
+            &format!("the AccessRequest of {name}, within 2 s of a rule using it"),
+            Duration::from_secs(2),
+            || async {
+                requests
+                    .get_opt(&format!("mimeo-{rc}"))
+                    .await
+                    .unwrap()
+                    .map(|_| ())
+            },
+        )
+        .await;
+        asked.push(used.elapsed());
+        common::kubectl(
+            h.plane.kubeconfig_path(),
+            &[
+                "delete",
+                "clusters.clusters.openmcp.cloud",
+                "-n",
+                "platform",
+                &name,
+            ],
+            b"",
+        );
+        eventually(&format!("no rule uses {rc}"), || async {
+            (rules_using(rc.clone()).await == 0).then_some(())
+        })
+        .await;
+        let unused = Instant::now();
+        common::eventually_within(
+            &format!("{rc} and its AccessRequest gone, within 2 s of no rule using it"),
+            Duration::from_secs(2),
+            || async {
+                let request = requests.get_opt(&format!("mimeo-{rc}")).await.unwrap();
+                (request.is_none() && remote_cluster(&h, &rc).await.is_none()).then_some(())
+            },
+        )
+        .await;
+        gone.push(unused.elapsed());
+    }
+    asked.sort();
+    gone.sort();
+    println!(
+        "a rule using a cluster to its AccessRequest: p50 {:?}, max {:?}; no rule to gone: p50 {:?}, max {:?}",
+        asked[10], asked[19], gone[10], gone[19]
+    );
+}
+
 /// openMCP end to end: only the selected Clusters of the named namespace become RemoteClusters;
 /// an AccessRequest is made only when a rule uses one, for exactly what `mimeo remote rbac`
 /// computes; copies arrive, rotate, survive a re-issued credential; a denied or never granted

@@ -8,7 +8,7 @@
 
 use super::error::Error;
 use super::watches::{CappedBackoff, Listed, Reach, Seals, Triggers, Watches, wait_listed};
-use crate::api::{CopyState, KubeconfigSecretRef, RemoteCluster};
+use crate::api::{ClusterInventory, CopyState, KubeconfigSecretRef, RemoteCluster};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::locks::lock;
 use crate::metrics::Metrics;
@@ -23,7 +23,7 @@ use kube::api::Api;
 use kube::core::SelectorExt;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -194,6 +194,13 @@ impl Fleet {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 let Some(fleet) = weak.upgrade() else { break };
+                if let Ok(event) = &event {
+                    // Only now, with the event in the cache the inventory reads: woken by a
+                    // watch of its own, it could read this cache before the change and lose it.
+                    for inventory in inventories_to_wake(event, &fleet.remote_clusters) {
+                        fleet.triggers.fire_inventory(&inventory);
+                    }
+                }
                 match event {
                     Ok(watcher::Event::Apply(rc) | watcher::Event::Delete(rc)) => {
                         fleet.on_remote_cluster(&rc.name_any())
@@ -754,4 +761,102 @@ pub(in crate::controller) fn allows(
             remote.name_any()
         ),
     })
+}
+
+/// The `ClusterInventory` that made a `RemoteCluster`: its controller owner of that kind.
+fn inventory_of(rc: &RemoteCluster) -> Option<&str> {
+    let group = ClusterInventory::group(&());
+    rc.owner_references()
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && o.kind == ClusterInventory::kind(&())
+                && o.api_version.split('/').next() == Some(&*group)
+        })
+        .map(|o| o.name.as_str())
+}
+
+/// The inventories one event of the `RemoteCluster` watch concerns, named once `cache` has
+/// applied it: the maker of a changed or deleted `RemoteCluster` (a rule starting or stopping
+/// to use it above all: its `status.rules`), and after a list, the makers of all of them (a
+/// list's objects reach the cache only with its end, so not for each of them as it comes).
+fn inventories_to_wake(
+    event: &watcher::Event<RemoteCluster>,
+    cache: &Store<RemoteCluster>,
+) -> BTreeSet<String> {
+    match event {
+        watcher::Event::Apply(rc) | watcher::Event::Delete(rc) => {
+            inventory_of(rc).map(str::to_owned).into_iter().collect()
+        }
+        watcher::Event::InitDone => cache
+            .state()
+            .iter()
+            .filter_map(|rc| inventory_of(rc).map(str::to_owned))
+            .collect(),
+        watcher::Event::Init | watcher::Event::InitApply(_) => BTreeSet::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::stream;
+
+    fn remote_cluster(name: &str, version: &str, owner: Option<&str>, rules: i32) -> RemoteCluster {
+        let owners = owner.map(|inventory| {
+            serde_json::json!([{"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+                                "name": inventory, "uid": "u", "controller": true}])
+        });
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+            "metadata": {"name": name, "resourceVersion": version, "ownerReferences": owners},
+            "spec": {},
+            "status": {"rules": rules},
+        }))
+        .unwrap()
+    }
+
+    /// The lost wake-up of issue 43: the inventory was woken by a watch of its own and read the
+    /// fleet's cache, which could still hold the `RemoteCluster` without the rule that now used
+    /// it. Woken from the fleet's watch, it is woken only once that cache holds the change.
+    #[tokio::test]
+    async fn an_inventory_is_woken_once_the_cache_it_reads_holds_the_change() {
+        let writer: Writer<RemoteCluster> = Writer::default();
+        let cache = writer.as_reader();
+        let events = vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(remote_cluster("a", "1", Some("fleet"), 0)),
+            watcher::Event::InitApply(remote_cluster("own", "2", None, 0)),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(remote_cluster("a", "3", Some("fleet"), 1)),
+            watcher::Event::Apply(remote_cluster("own", "4", None, 1)),
+            watcher::Event::Delete(remote_cluster("a", "5", Some("fleet"), 0)),
+        ];
+        let seen: Vec<(BTreeSet<String>, Option<i32>)> = stream::iter(events.into_iter().map(Ok))
+            .reflect(writer)
+            .map(|event: Result<_, watcher::Error>| {
+                let woken = inventories_to_wake(&event.unwrap(), &cache);
+                // What the woken inventory reads: the cache, as the wake is sent.
+                let rules = cache
+                    .get(&ObjectRef::new("a"))
+                    .and_then(|rc| rc.status.as_ref()?.rules);
+                (woken, rules)
+            })
+            .collect()
+            .await;
+        let fleet = || BTreeSet::from(["fleet".to_owned()]);
+        assert_eq!(
+            seen,
+            [
+                (BTreeSet::new(), None),
+                (BTreeSet::new(), None),
+                (BTreeSet::new(), None),
+                (fleet(), Some(0)),
+                (fleet(), Some(1)),
+                (BTreeSet::new(), Some(1)),
+                (fleet(), None),
+            ],
+            "each wake comes with the cache holding what caused it; not for a cluster of no inventory"
+        );
+    }
 }

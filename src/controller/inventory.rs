@@ -73,11 +73,16 @@ enum InventoryError {
 
 /// Runs the controller until `stopped` resolves. Inventories are optional: when the CRD is not
 /// installed (an upgrade that kept old CRDs), this says so once and waits for it.
+///
+/// `remote_clusters` is the fleet's `RemoteCluster` cache, and `remote_cluster_wakes` what its
+/// watch wakes once that cache holds a change to a `RemoteCluster` an inventory made (when a rule
+/// starts or stops using one above all: its status counts the rules).
 pub async fn run(
     client: Client,
     settings: InventorySettings,
     allowed_kinds: Vec<AllowedKind>,
     remote_clusters: Store<RemoteCluster>,
+    remote_cluster_wakes: impl futures::Stream<Item = ObjectRef<ClusterInventory>> + Send + 'static,
     shards: crate::shards::Shards,
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -98,12 +103,10 @@ pub async fn run(
         }
     }
     let (wake, woken) = futures::channel::mpsc::unbounded();
-    // Owned RemoteClusters wake their inventory, when a rule starts or stops using one above all
-    // (its status counts the rules); one that is leaving has lost its labels, so no label filter.
-    let controller = Controller::new(api, watcher::Config::default()).owns(
-        Api::<RemoteCluster>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    // No watch of its own on RemoteClusters (`owns`): woken by one, the reconcile would read the
+    // fleet's cache, which may not have the change yet (a rule now using the cluster), and nothing
+    // would wake it again when it has. The fleet's watch wakes it after filling that cache.
+    let controller = Controller::new(api, watcher::Config::default());
     let ctx = Arc::new(InventoryContext {
         watches: EntryWatches::new(client.clone(), wake, controller.store()),
         client,
@@ -115,6 +118,7 @@ pub async fn run(
     });
     controller
         .reconcile_on(woken)
+        .reconcile_on(remote_cluster_wakes)
         .reconcile_all_on(super::shards_changed(&shards))
         .graceful_shutdown_on(stopped)
         .run(reconcile, error_policy, ctx)

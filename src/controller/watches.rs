@@ -16,7 +16,7 @@
 use super::echoes::{self, CopyId};
 use super::error::Error;
 use super::named_namespaces::{self, NamespaceEvent};
-use crate::api::{ClusterSyncRule, RemoteCluster, SyncRule};
+use crate::api::{ClusterInventory, ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
 use crate::locks::lock;
 use crate::metrics::Metrics;
@@ -215,6 +215,9 @@ pub struct Triggers {
     sync_rules: Arc<BTreeMap<Option<String>, UnboundedSender<ObjectRef<SyncRule>>>>,
     cluster_sync_rules: UnboundedSender<ObjectRef<ClusterSyncRule>>,
     remote_clusters: UnboundedSender<ObjectRef<RemoteCluster>>,
+    /// The `ClusterInventory` controller's: woken by the fleet's `RemoteCluster` watch once its
+    /// cache, which the inventory reads, holds the change.
+    inventories: UnboundedSender<ObjectRef<ClusterInventory>>,
 }
 
 /// The receiving ends, one per controller.
@@ -223,6 +226,7 @@ pub struct TriggerStreams {
     pub sync_rules: Vec<(Option<String>, UnboundedReceiver<ObjectRef<SyncRule>>)>,
     pub cluster_sync_rules: UnboundedReceiver<ObjectRef<ClusterSyncRule>>,
     pub remote_clusters: UnboundedReceiver<ObjectRef<RemoteCluster>>,
+    pub inventories: UnboundedReceiver<ObjectRef<ClusterInventory>>,
 }
 
 impl Triggers {
@@ -240,16 +244,19 @@ impl Triggers {
         }
         let (cluster_tx, cluster_rx) = unbounded();
         let (remote_tx, remote_rx) = unbounded();
+        let (inventory_tx, inventory_rx) = unbounded();
         (
             Triggers {
                 sync_rules: Arc::new(sync_senders),
                 cluster_sync_rules: cluster_tx,
                 remote_clusters: remote_tx,
+                inventories: inventory_tx,
             },
             TriggerStreams {
                 sync_rules: sync_receivers,
                 cluster_sync_rules: cluster_rx,
                 remote_clusters: remote_rx,
+                inventories: inventory_rx,
             },
         )
     }
@@ -276,6 +283,11 @@ impl Triggers {
     /// Makes a `RemoteCluster`'s status be looked at again.
     pub fn fire_cluster(&self, name: &str) {
         let _ = self.remote_clusters.unbounded_send(ObjectRef::new(name));
+    }
+
+    /// Makes a `ClusterInventory` be looked at again.
+    pub fn fire_inventory(&self, name: &str) {
+        let _ = self.inventories.unbounded_send(ObjectRef::new(name));
     }
 }
 
