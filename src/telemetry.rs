@@ -26,8 +26,23 @@ pub fn init_plugin_log() {
         .try_init();
 }
 
+/// kube's client logs every failed request at ERROR (its tracing layer's `on_failure`): a
+/// workload cluster restarting made 573 such lines in 12 minutes, and anyone paging on ERROR was
+/// woken by each. mimeo says once that a cluster does not answer and once that it does again, and
+/// counts the requests (`mimeo_apiserver_requests_total{code="<error>"}`), so those lines are off
+/// unless the filter names kube's targets itself (`info,kube_client=debug`).
+const KUBE_REQUEST_FAILURES: &str = "kube_client::client::builder=off";
+
+/// The filter as given, with kube's per-request failure lines off unless it names kube.
+fn with_defaults(filter: &str) -> String {
+    match filter.contains("kube") {
+        true => filter.to_owned(),
+        false => format!("{filter},{KUBE_REQUEST_FAILURES}"),
+    }
+}
+
 pub fn init(filter: &str, format: LogFormat) -> Result<(), String> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+    let filter = tracing_subscriber::EnvFilter::try_new(with_defaults(filter))
         .map_err(|e| format!("invalid log level {filter:?}: {e}"))?;
     let json = match format {
         LogFormat::Json => true,
@@ -43,4 +58,22 @@ pub fn init(filter: &str, format: LogFormat) -> Result<(), String> {
         builder.try_init()
     };
     installed.map_err(|e| format!("installing the log subscriber: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubes_line_per_failed_request_is_off_unless_asked_for() {
+        assert_eq!(with_defaults("info"), "info,kube_client::client::builder=off");
+        assert_eq!(
+            with_defaults("info,mimeo=debug"),
+            "info,mimeo=debug,kube_client::client::builder=off"
+        );
+        assert_eq!(with_defaults("info,kube_client=debug"), "info,kube_client=debug");
+        for given in ["info", "debug", "warn,mimeo=trace", "info,kube=debug"] {
+            tracing_subscriber::EnvFilter::try_new(with_defaults(given)).unwrap();
+        }
+    }
 }

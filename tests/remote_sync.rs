@@ -1,6 +1,9 @@
 //! Copies into, out of and between other clusters, against two or three real control planes:
 //! mimeo runs against cluster A (the harness) and reaches B and C through `RemoteCluster`s.
 
+#[path = "../benches/support/processes.rs"]
+mod processes;
+
 mod common;
 
 use common::{Harness, apiserver_writes, eventually, secret_value, stays};
@@ -472,6 +475,79 @@ async fn an_outage_of_one_cluster_delays_only_its_copies() {
         refused.iter().all(changes_nothing),
         "only requests that change nothing: {refused:#?}"
     );
+}
+
+/// What `mimeo run` logs through a workload cluster's restart: that it does not answer, and that
+/// it answers again, once each, with the cluster's name and the cause; no error line (kube's own
+/// client logged one per failed request: 573 in one 12-minute run), and each watch's failure once.
+#[tokio::test]
+async fn a_restart_of_a_remote_cluster_is_logged_once_and_never_as_an_error() {
+    let h = Harness::without_controller().await;
+    let mut b = other().await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    namespace_in(&b.client, "apps", json!({})).await;
+    register(&h, "b", &token_kubeconfig(&b), json!({}), None).await;
+    h.put_secret("platform", "pull", &[("value", "v0")]).await;
+    h.apply(cluster_rule(
+        "pull",
+        json!({"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+               "targets": [{"cluster": "b", "namespace": "apps"}]}),
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut mimeo = processes::Mimeo::start_with(
+        std::path::Path::new(env!("CARGO_BIN_EXE_mimeo")),
+        h.plane.kubeconfig_path(),
+        dir.path(),
+        &["--log-level=info".into()],
+        &[],
+    );
+    mimeo.wait_ready().await;
+    wait_value(&b.client, "apps", "pull", "v0").await;
+
+    b.plane.stop_apiserver().await;
+    // Long enough for every watch of B to retry several times, and a rotation meanwhile.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    h.put_secret("platform", "pull", &[("value", "v1")]).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    b.plane.start_apiserver().await.unwrap_or_else(|e| panic!("{e}"));
+    wait_value(&b.client, "apps", "pull", "v1").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    mimeo.stop();
+
+    let log = std::fs::read_to_string(dir.path().join("mimeo.log")).unwrap();
+    let lines: Vec<Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let said = |message: &str| {
+        lines
+            .iter()
+            .filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with(message)))
+            .collect::<Vec<_>>()
+    };
+    let errors: Vec<&Value> = lines.iter().filter(|l| l["level"] == "ERROR").collect();
+    assert!(
+        errors.is_empty(),
+        "error lines for an expected restart: {errors:#?}"
+    );
+    let down = said("remote cluster does not answer");
+    assert_eq!(down.len(), 1, "{log}");
+    assert_eq!(down[0]["level"], "WARN");
+    assert_eq!(down[0]["cluster"], "b");
+    assert!(
+        down[0]["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{:?}",
+        down[0]
+    );
+    let back = said("remote cluster answers again");
+    assert_eq!(back.len(), 1, "{log}");
+    assert_eq!(back[0]["cluster"], "b");
+    let watches = said("watch failed");
+    assert!(watches.iter().all(|l| l["cluster"] == "b"), "{watches:#?}");
+    assert!(
+        watches.len() <= 4,
+        "each of B's watches' failures said once: {watches:#?}"
+    );
+    assert!(said("no rule uses the remote cluster").is_empty(), "{log}");
 }
 
 /// 7 and 8: a `SyncRule` from a namespace the cluster does not allow cannot use it; garbage, a

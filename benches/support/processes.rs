@@ -129,7 +129,13 @@ impl Mimeo {
             }
             _ => Command::new(bin),
         };
-        let log_level = std::env::var("MIMEO_BENCH_LOG").unwrap_or_else(|_| "warn".into());
+        // A `--log-level` among `extra` wins.
+        let log_level = extra
+            .iter()
+            .find_map(|a| a.strip_prefix("--log-level=").map(str::to_owned))
+            .or_else(|| std::env::var("MIMEO_BENCH_LOG").ok())
+            .unwrap_or_else(|| "warn".into());
+        let extra = extra.iter().filter(|a| !a.starts_with("--log-level="));
         let child = command
             .args([
                 "run",

@@ -29,6 +29,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 
+/// Why a cluster is disconnected when the rules using it changed.
+const UNUSED: &str = "no rule uses the remote cluster any more; disconnected";
+/// Why, when the last rule using it was let go: a replica also lets go of the rules of a shard it
+/// no longer holds (handed over, or lapsed while the hub did not answer), which still use it.
+const LET_GO: &str = "the last rule here that used the remote cluster was let go (deleted, refused, or its \
+                      shard not held by this replica now); disconnected";
 /// How long the prober waits for a down cluster to answer one request.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the watches of connected clusters are looked at for a failure to reach them.
@@ -149,6 +155,7 @@ impl Fleet {
             watches: Watches::start(
                 client.clone(),
                 Reach::Local,
+                None,
                 scope,
                 metrics.clone(),
                 triggers.clone(),
@@ -346,6 +353,10 @@ impl Fleet {
     /// Records which remote clusters `rule` uses (and whether it selects them by labels), and
     /// lets go of those it no longer does. Called before [`Fleet::cluster`].
     pub fn uses(&self, rule: &RuleKey, names: BTreeSet<String>, any: bool) {
+        self.record_usage(rule, names, any, UNUSED);
+    }
+
+    fn record_usage(&self, rule: &RuleKey, names: BTreeSet<String>, any: bool, unused: &'static str) {
         let before = lock(&self.usage).insert(
             rule.clone(),
             Usage {
@@ -362,12 +373,12 @@ impl Fleet {
         for changed in before.names.symmetric_difference(&names) {
             self.triggers.fire_cluster(changed);
         }
-        self.drop_unused();
+        self.drop_unused(unused);
     }
 
-    /// Forgets a rule (deleted) in every cluster.
+    /// Forgets a rule in every cluster: deleted, refused, or its shard not held here now.
     pub fn forget(&self, rule: &RuleKey) {
-        self.uses(rule, BTreeSet::new(), false);
+        self.record_usage(rule, BTreeSet::new(), false, LET_GO);
         lock(&self.usage).remove(rule);
         self.local.watches.forget(rule);
     }
@@ -532,6 +543,7 @@ impl Fleet {
             watches: Watches::start(
                 client,
                 Reach::Remote,
+                Some(name.clone()),
                 Scope::Cluster,
                 self.metrics.clone(),
                 self.triggers.clone(),
@@ -617,7 +629,8 @@ impl Fleet {
         }
     }
 
-    fn drop_unused(&self) {
+    /// Disconnects from the clusters no rule uses here now, saying `why` for each.
+    fn drop_unused(&self, why: &'static str) {
         let used: BTreeSet<String> = lock(&self.usage)
             .values()
             .flat_map(|u| u.names.iter().cloned())
@@ -627,7 +640,7 @@ impl Fleet {
         lock(&self.connections).retain(|name, _| {
             let keep = used.contains(name);
             if !keep {
-                tracing::info!(cluster = %name, "no rule uses the remote cluster any more; disconnected");
+                tracing::info!(cluster = %name, "{why}");
             }
             keep
         });

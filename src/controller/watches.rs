@@ -66,6 +66,9 @@ const REMOTE_WATCH_BACKOFF_CAP: Duration = Duration::from_secs(4);
 /// (mimeo limited to namespaces may not watch CustomResourceDefinitions).
 const DISCOVERY_TTL: Duration = Duration::from_secs(60);
 
+/// How log lines name the cluster mimeo runs in.
+const LOCAL: &str = "(this cluster)";
+
 /// Which cluster a set of watches looks at; it decides how patiently they wait and retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reach {
@@ -348,6 +351,8 @@ pub struct Watches {
     me: Weak<Watches>,
     client: Client,
     reach: Reach,
+    /// The `RemoteCluster` watched, for log lines; `None` for the cluster mimeo runs in.
+    cluster: Option<String>,
     /// The namespaces this cluster's watches may see.
     scope: Scope,
     /// Why the last watch request failed, until a watch lists again.
@@ -431,6 +436,7 @@ impl Watches {
     pub fn start(
         client: Client,
         reach: Reach,
+        cluster: Option<String>,
         scope: Scope,
         metrics: Arc<Metrics>,
         triggers: Triggers,
@@ -443,6 +449,7 @@ impl Watches {
             me: me.clone(),
             client,
             reach,
+            cluster,
             scope,
             failure: Mutex::new(None),
             metrics,
@@ -518,8 +525,12 @@ impl Watches {
                     NamespaceEvent::Seen(ns) => ns.name_any(),
                     NamespaceEvent::Gone(name) => name.clone(),
                     NamespaceEvent::Failed(e) => {
-                        tracing::warn!(error = %e, "watching a namespace failed; retrying");
-                        *lock(&this.failure) = Some(classify(e));
+                        match lock(&this.failure).replace(classify(e)).is_none() {
+                            true => {
+                                tracing::warn!(cluster = this.cluster.as_deref().unwrap_or(LOCAL), error = %e, "watching a namespace failed; retrying, and saying so again only after it is read")
+                            }
+                            false => tracing::debug!(error = %e, "watching a namespace failed again"),
+                        }
                         continue;
                     }
                 };
@@ -669,7 +680,9 @@ impl Watches {
         lock(&self.failure).clone()
     }
 
-    fn note_failure(&self, error: &watcher::Error) {
+    /// Records why a watch failed; says whether this starts a failure (none since the last list),
+    /// so that an outage is logged once, not at every retry of every watch.
+    fn note_failure(&self, error: &watcher::Error) -> bool {
         let problem = match error {
             watcher::Error::InitialListFailed(e)
             | watcher::Error::WatchStartFailed(e)
@@ -679,7 +692,7 @@ impl Watches {
                 message: other.to_string(),
             },
         };
-        *lock(&self.failure) = Some(problem);
+        lock(&self.failure).replace(problem).is_none()
     }
 
     /// One namespace's labels, from the cache, if it is there.
@@ -1229,10 +1242,16 @@ where
                     }
                     on_event(&watches, &event)
                 }
-                Err(e) => {
-                    tracing::warn!(watch = what, error = %e, "watch failed; retrying with backoff");
-                    watches.note_failure(&e);
-                }
+                Err(e) => match watches.note_failure(&e) {
+                    true => tracing::warn!(
+                        watch = what,
+                        cluster = watches.cluster.as_deref().unwrap_or(LOCAL),
+                        error = %e,
+                        "watch failed; retrying with backoff, and saying so again only after it lists"
+                    ),
+                    // Counted by mimeo_apiserver_requests_total{code="<error>"}.
+                    false => tracing::debug!(watch = what, error = %e, "watch failed again"),
+                },
             }
         }
     });
