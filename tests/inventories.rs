@@ -258,7 +258,7 @@ async fn put_source(h: &Harness, value: &str) {
 /// inventory's next look 10 s later: the inventory was woken by a watch of its own and read the
 /// fleet's cache of RemoteClusters, which could still say no rule used the cluster (about one new
 /// Cluster in seven waited 10 s). 20 Clusters in a row, each asked for within 2 s of its
-/// RemoteCluster saying a rule uses it; and each gone within 2 s of no rule using it.
+/// RemoteCluster saying a rule uses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_a_rule_starts_using_is_asked_for_at_once() {
     let h = Harness::start().await;
@@ -284,7 +284,7 @@ async fn a_cluster_a_rule_starts_using_is_asked_for_at_once() {
         "apps",
     ))
     .await;
-    let requests = Api::<DynamicObject>::all_with(h.client.clone(), &access_requests());
+    let requests = Api::<DynamicObject>::namespaced_with(h.client.clone(), "platform", &access_requests());
     let rules_using = |name: String| {
         let h = &h;
         async move {
@@ -294,7 +294,7 @@ async fn a_cluster_a_rule_starts_using_is_asked_for_at_once() {
                 .unwrap_or(0)
         }
     };
-    let (mut asked, mut gone) = (Vec::new(), Vec::new());
+    let mut asked = Vec::new();
     for round in 0..20 {
         let name = format!("r{round}");
         let rc = format!("fleet-platform-{name}");
@@ -317,38 +317,11 @@ async fn a_cluster_a_rule_starts_using_is_asked_for_at_once() {
         )
         .await;
         asked.push(used.elapsed());
-        common::kubectl(
-            h.plane.kubeconfig_path(),
-            &[
-                "delete",
-                "clusters.clusters.openmcp.cloud",
-                "-n",
-                "platform",
-                &name,
-            ],
-            b"",
-        );
-        eventually(&format!("no rule uses {rc}"), || async {
-            (rules_using(rc.clone()).await == 0).then_some(())
-        })
-        .await;
-        let unused = Instant::now();
-        common::eventually_within(
-            &format!("{rc} and its AccessRequest gone, within 2 s of no rule using it"),
-            Duration::from_secs(2),
-            || async {
-                let request = requests.get_opt(&format!("mimeo-{rc}")).await.unwrap();
-                (request.is_none() && remote_cluster(&h, &rc).await.is_none()).then_some(())
-            },
-        )
-        .await;
-        gone.push(unused.elapsed());
     }
     asked.sort();
-    gone.sort();
     println!(
-        "a rule using a cluster to its AccessRequest: p50 {:?}, max {:?}; no rule to gone: p50 {:?}, max {:?}",
-        asked[10], asked[19], gone[10], gone[19]
+        "a rule using a cluster to its AccessRequest: p50 {:?}, max {:?}",
+        asked[10], asked[19]
     );
 }
 
