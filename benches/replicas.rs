@@ -5,7 +5,10 @@
 //!   5,000 copies, every copy passing through the `misbehave` test plugin spending 20 ms busy
 //!   per call) on 1, 2 and 3 replicas, each on a fresh control plane: the time from the rules
 //!   applied to all copies seen, as ratios to one replica. `--plugin-concurrency N` is passed to
-//!   every replica (unset: mimeo's default), as a pod's CPU limit would bound it.
+//!   every replica (unset: mimeo's default), as a pod's CPU limit would bound it. The plugin
+//!   calls of all replicas together (`mimeo_plugin_calls_total`) should be one per copy; the
+//!   failed chains (run again) and the shard holds that lapsed (their rules let go) are shown
+//!   beside them.
 //! - **clusters**: `--clusters N` control planes registered as `RemoteCluster`s, each the target
 //!   of a `ClusterSyncRule` of its own, served by 1 and then 3 replicas: each replica's
 //!   connections to the hub and to the clusters, and its resident memory; the watches all
@@ -148,8 +151,69 @@ async fn wait_for_copies(client: &Client, n: usize, within: Duration) {
     assert!(waited.is_ok(), "{n} copies were not seen within {within:?}");
 }
 
+/// The sum over `replicas` of a counter's samples: `name` is the family (`mimeo_x_total`, every
+/// label set) or one sample (`mimeo_x_total{result="run"}`).
+async fn counter(replicas: &[Mimeo], name: &str) -> f64 {
+    let mut total = 0.0;
+    for replica in replicas {
+        total += replica
+            .metrics()
+            .await
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
+}
+
+/// What the replicas' plugins did for one run.
+struct Calls {
+    /// Transform calls, all replicas together.
+    calls: f64,
+    /// Chains that failed (a failure is not remembered: the chain runs again).
+    failed: f64,
+    /// Shard holds that lapsed (a renewal after its deadline, or one that failed): the rules
+    /// looked at meanwhile were let go, and were looked at again once the shard was held.
+    lapses: usize,
+}
+
+/// The plugin calls once they stopped coming (a pass may still be running its chains when the
+/// last copy is seen), with the failures and the lapsed holds the replicas logged.
+async fn calls_made(replicas: &[Mimeo], root: &Path) -> Calls {
+    let started = Instant::now();
+    let mut last = (
+        counter(replicas, "mimeo_plugin_calls_total").await,
+        Instant::now(),
+    );
+    while last.1.elapsed() < Duration::from_secs(5) && started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = counter(replicas, "mimeo_plugin_calls_total").await;
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+    }
+    let lapses = (0..replicas.len())
+        .map(|r| {
+            std::fs::read_to_string(root.join(format!("replica-{r}")).join("mimeo.log"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("renewed after its deadline") || l.contains("could not be renewed"))
+                .count()
+        })
+        .sum();
+    Calls {
+        calls: last.0,
+        failed: counter(replicas, "mimeo_plugin_failures_total").await,
+        lapses,
+    }
+}
+
 /// One run of the plugin-heavy rule set on `count` replicas: the time to all copies.
-async fn plugin_run(count: usize, plugin_dir: &Path, extra: &[String]) -> (Duration, Vec<f64>) {
+async fn plugin_run(count: usize, plugin_dir: &Path, extra: &[String]) -> (Duration, Vec<f64>, Calls) {
     let (plane, client) = plane().await;
     apply(&client, namespace("bench-src", json!({}))).await;
     for t in 0..NAMESPACES {
@@ -199,10 +263,11 @@ async fn plugin_run(count: usize, plugin_dir: &Path, extra: &[String]) -> (Durat
         .zip(&cpu_before)
         .map(|(r, before)| r.cpu_secs() - before)
         .collect();
+    let calls = calls_made(&replicas, root.path()).await;
     for replica in &mut replicas {
         replica.stop();
     }
-    (took, cpu)
+    (took, cpu, calls)
 }
 
 async fn plugins() {
@@ -220,20 +285,32 @@ async fn plugins() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:>9} {:>14} {:>16} {:>28}",
-        "replicas", "all copies", "speed-up vs 1", "CPU seconds per replica"
+        "{:>9} {:>14} {:>16} {:>28} {:>14} {:>9} {:>7} {:>14}",
+        "replicas",
+        "all copies",
+        "speed-up vs 1",
+        "CPU seconds per replica",
+        "plugin calls",
+        "per copy",
+        "failed",
+        "shard lapses"
     );
+    let copies = (RULES * NAMESPACES) as f64;
     let mut one = None;
     for count in 1..=3 {
-        let (took, cpu) = plugin_run(count, &plugin_dir, &extra).await;
+        let (took, cpu, calls) = plugin_run(count, &plugin_dir, &extra).await;
         let one = *one.get_or_insert(took);
         let cpu: Vec<String> = cpu.iter().map(|c| format!("{c:.1}")).collect();
         println!(
-            "{:>9} {:>14.1?} {:>15.2}x {:>28}",
+            "{:>9} {:>14.1?} {:>15.2}x {:>28} {:>14} {:>9.2} {:>7} {:>14}",
             count,
             took,
             one.as_secs_f64() / took.as_secs_f64(),
-            cpu.join(" / ")
+            cpu.join(" / "),
+            calls.calls,
+            calls.calls / copies,
+            calls.failed,
+            calls.lapses
         );
     }
 }

@@ -67,7 +67,7 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
     let key = rule.key();
     if !ctx.shards.holds_rule(&key) {
         // Another replica holds the rule's shard: nothing of it is watched or written here.
-        forget(&ctx, &key);
+        let_go(&ctx, &key);
         return Ok(Action::await_change());
     }
     ctx.in_flight.send_modify(|running| *running += 1);
@@ -99,19 +99,28 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
     }
 }
 
-/// Lets go of everything this replica keeps for a rule: its watches and clusters, what its chain
-/// made, its last status, its backoff and its metrics.
-fn forget(ctx: &Context, key: &RuleKey) {
+/// Lets go of a rule whose shard this replica does not hold now: its watches and clusters, its
+/// last status, its backoff and its metrics. What its chain made is kept a while
+/// (`ChainOutputs::let_go`): a hold that lapsed is renewed within seconds, and the renewal looks
+/// at every rule again, which would otherwise run every chain of the rules let go meanwhile
+/// once more for every copy.
+fn let_go(ctx: &Context, key: &RuleKey) {
     ctx.fleet.forget(key);
     ctx.next_to.forget(key);
     ctx.plugin_config_maps
         .uses(key, std::collections::BTreeSet::new());
     ctx.plugin_files.uses(key, std::collections::BTreeSet::new());
-    ctx.chain_outputs
-        .keep_only(key, &std::collections::BTreeSet::new());
+    ctx.chain_outputs.let_go(key, Instant::now());
     lock(&ctx.statuses).remove(key);
     ctx.retries.succeeded(key);
     ctx.metrics.set_copies(&key.to_string(), None);
+}
+
+/// Forgets everything this replica keeps for a rule that is gone: what [`let_go`] lets go, and
+/// what its chain made.
+fn forget(ctx: &Context, key: &RuleKey) {
+    let_go(ctx, key);
+    ctx.chain_outputs.forget(key);
 }
 
 /// Counts a reconcile out when it ends, however it ends (a cancelled future included).

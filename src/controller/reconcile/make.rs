@@ -94,6 +94,14 @@ pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mu
             };
             copy.pending = Pending::Made(made);
         }
+        // The copies kept as they are in a cluster that cannot be used now keep what the chain
+        // made of them, for when it can: an outage is not a new input.
+        chained.extend(
+            plan.copies
+                .iter()
+                .filter(|copy| copy.keeps_previous)
+                .map(|copy| copy.target.clone()),
+        );
     }
     ctx.chain_outputs.keep_only(&gathered.key, &chained);
 }
