@@ -30,6 +30,7 @@ use crate::sync::scope::Scope;
 use crate::sync::seal::{Place, SealKey};
 use crate::sync::targets::NamespaceInfo;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -1032,9 +1033,23 @@ impl Watches {
             Some(ns) => Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, resource),
         };
         let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+        // From a failure until the list it starts over with is done (`relisting`), the cache is
+        // not current: a copy written meanwhile (or whose event the watch lost as its apiserver
+        // went away) is missing from it, and its place would be taken for empty. So it counts as
+        // not listed until then: `declare` waits for it (another cluster's is unusable if it
+        // does not come), and the list wakes the rules with copies here.
+        let (not_current, failed) = (
+            listed_tx.clone(),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let relisted = failed.clone();
         // The cache keeps each copy summed up (metadata, a digest of its content): the data a
         // copy holds never stays in memory past its watch event.
-        let stream = watcher(api, config)
+        let stream = relisting(move || watcher(api.clone(), config.clone()).boxed())
+            .inspect_err(move |_| {
+                not_current.send_replace(false);
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            })
             .backoff(self.reach.backoff())
             .map_ok(summed_up)
             .reflect(writer);
@@ -1046,6 +1061,12 @@ impl Watches {
             self.weak_self(),
             listed_tx,
             move |this, event| match event {
+                // Listed again after a failure: the rules that waited for it, or were refused
+                // this cluster meanwhile, look again, and so do those whose copies changed
+                // meanwhile (a list brings no event for them).
+                watcher::Event::InitDone if relisted.swap(false, std::sync::atomic::Ordering::Relaxed) => {
+                    this.on_copies_relisted(&kind);
+                }
                 // The echo of a write of ours is no news to the rule that made it: waking it
                 // would only have it look again at what it just wrote (at 500 copies, 500
                 // wake-ups queuing one more look behind each rotation).
@@ -1139,6 +1160,16 @@ impl Watches {
         }
     }
 
+    fn on_copies_relisted(&self, kind: &ApiResource) {
+        let key = copies_key(kind);
+        let interests = lock(&self.interests);
+        for (rule, interest) in interests.iter() {
+            if interest.copies.as_ref().is_some_and(|c| copies_key(c) == key) {
+                self.triggers.fire(rule);
+            }
+        }
+    }
+
     fn on_namespace(&self, namespace: &str) {
         let interests = lock(&self.interests);
         for (rule, interest) in interests.iter() {
@@ -1198,6 +1229,43 @@ impl Drop for WriteInFlight {
         }
     }
 }
+
+/// A watch that starts over from a full list after any error. kube's watcher resumes from the
+/// last version it saw where it can, and then nothing says when it has caught up: the cache it
+/// fills would pass for current all along (issue 43: after a cluster's apiserver restarted, a
+/// cache that had not seen a copy took its place for empty, and two creates were refused as
+/// AlreadyExists). Started over, the cache keeps what it held until the list is done (the
+/// reflector swaps at `InitDone`), and is current from then on. Each start is `start()`.
+fn relisting<K>(
+    start: impl Fn() -> BoxStream<'static, WatchEvent<K>> + Send + 'static,
+) -> impl Stream<Item = WatchEvent<K>> + Send + 'static
+where
+    K: Send + 'static,
+{
+    let current: Option<BoxStream<'static, WatchEvent<K>>> = None;
+    let ahead: Option<WatchEvent<K>> = None;
+    futures::stream::unfold((start, current, ahead), |(start, current, ahead)| async move {
+        if let Some(event) = ahead {
+            return Some((event, (start, current, None)));
+        }
+        let mut stream = current.unwrap_or_else(&start);
+        match stream.next().await? {
+            // A start whose list fails is no start: its `Init` is held back, or it would reset
+            // the backoff (as kube's own watcher does) and a cluster that is down would be asked
+            // again every 250 ms.
+            Ok(watcher::Event::Init) => match stream.next().await? {
+                Err(e) => Some((Err(e), (start, None, None))),
+                next => Some((Ok(watcher::Event::Init), (start, Some(stream), Some(next)))),
+            },
+            // The next poll, past the backoff, starts afresh.
+            Err(e) => Some((Err(e), (start, None, None))),
+            event => Some((event, (start, Some(stream), None))),
+        }
+    })
+}
+
+/// What a watch brings: an event, or why it failed.
+type WatchEvent<K> = Result<watcher::Event<K>, watcher::Error>;
 
 /// A copies watch event with its object summed up, `managedFields` dropped.
 fn summed_up(event: watcher::Event<DynamicObject>) -> watcher::Event<LiveCopy> {
@@ -1261,6 +1329,53 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// issue 43, 6: after an error the watch starts over from a list, whose end says that its
+    /// cache is current again (resumed from its last version, it would say nothing); a start
+    /// whose list fails says only that it failed.
+    #[tokio::test]
+    async fn a_failed_watch_starts_over_from_a_list() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let starts = Arc::new(Mutex::new(std::collections::VecDeque::from([
+            vec![
+                Ok(Init),
+                Ok(InitApply("a")),
+                Ok(InitDone),
+                Ok(Apply("b")),
+                Err(watcher::Error::NoResourceVersion),
+                Ok(Apply("after the error, from the watch that failed")),
+            ],
+            vec![Ok(Init), Err(watcher::Error::NoResourceVersion)],
+            vec![Ok(Init), Ok(InitApply("a")), Ok(InitApply("b")), Ok(InitDone)],
+        ])));
+        let next = starts.clone();
+        let seen: Vec<String> = relisting(move || {
+            let script = next.lock().unwrap().pop_front().unwrap_or_default();
+            futures::stream::iter(script)
+                .chain(futures::stream::pending())
+                .boxed()
+        })
+        .take(10)
+        .map(|event| event.map_or_else(|_| "error".to_owned(), |e| format!("{e:?}")))
+        .collect()
+        .await;
+        assert_eq!(
+            seen,
+            [
+                "Init",
+                "InitApply(\"a\")",
+                "InitDone",
+                "Apply(\"b\")",
+                "error",
+                "error",
+                "Init",
+                "InitApply(\"a\")",
+                "InitApply(\"b\")",
+                "InitDone",
+            ]
+        );
+        assert!(starts.lock().unwrap().is_empty(), "started three times");
+    }
 
     #[test]
     fn a_written_copy_is_kept_only_while_the_cache_lags() {

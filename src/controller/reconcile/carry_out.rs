@@ -193,6 +193,9 @@ fn record_write(
             return;
         }
         Ok(WriteDone::InSync(there)) => {
+            // Said, as the apiserver counts it (a create refused as AlreadyExists): a copies
+            // cache that had not seen the copy decided the create.
+            tracing::info!(rule = %key, copy = %place, "a create found the copy already there as it should be (the copies cache had not seen it); nothing written");
             copy.decision = Some(Decision::InSync);
             copy.live = Some(there);
             return;
