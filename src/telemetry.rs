@@ -26,12 +26,13 @@ pub fn init_plugin_log() {
         .try_init();
 }
 
-/// kube's client logs every failed request at ERROR (its tracing layer's `on_failure`): a
-/// workload cluster restarting made 573 such lines in 12 minutes, and anyone paging on ERROR was
-/// woken by each. mimeo says once that a cluster does not answer and once that it does again, and
-/// counts the requests (`mimeo_apiserver_requests_total{code="<error>"}`), so those lines are off
-/// unless the filter names kube's targets itself (`info,kube_client=debug`).
-const KUBE_REQUEST_FAILURES: &str = "kube_client::client::builder=off";
+/// kube's client logs every failed request at ERROR (its tracing layer's `on_failure`), and every
+/// watch cut short at WARN (`eof in poll`): a workload cluster restarting made 573 such ERROR
+/// lines in 12 minutes, and anyone paging on ERROR was woken by each. mimeo says once that a
+/// cluster does not answer and once that it does again, and counts the requests
+/// (`mimeo_apiserver_requests_total{code="<error>"}`), so those lines are off unless the filter
+/// names kube's targets itself (`info,kube_client=debug`).
+const KUBE_REQUEST_FAILURES: &str = "kube_client::client=error,kube_client::client::builder=off";
 
 /// The filter as given, with kube's per-request failure lines off unless it names kube.
 fn with_defaults(filter: &str) -> String {
@@ -66,10 +67,13 @@ mod tests {
 
     #[test]
     fn kubes_line_per_failed_request_is_off_unless_asked_for() {
-        assert_eq!(with_defaults("info"), "info,kube_client::client::builder=off");
+        assert_eq!(
+            with_defaults("info"),
+            "info,kube_client::client=error,kube_client::client::builder=off"
+        );
         assert_eq!(
             with_defaults("info,mimeo=debug"),
-            "info,mimeo=debug,kube_client::client::builder=off"
+            "info,mimeo=debug,kube_client::client=error,kube_client::client::builder=off"
         );
         assert_eq!(with_defaults("info,kube_client=debug"), "info,kube_client=debug");
         for given in ["info", "debug", "warn,mimeo=trace", "info,kube=debug"] {

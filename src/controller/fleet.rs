@@ -497,16 +497,18 @@ impl Fleet {
             loop {
                 tokio::time::sleep(backoff.next().unwrap_or(Duration::from_secs(5))).await;
                 let Some(fleet) = weak.upgrade() else { break };
-                let client = lock(&fleet.connections)
-                    .get(&name)
-                    .map(|c| c.handle.client.clone());
-                let Some(client) = client else {
+                let handle = lock(&fleet.connections).get(&name).map(|c| c.handle.clone());
+                let Some(handle) = handle else {
                     // Disconnected meanwhile: the next rule to need it connects afresh.
                     lock(&fleet.down).remove(&name);
                     break;
                 };
-                match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
+                match tokio::time::timeout(PROBE_TIMEOUT, handle.client.apiserver_version()).await {
                     Ok(Ok(_)) => {
+                        // Else the health check marks it down again for the watch failures of
+                        // the outage, until every watch has listed (seen: down, up and down
+                        // again within a second of a restart).
+                        handle.watches.answered();
                         lock(&fleet.down).remove(&name);
                         tracing::info!(cluster = %name, "remote cluster answers again");
                         fleet.triggers.fire_cluster(&name);

@@ -681,6 +681,13 @@ impl Watches {
         lock(&self.failure).clone()
     }
 
+    /// The cluster answered a probe after its watches failed: their failure is old news, and
+    /// the cluster is not to be marked down again for it (the watches list again after their
+    /// backoff, and say so anew if they fail again).
+    pub fn answered(&self) {
+        *lock(&self.failure) = None;
+    }
+
     /// Records why a watch failed; says whether this starts a failure (none since the last list),
     /// so that an outage is logged once, not at every retry of every watch.
     fn note_failure(&self, error: &watcher::Error) -> bool {
