@@ -548,9 +548,10 @@ pub struct RunArgs {
     pub watch_namespaces: Vec<String>,
     /// The Secret (`NAMESPACE/NAME`) holding the key mimeo seals its copies with: only an object
     /// whose seal is right is a copy mimeo may update, delete or report. Created with a random key
-    /// when missing; never replaced. Keep it: with a new key, copies the rules' inventories do
-    /// not list look forged. [default: `$POD_NAMESPACE/mimeo-seal-key`, else
-    /// `default/mimeo-seal-key`]
+    /// when missing; never replaced. Keep it: with a new key, copies look forged. To rotate it,
+    /// keep the old key beside the new one under a data entry named `retired...` (its seals are
+    /// accepted, and each copy is sealed anew when next written). [default:
+    /// `$POD_NAMESPACE/mimeo-seal-key`, else `default/mimeo-seal-key`]
     #[arg(long, env = "MIMEO_SEAL_KEY_SECRET", value_name = "NAMESPACE/NAME", value_parser = parse_secret_ref)]
     pub seal_key_secret: Option<(String, String)>,
     /// The credentials providers of `ClusterInventory`s of ClusterProfiles: a KEP-5339 provider

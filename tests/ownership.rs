@@ -285,3 +285,111 @@ async fn a_rule_is_let_go_only_once_its_copies_can_be_listed() {
     )
     .await;
 }
+
+/// The seal each copy of `platform/creds` carries, and the value it holds, by namespace.
+async fn seals_and_values(h: &Harness, namespaces: &[&str]) -> Vec<(Option<String>, Option<String>)> {
+    let mut found = Vec::new();
+    for ns in namespaces {
+        let copy = h.secrets(ns).get_opt("creds").await.unwrap();
+        found.push((
+            copy.as_ref()
+                .and_then(|c| c.metadata.annotations.as_ref()?.get("mimeo.dev/seal").cloned()),
+            copy.as_ref().and_then(|c| common::secret_value(c, "k")),
+        ));
+    }
+    found
+}
+
+/// The seal key rotated (issue 43): restarted with a new key and the old one retired beside it,
+/// while the source rotates, every copy is still the rule's, current, and sealed anew under the
+/// new key; restarted with the old key dropped, every copy still rotates. An object carrying the
+/// rule's marks and a seal under a key never given is left alone throughout.
+#[tokio::test]
+async fn a_rotated_seal_key_keeps_every_copy() {
+    use mimeo::sync::ownership::RuleKey;
+    use mimeo::sync::seal::{Place, SealKey};
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    let targets = ["k1", "k2", "k3"];
+    for ns in targets.iter().chain(&["forged"]) {
+        h.namespace(ns, &[("keys", "yes")], &accept).await;
+    }
+    let rule = RuleKey::sync_rule("platform", "creds");
+    let seal_in = |key: &SealKey, ns: &str| {
+        key.seal(
+            &rule,
+            &Place {
+                group: "",
+                kind: "Secret",
+                namespace: Some(ns),
+                name: "creds",
+            },
+        )
+    };
+    // Marks of the rule's copy and a seal no key of this installation gave.
+    let stranger = SealKey::generate().unwrap();
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "forged",
+                     "labels": {"mimeo.dev/managed-by": "mimeo"},
+                     "annotations": {"mimeo.dev/rule": "SyncRule/platform/creds",
+                                     "mimeo.dev/seal": seal_in(&stranger, "forged")}},
+        "data": {"k": "bWluZQ=="}}))
+        .await;
+    h.put_secret("platform", "creds", &[("k", "v1")]).await;
+    h.apply(sync_rule(
+        "platform",
+        "creds",
+        json!({"source": {"kind": "Secret", "name": "creds"},
+               "targets": [{"namespaceSelector": {"matchLabels": {"keys": "yes"}}}]}),
+    ))
+    .await;
+    let old = h.seal_key.clone();
+    let sealed_by = |key: &SealKey, value: &str| {
+        targets
+            .iter()
+            .map(|ns| (Some(seal_in(key, ns)), Some(value.to_owned())))
+            .collect::<Vec<_>>()
+    };
+    eventually("every copy at v1 under the first key", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&old, "v1")).then_some(())
+    })
+    .await;
+
+    // Rotated: the new key seals, the old one is retired beside it; the source changes meanwhile.
+    h.stop_controller().await;
+    let new = SealKey::generate().unwrap();
+    h.seal_key = new.clone().with_retired(vec![old.bytes().to_vec()]).unwrap();
+    h.put_secret("platform", "creds", &[("k", "v2")]).await;
+    h.start_controller().await;
+    eventually("every copy at v2, sealed anew under the new key", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&new, "v2")).then_some(())
+    })
+    .await;
+    h.put_secret("platform", "creds", &[("k", "v3")]).await;
+    eventually("every copy at v3", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&new, "v3")).then_some(())
+    })
+    .await;
+
+    // The old key dropped: the copies carry the new seal, and still rotate.
+    h.stop_controller().await;
+    h.seal_key = new.clone();
+    h.start_controller().await;
+    h.put_secret("platform", "creds", &[("k", "v4")]).await;
+    eventually("every copy at v4 with the old key dropped", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&new, "v4")).then_some(())
+    })
+    .await;
+    let forged = h.secrets("forged").get("creds").await.unwrap();
+    assert_eq!(common::secret_value(&forged, "k").as_deref(), Some("mine"));
+    let status = h.rule("platform", "creds").await.unwrap().status.unwrap();
+    assert_eq!(status.copies.as_deref(), Some("3/4"), "{status:?}");
+    assert!(
+        status
+            .problems
+            .iter()
+            .any(|p| p.namespace.as_deref() == Some("forged")),
+        "{status:?}"
+    );
+}

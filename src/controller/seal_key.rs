@@ -4,6 +4,10 @@
 //! of mimeo's own namespace that no tenant can read. Losing it makes every copy mimeo cannot
 //! find in its rules' inventories look forged: it is never replaced once it exists, and a Secret
 //! of that name that does not hold a key stops mimeo rather than being overwritten.
+//!
+//! An operator rotates it by hand (docs/operator.md): beside `data.key`, each `data.retired*`
+//! holds an older key whose seals are still accepted; copies are sealed anew under `key` as they
+//! are next written, and a retired key is dropped once none is left carrying its seals.
 
 use super::error::Error;
 use crate::sync::seal::{KEY_BYTES, SealKey};
@@ -16,6 +20,8 @@ use kube::{Client, core::ObjectMeta};
 pub const DEFAULT_NAME: &str = "mimeo-seal-key";
 /// The key in the Secret's data.
 pub const DATA_KEY: &str = "key";
+/// The start of each data key holding a retired key (`retired`, `retired-2026-12`, ...).
+pub const RETIRED_PREFIX: &str = "retired";
 
 /// The key in `namespace/name`, created there when there is no such Secret.
 pub async fn load_or_create(client: &Client, namespace: &str, name: &str) -> Result<SealKey, Error> {
@@ -26,7 +32,11 @@ pub async fn load_or_create(client: &Client, namespace: &str, name: &str) -> Res
         .await
         .map_err(|e| problem(format!("reading it: {e}")))?
     {
-        return key_of(&secret).map_err(problem);
+        let key = key_of(&secret).map_err(problem)?;
+        if key.retired() > 0 {
+            tracing::info!(secret = %format!("{namespace}/{name}"), retired = key.retired(), "the seal key has retired keys beside it, whose seals are accepted until each copy is written again");
+        }
+        return Ok(key);
     }
     let key = SealKey::generate().map_err(|e| problem(format!("making a key: {e}")))?;
     let secret = Secret {
@@ -67,12 +77,23 @@ pub async fn load_or_create(client: &Client, namespace: &str, name: &str) -> Res
 }
 
 fn key_of(secret: &Secret) -> Result<SealKey, String> {
-    let bytes = secret
-        .data
-        .as_ref()
+    let data = secret.data.as_ref();
+    let bytes = data
         .and_then(|d| d.get(DATA_KEY))
         .ok_or_else(|| format!("it holds no data.{DATA_KEY}; mimeo leaves a Secret it did not make alone"))?;
-    SealKey::new(bytes.0.clone()).map_err(|e| e.to_string())
+    let retired: Vec<(&String, &ByteString)> = data
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| name.starts_with(RETIRED_PREFIX))
+        .collect();
+    let key = SealKey::new(bytes.0.clone()).map_err(|e| e.to_string())?;
+    if let Some((name, _)) = retired.iter().find(|(_, k)| k.0.len() < KEY_BYTES) {
+        return Err(format!(
+            "data.{name} is no key: a retired key, like data.{DATA_KEY}, has at least {KEY_BYTES} bytes"
+        ));
+    }
+    key.with_retired(retired.into_iter().map(|(_, k)| k.0.clone()).collect())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -99,5 +120,29 @@ mod tests {
         for secret in [holding(None), holding(other)] {
             assert!(key_of(&secret).unwrap_err().starts_with("it holds no data.key"));
         }
+    }
+
+    #[test]
+    fn retired_keys_are_read_beside_the_key() {
+        let data = |entries: &[(&str, usize)]| {
+            Some(
+                entries
+                    .iter()
+                    .map(|(name, len)| (name.to_string(), ByteString(vec![*len as u8; *len])))
+                    .collect(),
+            )
+        };
+        let key = key_of(&holding(data(&[
+            ("key", 32),
+            ("retired", 33),
+            ("retired-2026-12", 40),
+            ("note", 3),
+        ])))
+        .unwrap();
+        assert_eq!((key.bytes(), key.retired()), (&[32u8; 32][..], 2));
+        assert_eq!(
+            key_of(&holding(data(&[("key", 32), ("retired-x", 8)]))).unwrap_err(),
+            "data.retired-x is no key: a retired key, like data.key, has at least 32 bytes"
+        );
     }
 }

@@ -464,6 +464,7 @@ impl Plan {
                     object: (*object).clone(),
                     hash,
                     source_hash: source.template.source_hash().to_owned(),
+                    retired_seals: source.template.retired_seals(&copy.target),
                 },
                 Pending::Made(Made::Skip { plugin, reason }) => {
                     copy.block(

@@ -51,6 +51,9 @@ pub struct DesiredCopy {
     pub hash: String,
     /// Digest of the source's content the copy was made from.
     pub source_hash: String,
+    /// The seals the copy may still carry from the installation's retired keys: a copy sealed
+    /// before a key rotation is the rule's copy still, and is sealed anew when written.
+    pub retired_seals: Vec<String>,
 }
 
 /// The content of an object: every top-level field but those describing it.
@@ -161,18 +164,32 @@ impl CopyTemplate {
         &self.source_hash
     }
 
+    /// Where a copy for `target` is, as its seal names it.
+    fn place<'a>(&'a self, target: &'a CopyTarget) -> Place<'a> {
+        Place {
+            group: group_of(self.object["apiVersion"].as_str().unwrap_or_default()),
+            kind: self.object["kind"].as_str().unwrap_or_default(),
+            namespace: target.namespace.as_deref(),
+            name: &target.name,
+        }
+    }
+
+    /// The seals a copy for `target` may carry from retired keys.
+    pub fn retired_seals(&self, target: &CopyTarget) -> Vec<String> {
+        self.seal
+            .as_ref()
+            .map(|key| key.retired_seals(&self.rule, &self.place(target)))
+            .unwrap_or_default()
+    }
+
     /// The copy for one target.
     pub fn copy_for(&self, target: CopyTarget) -> DesiredCopy {
         let mut object = self.object.clone();
-        let seal = self.seal.as_ref().map(|key| {
-            let place = Place {
-                group: group_of(object["apiVersion"].as_str().unwrap_or_default()),
-                kind: object["kind"].as_str().unwrap_or_default(),
-                namespace: target.namespace.as_deref(),
-                name: &target.name,
-            };
-            key.seal(&self.rule, &place)
-        });
+        let seal = self
+            .seal
+            .as_ref()
+            .map(|key| key.seal(&self.rule, &self.place(&target)));
+        let retired_seals = self.retired_seals(&target);
         if let Some(meta) = object["metadata"].as_object_mut() {
             meta.insert("name".into(), Value::String(target.name.clone()));
             if let Some(ns) = &target.namespace {
@@ -190,6 +207,7 @@ impl CopyTemplate {
             object,
             hash: self.hash.clone(),
             source_hash: self.source_hash.clone(),
+            retired_seals,
         }
     }
 }

@@ -105,8 +105,9 @@ pub enum Owner {
 /// What tells the rule's own copy at a place from an object that only carries its marks.
 #[derive(Clone, Copy, Debug)]
 pub enum SealCheck<'a> {
-    /// The seal the rule's copy there carries.
-    Expect(&'a str),
+    /// The seal the rule's copy there carries, and those it may still carry from a retired key
+    /// (`seal::SealKey::retired_seals`) until it is next written.
+    Expect(&'a str, &'a [String]),
     /// The marks are taken as they are: the rule's own inventory lists a copy in this place
     /// (written by mimeo alone; a copy of a mimeo from before seals has none, and the next write
     /// seals it), or the seal cannot be known (`mimeo diff` does not hold the key).
@@ -127,7 +128,9 @@ pub fn owner_of(meta: &ObjectMeta, rule: &RuleKey, check: SealCheck) -> Owner {
             let seal = annotations.and_then(|a| a.get(SEAL_ANNOTATION));
             let sealed = match check {
                 SealCheck::Trusted => true,
-                SealCheck::Expect(want) => seal.is_some_and(|seal| same(seal, want)),
+                SealCheck::Expect(want, retired) => {
+                    seal.is_some_and(|seal| same(seal, want) || retired.iter().any(|old| same(seal, old)))
+                }
             };
             if sealed { Owner::ThisRule } else { Owner::Forged }
         }
@@ -232,10 +235,20 @@ mod tests {
         let sealed = with(Some(&seal));
         let unsealed = with(None);
         let forged = with(Some("v1.AAAA"));
+        let retired = key.retired_seals(&rule, &place);
+        let rotated = SealKey::new(vec![8; 32])
+            .unwrap()
+            .with_retired(vec![vec![7; 32]])
+            .unwrap();
+        let (new_seal, old_seals) = (rotated.seal(&rule, &place), rotated.retired_seals(&rule, &place));
         let cases = [
-            (&sealed, SealCheck::Expect(&seal), Owner::ThisRule),
-            (&unsealed, SealCheck::Expect(&seal), Owner::Forged),
-            (&forged, SealCheck::Expect(&seal), Owner::Forged),
+            (&sealed, SealCheck::Expect(&seal, &retired), Owner::ThisRule),
+            (&unsealed, SealCheck::Expect(&seal, &retired), Owner::Forged),
+            (&forged, SealCheck::Expect(&seal, &retired), Owner::Forged),
+            // Sealed under the key now retired: still the copy.
+            (&sealed, SealCheck::Expect(&new_seal, &old_seals), Owner::ThisRule),
+            (&forged, SealCheck::Expect(&new_seal, &old_seals), Owner::Forged),
+            (&sealed, SealCheck::Expect(&new_seal, &[]), Owner::Forged),
             (&unsealed, SealCheck::Trusted, Owner::ThisRule),
             (&forged, SealCheck::Trusted, Owner::ThisRule),
         ];

@@ -47,7 +47,7 @@ pub fn decide(
         return Decision::Write(Write::Create);
     };
     let check = match desired.object["metadata"]["annotations"][SEAL_ANNOTATION].as_str() {
-        Some(seal) if !recorded => SealCheck::Expect(seal),
+        Some(seal) if !recorded => SealCheck::Expect(seal, &desired.retired_seals),
         _ => SealCheck::Trusted,
     };
     match owner_of(&live.metadata, rule, check) {
@@ -301,6 +301,60 @@ mod tests {
             panic!("a SyncRule must not adopt outside its namespace");
         };
         assert!(reason.contains("only in its own namespace"), "{reason}");
+    }
+
+    /// After the seal key was rotated, a copy sealed under the retired key is the rule's copy
+    /// still and is written once to carry the new seal; a seal under a key never given is a
+    /// forgery, left alone.
+    #[test]
+    fn a_copy_sealed_under_a_retired_key_is_sealed_anew() {
+        use crate::sync::desired::CopyTemplate;
+        use crate::sync::seal::SealKey;
+        use std::sync::Arc;
+        let sealed = |key: SealKey| {
+            CopyTemplate::new(
+                &rule(),
+                &MetadataPolicy::default(),
+                &source(json!({"k": "dg=="})),
+                &SourceRef {
+                    namespace: Some("platform".into()),
+                    name: "creds".into(),
+                },
+            )
+            .sealed_by(Some(Arc::new(key)))
+            .copy_for(CopyTarget {
+                cluster: None,
+                namespace: Some("tenant".into()),
+                name: "creds".into(),
+            })
+        };
+        let old = SealKey::new(vec![1; 32]).unwrap();
+        let rotated = SealKey::new(vec![2; 32])
+            .unwrap()
+            .with_retired(vec![vec![1; 32]])
+            .unwrap();
+        let before = summed(&live_from(&sealed(old)));
+        let want = sealed(rotated.clone());
+        let decided = |live: &LiveCopy| decide(&rule(), &want, Some(live), ConflictPolicy::Fail, true, false);
+        assert_eq!(decided(&before), Decision::Write(Write::Apply), "sealed anew");
+        assert_eq!(decided(&summed(&live_from(&want))), Decision::InSync);
+        let unknown = summed(&live_from(&sealed(SealKey::new(vec![3; 32]).unwrap())));
+        assert!(matches!(decided(&unknown), Decision::Conflict(_)), "a forgery");
+        let dropped = sealed(SealKey::new(vec![2; 32]).unwrap());
+        assert!(
+            matches!(
+                decide(
+                    &rule(),
+                    &dropped,
+                    Some(&before),
+                    ConflictPolicy::Fail,
+                    true,
+                    false
+                ),
+                Decision::Conflict(_)
+            ),
+            "with the retired key dropped, its seals are not accepted"
+        );
     }
 
     /// `mimeo.dev/adopt-by` naming the rule: adopted, whatever `conflict` and wherever the place;

@@ -24,9 +24,14 @@ const VERSION: &str = "v1";
 /// The least key length accepted: the HMAC's own block of security.
 pub const KEY_BYTES: usize = 32;
 
-/// The installation's seal key.
+/// The installation's seal key: the one copies are sealed with, and the retired ones whose seals
+/// are still accepted, so that a key can be rotated without every copy looking forged (each is
+/// sealed anew under the current key as it is next written).
 #[derive(Clone)]
-pub struct SealKey(Vec<u8>);
+pub struct SealKey {
+    current: Vec<u8>,
+    retired: Vec<Vec<u8>>,
+}
 
 impl std::fmt::Debug for SealKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,22 +59,43 @@ impl SealKey {
         if bytes.len() < KEY_BYTES {
             return Err(ShortKey(bytes.len()));
         }
-        Ok(SealKey(bytes))
+        Ok(SealKey {
+            current: bytes,
+            retired: Vec::new(),
+        })
+    }
+
+    /// The key with `retired` keys beside it, whose seals are accepted but never made.
+    pub fn with_retired(mut self, retired: Vec<Vec<u8>>) -> Result<Self, ShortKey> {
+        if let Some(short) = retired.iter().find(|k| k.len() < KEY_BYTES) {
+            return Err(ShortKey(short.len()));
+        }
+        self.retired = retired;
+        Ok(self)
     }
 
     /// A new random key.
     pub fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = vec![0; KEY_BYTES];
         getrandom::fill(&mut bytes)?;
-        Ok(SealKey(bytes))
+        Ok(SealKey {
+            current: bytes,
+            retired: Vec::new(),
+        })
     }
 
+    /// The key copies are sealed with.
     pub fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.current
     }
 
-    fn mac(&self, rule: &RuleKey, place: &Place) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes a key of any length");
+    /// How many retired keys are accepted beside it.
+    pub fn retired(&self) -> usize {
+        self.retired.len()
+    }
+
+    fn mac(key: &[u8], rule: &RuleKey, place: &Place) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
         // Newline-separated: no Kubernetes name, kind or group holds one, so no two places
         // read alike.
         let text = format!(
@@ -85,14 +111,20 @@ impl SealKey {
 
     /// The seal of `rule`'s copy at `place`.
     pub fn seal(&self, rule: &RuleKey, place: &Place) -> String {
-        let digest = self.mac(rule, place).finalize().into_bytes();
-        format!(
-            "{VERSION}.{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
-        )
+        seal_under(&self.current, rule, place)
     }
 
-    /// Whether `seal` is `rule`'s at `place` (compared in constant time).
+    /// The seals the retired keys gave `rule`'s copy at `place`: still the copy's, until it is
+    /// next written.
+    pub fn retired_seals(&self, rule: &RuleKey, place: &Place) -> Vec<String> {
+        self.retired
+            .iter()
+            .map(|key| seal_under(key, rule, place))
+            .collect()
+    }
+
+    /// Whether `seal` is `rule`'s at `place` under the current key or a retired one (compared in
+    /// constant time).
     pub fn verifies(&self, seal: &str, rule: &RuleKey, place: &Place) -> bool {
         let Some(digest) = seal.strip_prefix(VERSION).and_then(|s| s.strip_prefix('.')) else {
             return false;
@@ -100,8 +132,18 @@ impl SealKey {
         let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(digest) else {
             return false;
         };
-        self.mac(rule, place).verify_slice(&bytes).is_ok()
+        std::iter::once(&self.current)
+            .chain(&self.retired)
+            .any(|key| Self::mac(key, rule, place).verify_slice(&bytes).is_ok())
     }
+}
+
+fn seal_under(key: &[u8], rule: &RuleKey, place: &Place) -> String {
+    let digest = SealKey::mac(key, rule, place).finalize().into_bytes();
+    format!(
+        "{VERSION}.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+    )
 }
 
 /// The group of an `apiVersion` (`kyverno.io/v1` → `kyverno.io`, `v1` → `""`).
@@ -164,6 +206,28 @@ mod tests {
         assert_eq!(key(1).seal(&a, &here), seal, "the same every time");
         assert!(same(&seal, &key(1).seal(&a, &here)));
         assert!(!same(&seal, &key(2).seal(&a, &here)));
+    }
+
+    /// A rotated key: the new one seals, the retired one's seals are still accepted (and can be
+    /// told apart, so that a copy carrying one is sealed anew), a key never given is not.
+    #[test]
+    fn a_retired_key_verifies_and_never_seals() {
+        let a = RuleKey::sync_rule("tenant-a", "creds");
+        let here = place("tenant-c", "creds");
+        let old_seal = key(1).seal(&a, &here);
+        let rotated = key(2).with_retired(vec![vec![1; KEY_BYTES]]).unwrap();
+        assert_eq!(rotated.retired(), 1);
+        assert_eq!(rotated.seal(&a, &here), key(2).seal(&a, &here));
+        assert!(rotated.verifies(&old_seal, &a, &here));
+        assert!(rotated.verifies(&rotated.seal(&a, &here), &a, &here));
+        assert_eq!(rotated.retired_seals(&a, &here), std::slice::from_ref(&old_seal));
+        assert!(!rotated.verifies(&old_seal, &a, &place("tenant-c", "other")));
+        assert!(!rotated.verifies(&key(3).seal(&a, &here), &a, &here));
+        assert!(
+            !key(2).verifies(&old_seal, &a, &here),
+            "dropped, it is not accepted"
+        );
+        assert_eq!(key(2).with_retired(vec![vec![1; 8]]).unwrap_err(), ShortKey(8));
     }
 
     #[test]

@@ -378,18 +378,16 @@ pub(super) async fn remove_owned(
     let Some(live) = live_object(cluster, resource, namespace, name).await? else {
         return Ok(None);
     };
-    let seal = seal_key.seal(
-        key,
-        &Place {
-            group: &resource.group,
-            kind: &resource.kind,
-            namespace,
-            name,
-        },
-    );
+    let place = Place {
+        group: &resource.group,
+        kind: &resource.kind,
+        namespace,
+        name,
+    };
+    let (seal, retired) = (seal_key.seal(key, &place), seal_key.retired_seals(key, &place));
     let check = match recorded {
         true => SealCheck::Trusted,
-        false => SealCheck::Expect(&seal),
+        false => SealCheck::Expect(&seal, &retired),
     };
     if owner_of(&live.metadata, key, check) != Owner::ThisRule {
         return Ok(None);
