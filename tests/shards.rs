@@ -273,3 +273,269 @@ async fn three_active_replicas_share_the_rules_and_survive_a_kill_and_a_freeze()
     b.stop();
     c.stop();
 }
+
+/// Rules of the freeze test, each into [`FREEZE_TARGETS`] namespaces: a rotation gives each
+/// replica about 400 writes at once, far more than a client sends at a time (64), so that
+/// hundreds wait for their turn when a replica freezes.
+const FREEZE_RULES: usize = 30;
+const FREEZE_TARGETS: usize = 40;
+/// The requests one client has in flight at most (`clusters::in_flight`): those past the fence
+/// when the replica froze may still leave when it resumes; none of those waiting behind them.
+const REQUESTS_IN_FLIGHT: usize = 64;
+
+/// How many copies in the whole cluster hold `value`.
+async fn all_copies_with(client: &Client, value: &str) -> usize {
+    let list = Api::<Secret>::all(client.clone())
+        .list(&kube::api::ListParams::default().labels("mimeo.dev/managed-by=mimeo"))
+        .await
+        .unwrap();
+    list.items
+        .iter()
+        .filter(|s| {
+            s.data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .is_some_and(|v| v.0 == value.as_bytes())
+        })
+        .count()
+}
+
+/// The time of an audit event's `requestReceivedTimestamp`.
+fn received(event: &serde_json::Value) -> std::time::SystemTime {
+    let at: k8s_openapi::jiff::Timestamp = event["requestReceivedTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::time::SystemTime::from(at)
+}
+
+/// A replica frozen (SIGSTOP) right after a rotation, with writes waiting for their turn in its
+/// client, sends none of them once its Lease has lapsed: seen from the apiserver's audit log, each
+/// replica with an identity of its own, freeze after freeze (issue 43: once in 28 freezes, a write
+/// left 18 ms after SIGCONT, before the replica's first Lease request).
+#[tokio::test]
+async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
+    let names = ["replica-a", "replica-b", "replica-c"];
+    let plane = ControlPlane::start_with(mimeo_envtest::Options {
+        users: names.iter().map(|n| n.to_string()).collect(),
+        audit_writes: true,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    plane
+        .install_crds(&[std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")])
+        .await
+        .unwrap();
+    let client = plane.client().await.unwrap();
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "platform"}}),
+    )
+    .await;
+    let targets: Vec<String> = (0..FREEZE_TARGETS).map(|t| format!("q{t:02}")).collect();
+    for ns in &targets {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": ns, "annotations": {"mimeo.dev/accept-from": "platform"}}}),
+        )
+        .await;
+    }
+    for r in 0..FREEZE_RULES {
+        put_source(&client, r, "v0").await;
+        apply(
+            &client,
+            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                   "metadata": {"name": format!("f{r:02}"), "namespace": "platform"},
+                   "spec": {"source": {"kind": "Secret", "name": format!("s{r:02}")},
+                            "targets": targets.iter().map(|t| json!({"namespace": t})).collect::<Vec<_>>()}}),
+        )
+        .await;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let mut replicas: Vec<Mimeo> = names
+        .iter()
+        .map(|name| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let kubeconfig = dir.join("kubeconfig");
+            std::fs::write(&kubeconfig, plane.user_token_kubeconfig_yaml(name).unwrap()).unwrap();
+            Mimeo::start_with(
+                std::path::Path::new(env!("CARGO_BIN_EXE_mimeo")),
+                &kubeconfig,
+                &dir,
+                &[
+                    format!("--shards={SHARDS}"),
+                    "--leader-elect-namespace=default".into(),
+                    format!("--leader-elect-lease-seconds={LEASE_SECONDS}"),
+                ],
+                &[("POD_NAME", name)],
+            )
+        })
+        .collect();
+    for replica in &mut replicas {
+        replica.wait_ready().await;
+    }
+    let copies = FREEZE_RULES * FREEZE_TARGETS;
+    let one_shard_each = || async {
+        let mut held = Vec::new();
+        for replica in &replicas {
+            held.push(shards_of(replica).await?);
+        }
+        held.sort();
+        (held
+            == [
+                "ok: shards [0] of 3",
+                "ok: shards [1] of 3",
+                "ok: shards [2] of 3",
+            ])
+        .then_some(())
+    };
+    eventually_within(
+        "one shard for each replica",
+        Duration::from_secs(60),
+        one_shard_each,
+    )
+    .await;
+    eventually_within("every first copy", Duration::from_secs(120), || async {
+        (all_copies_with(&client, "v0").await == copies).then_some(())
+    })
+    .await;
+
+    const FREEZES: usize = 6;
+    let mut late = Vec::new();
+    let mut in_flight = 0;
+    let mut most_late = 0;
+    for round in 0..FREEZES {
+        let victim = round % names.len();
+        let value = format!("v{}", round + 1);
+        let started = std::time::SystemTime::now();
+        let log = plane.audit_log_path().unwrap();
+        let offset = std::fs::metadata(log).map_or(0, |m| m.len()) as usize;
+        // All at once, so that the victim's rules write at once.
+        let secrets = Api::<Secret>::namespaced(client.clone(), "platform");
+        futures::future::join_all((0..FREEZE_RULES).map(|r| {
+            let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("s{r:02}"), "namespace": "platform"},
+                "stringData": {"v": value}});
+            let secrets = &secrets;
+            async move {
+                secrets
+                    .patch(
+                        &format!("s{r:02}"),
+                        &PatchParams::apply("test").force(),
+                        &Patch::Apply(&secret),
+                    )
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        // Frozen as soon as the apiserver has the victim's first write of the rotation (and a
+        // little later each round): the rest of its writes are in flight or wait their turn.
+        let user = format!("\"username\":\"{}\"", names[victim]);
+        let waiting = Instant::now();
+        loop {
+            let text = std::fs::read(log).unwrap_or_default();
+            if String::from_utf8_lossy(text.get(offset..).unwrap_or_default()).contains(&user) {
+                break;
+            }
+            assert!(
+                waiting.elapsed() < Duration::from_secs(30),
+                "no write of {value} by {}",
+                names[victim]
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(5 * round as u64)).await;
+        replicas[victim].signal("STOP");
+        let stopped = std::time::SystemTime::now();
+        // Past the Lease: the others take the victim's shard and finish its copies.
+        tokio::time::sleep(Duration::from_secs(LEASE_SECONDS * 2 + 1)).await;
+        eventually_within(
+            &format!("every copy at {value} with {} frozen", names[victim]),
+            Duration::from_secs(60),
+            || async { (all_copies_with(&client, &value).await == copies).then_some(()) },
+        )
+        .await;
+        replicas[victim].signal("CONT");
+        let resumed = std::time::SystemTime::now();
+        // A resumed replica holds no shard before a renewal and a second's hand-over grace.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let events = plane.audit_events();
+        let by_victim: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["user"]["username"] == names[victim])
+            .collect();
+        let on_the_wire = stopped + Duration::from_millis(300);
+        let rotation: Vec<std::time::SystemTime> = by_victim
+            .iter()
+            .map(|e| received(e))
+            .filter(|at| *at > started)
+            .collect();
+        println!(
+            "freeze {round}: {} wrote {} copies of {value} before its freeze, the first {:?} and the \
+             last {:?} before it",
+            names[victim],
+            rotation.iter().filter(|at| **at <= stopped).count(),
+            rotation
+                .iter()
+                .min()
+                .and_then(|at| stopped.duration_since(*at).ok()),
+            rotation
+                .iter()
+                .filter(|at| **at <= stopped)
+                .max()
+                .and_then(|at| stopped.duration_since(*at).ok()),
+        );
+        in_flight += by_victim
+            .iter()
+            .filter(|e| (stopped..=on_the_wire).contains(&received(e)))
+            .count();
+        let before = late.len();
+        late.extend(
+            by_victim
+                .into_iter()
+                .filter(|e| {
+                    let at = received(e);
+                    at > on_the_wire && at < resumed + Duration::from_secs(1)
+                })
+                .map(|e| {
+                    let after = match received(e).duration_since(resumed) {
+                        Ok(late) => format!("{late:?} after SIGCONT"),
+                        Err(early) => format!("{:?} before SIGCONT", early.duration()),
+                    };
+                    format!(
+                        "freeze {round}: {} {}/{} {after}",
+                        e["verb"], e["objectRef"]["namespace"], e["objectRef"]["name"]
+                    )
+                }),
+        );
+        most_late = most_late.max(late.len() - before);
+        eventually_within(
+            "one shard for each replica again",
+            Duration::from_secs(60),
+            one_shard_each,
+        )
+        .await;
+    }
+    println!(
+        "{FREEZES} freezes right after a rotation of {copies} copies: {in_flight} writes of the \
+         frozen replicas reached the apiserver within 300 ms of the freeze (on the wire), {} \
+         between then and a second after SIGCONT ({most_late} at most in one freeze): {late:#?}",
+        late.len()
+    );
+    // Checked only before `write::write`, every write waiting for its turn went out at SIGCONT
+    // (386 in 6 freezes). Checked as a write gets its turn, only those past the check when the
+    // replica froze can: each holds one of the client's permits, so at most that many a freeze
+    // (26 in 6 freezes, 17 at most in one). Those the connection had not written yet are the
+    // window docs/design.md names.
+    assert!(
+        most_late <= REQUESTS_IN_FLIGHT,
+        "{most_late} writes sent after the Lease lapsed in one freeze: {late:#?}"
+    );
+    for replica in &mut replicas {
+        replica.stop();
+    }
+}

@@ -137,11 +137,42 @@ pub struct ControlPlane {
     kubeconfig_yaml: String,
     kubeconfig_path: PathBuf,
     startup: Duration,
+    /// Each named user's bearer token ([`Options::users`]).
+    user_tokens: Vec<(String, String)>,
+    /// Where the audit log is written, when [`Options::audit_writes`] asked for one.
+    audit_log: Option<PathBuf>,
 }
+
+/// How a control plane is started beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Users in `system:masters`, each with a bearer token of its own
+    /// ([`ControlPlane::user_token_kubeconfig_yaml`]): processes the audit log tells apart.
+    pub users: Vec<String>,
+    /// Write an audit log of every write to Secrets (who, what, when the request was received),
+    /// read with [`ControlPlane::audit_events`].
+    pub audit_writes: bool,
+}
+
+/// Every write to Secrets, at the Metadata level (never a value), and nothing else.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources: [{group: "", resources: ["secrets"]}]
+  verbs: ["create", "update", "patch", "delete"]
+- level: None
+"#;
 
 impl ControlPlane {
     /// Starts a fresh control plane and waits until its apiserver reports ready.
     pub async fn start() -> Result<Self, Error> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// [`ControlPlane::start`], with named users and an audit log as `options` say.
+    pub async fn start_with(options: Options) -> Result<Self, Error> {
         let binaries = binaries()?;
         let started = Instant::now();
         let dir = tempfile::Builder::new()
@@ -153,11 +184,14 @@ impl ControlPlane {
         let admin_token = random_token()?;
         let token_file = dir.path().join("tokens.csv");
         // token,user,uid,"groups": the static-token format of --token-auth-file.
-        std::fs::write(
-            &token_file,
-            format!("{admin_token},{TOKEN_USER},{TOKEN_USER},\"system:masters\"\n"),
-        )
-        .map_err(io("writing tokens.csv"))?;
+        let mut tokens = format!("{admin_token},{TOKEN_USER},{TOKEN_USER},\"system:masters\"\n");
+        let mut user_tokens = Vec::new();
+        for user in &options.users {
+            let token = random_token()?;
+            tokens.push_str(&format!("{token},{user},{user},\"system:masters\"\n"));
+            user_tokens.push((user.clone(), token));
+        }
+        std::fs::write(&token_file, tokens).map_err(io("writing tokens.csv"))?;
         let [etcd_port, peer_port, api_port] =
             ports::reserve::<3>().map_err(io("finding free loopback ports"))?;
 
@@ -203,6 +237,20 @@ impl ControlPlane {
             "--allow-privileged=true",
             "--enable-priority-and-fairness=false",
         ]);
+        let audit_log = match options.audit_writes {
+            true => {
+                let policy = dir.path().join("audit-policy.yaml");
+                std::fs::write(&policy, AUDIT_POLICY).map_err(io("writing the audit policy"))?;
+                let log = dir.path().join("audit.log");
+                apiserver.args([
+                    format!("--audit-policy-file={}", policy.display()),
+                    format!("--audit-log-path={}", log.display()),
+                    "--audit-log-mode=blocking".to_owned(),
+                ]);
+                Some(log)
+            }
+            false => None,
+        };
         let apiserver_command = (
             apiserver.get_program().to_owned(),
             apiserver.get_args().map(ToOwned::to_owned).collect(),
@@ -239,6 +287,8 @@ impl ControlPlane {
             kubeconfig_yaml,
             kubeconfig_path,
             startup: Duration::ZERO,
+            user_tokens,
+            audit_log,
         };
         plane.wait_ready().await?;
         plane.startup = started.elapsed();
@@ -380,6 +430,29 @@ impl ControlPlane {
             "envtest-token",
             &format!("    token: {token}\n"),
         )
+    }
+
+    /// A kubeconfig authenticating as the named user of [`Options::users`].
+    pub fn user_token_kubeconfig_yaml(&self, user: &str) -> Option<String> {
+        let token = &self.user_tokens.iter().find(|(u, _)| u == user)?.1;
+        Some(self.token_kubeconfig_yaml(token))
+    }
+
+    /// The audit log's path, when it was asked for.
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
+    }
+
+    /// The audit log's events so far (JSON, one per write to Secrets), when it was asked for.
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let Some(path) = &self.audit_log else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
     }
 
     /// The CA's certificate and key (PEM), for a test that issues a client certificate itself.
