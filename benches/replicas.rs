@@ -76,8 +76,10 @@ async fn start_replicas(kubeconfig: &Path, root: &Path, count: usize, extra: &[S
         ];
         args.extend_from_slice(extra);
         let name = format!("replica-{r}");
+        // MIMEO_BENCH_BIN runs another build (say, the one before a change) in its place.
+        let bin = std::env::var("MIMEO_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mimeo").into());
         replicas.push(Mimeo::start_with(
-            Path::new(env!("CARGO_BIN_EXE_mimeo")),
+            Path::new(&bin),
             kubeconfig,
             &dir,
             &args,
