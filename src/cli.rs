@@ -64,6 +64,39 @@ pub enum Command {
     /// a mimeo migrate plan's annotations on openMCP Clusters are, read with
     /// --cluster-kubeconfig (else a note says they were not read).
     Diff(DiffArgs),
+    /// Seal anew the copies of the rules named, after the seal key was lost.
+    ///
+    /// When the seal key's Secret is lost, mimeo makes a new key and leaves every copy it made
+    /// before alone as a conflict (docs/operator.md, "When the seal key is lost"). This reads
+    /// the new key and lists each object in this cluster carrying a rule's marks: `sealed` (its
+    /// seal is right), `reseal` (its marks name the rule, a place where the rule copies now and
+    /// the source it copies there, and a field manager named mimeo wrote its seal) or `refused`
+    /// with why. Look at the list, then run again with --apply to seal the `reseal` ones under
+    /// the key; the controller then takes them back as the rule's copies. Copies in
+    /// RemoteClusters are not read. Needs the right to read the key's Secret and to list and
+    /// patch the copied kind. Exit status: 0 every rule was read (and with --apply every seal
+    /// written), 1 otherwise.
+    Reseal(ResealArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ResealArgs {
+    /// The rules, as copies name them: SyncRule/NAMESPACE/NAME or ClusterSyncRule/NAME.
+    #[arg(value_name = "RULE", required = true, value_parser = parse_rule_key)]
+    pub rules: Vec<crate::sync::ownership::RuleKey>,
+    /// The Secret holding the seal key: the controller's --seal-key-secret. [default:
+    /// `$POD_NAMESPACE/mimeo-seal-key`, else `default/mimeo-seal-key`]
+    #[arg(long, env = "MIMEO_SEAL_KEY_SECRET", value_name = "NAMESPACE/NAME", value_parser = parse_secret_ref)]
+    pub seal_key_secret: Option<(String, String)>,
+    /// Write the seals; without it, only list what would be resealed.
+    #[arg(long)]
+    pub apply: bool,
+}
+
+fn parse_rule_key(text: &str) -> Result<crate::sync::ownership::RuleKey, String> {
+    text.parse().map_err(|()| {
+        format!("{text:?} names no rule: write SyncRule/NAMESPACE/NAME or ClusterSyncRule/NAME")
+    })
 }
 
 #[derive(Args, Debug, Clone)]

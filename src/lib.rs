@@ -9,6 +9,7 @@
 pub mod api;
 pub mod cli;
 pub mod clusters;
+pub mod cmd;
 pub mod controller;
 pub mod error_text;
 pub mod inventory;

@@ -189,6 +189,44 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     Ok(worst)
 }
 
+/// `mimeo reseal`: exit 0 when every rule was read (and with `--apply` every seal written), 1
+/// otherwise.
+async fn reseal(args: mimeo::cli::ResealArgs) -> anyhow::Result<ExitCode> {
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster: {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })?;
+    let (namespace, name) = args.seal_key_secret.clone().unwrap_or_else(|| {
+        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        (namespace, controller::seal_key::DEFAULT_NAME.into())
+    });
+    let key = controller::seal_key::load(&client, &namespace, &name).await?;
+    let outcome = mimeo::cmd::reseal::reseal(&client, &key, &args.rules, args.apply).await;
+    for line in &outcome.lines {
+        println!("{line}");
+    }
+    let verb = if args.apply { "resealed" } else { "to reseal" };
+    eprintln!(
+        "{} {verb}, {} refused, {} sealed already, {} failed{}",
+        outcome.resealed,
+        outcome.refused,
+        outcome.sealed,
+        outcome.failed,
+        if !args.apply && outcome.resealed > 0 {
+            ": look at them, then run again with --apply"
+        } else {
+            ""
+        }
+    );
+    Ok(if outcome.failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 /// `mimeo status`: the trees of the rules named, as text or JSON.
 async fn status(args: mimeo::cli::StatusArgs) -> anyhow::Result<ExitCode> {
     use mimeo::cli::{ColorChoice, StatusOutput};
@@ -261,6 +299,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Migrate(args) => migrate(args).await,
         Command::Diff(args) => Ok(diff(args).await),
+        Command::Reseal(args) => reseal(args).await,
         Command::Status(args) => status(args).await,
         Command::Remote(RemoteCommand::Rbac(args)) => {
             let options = args.options()?;

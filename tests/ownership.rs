@@ -393,3 +393,183 @@ async fn a_rotated_seal_key_keeps_every_copy() {
         "{status:?}"
     );
 }
+
+/// `mimeo reseal` as an administrator runs it: with `KUBECONFIG` and the key's Secret named.
+fn mimeo_reseal(h: &Harness, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .arg("reseal")
+        .args(args)
+        .args(["--seal-key-secret", "mimeo-admin/mimeo-seal-key"])
+        .env("KUBECONFIG", h.plane.kubeconfig_path())
+        .env_remove("MIMEO_SEAL_KEY_SECRET")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The seal key lost (issue 43): mimeo restarted with a new key leaves every copy alone as a
+/// conflict while the source rotates. `mimeo reseal` lists the rule's copies and refuses two
+/// tenants' forgeries (one made with `kubectl apply` in a place the rule copies to, one made
+/// under mimeo's own field manager name in a place it does not); with `--apply` it seals the
+/// copies anew, every copy is current again, and neither forgery is adopted.
+#[tokio::test]
+async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
+    use mimeo::sync::ownership::RuleKey;
+    use mimeo::sync::seal::{Place, SealKey};
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    let targets = ["k1", "k2", "k3"];
+    for ns in targets.iter().chain(&["tenant"]) {
+        h.namespace(ns, &[("keys", "yes")], &accept).await;
+    }
+    h.namespace("elsewhere", &[], &accept).await;
+    h.namespace("mimeo-admin", &[], &[]).await;
+    let rule = RuleKey::sync_rule("platform", "creds");
+    let seal_in = |key: &SealKey, ns: &str| {
+        key.seal(
+            &rule,
+            &Place {
+                group: "",
+                kind: "Secret",
+                namespace: Some(ns),
+                name: "creds",
+            },
+        )
+    };
+    let forgery = |ns: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": ns,
+                         "labels": {"mimeo.dev/managed-by": "mimeo"},
+                         "annotations": {"mimeo.dev/rule": "SyncRule/platform/creds",
+                                         "mimeo.dev/source": "Secret/platform/creds",
+                                         "mimeo.dev/seal": seal_in(&SealKey::generate().unwrap(), ns)}},
+            "data": {"k": "bWluZQ=="}})
+    };
+    // A tenant of `tenant` forges a copy with kubectl, as people write objects.
+    common::tenant_client(&h, "tenant").await;
+    let tenant = common::service_account_kubeconfig(&h.plane, &h.client, "tenant", "tenant").await;
+    let dir = tempfile::tempdir().unwrap();
+    let tenant_config = dir.path().join("tenant");
+    std::fs::write(&tenant_config, tenant).unwrap();
+    common::kubectl(
+        &tenant_config,
+        &["apply", "-f", "-"],
+        forgery("tenant").to_string().as_bytes(),
+    );
+    // One of `elsewhere`, where the rule copies nothing, forges it under mimeo's manager name.
+    let elsewhere = common::tenant_client(&h, "elsewhere").await;
+    let api: Api<Secret> = Api::namespaced(elsewhere, "elsewhere");
+    api.patch(
+        "creds",
+        &kube::api::PatchParams::apply("mimeo").force(),
+        &kube::api::Patch::Apply(forgery("elsewhere")),
+    )
+    .await
+    .unwrap();
+
+    h.put_secret("platform", "creds", &[("k", "v1")]).await;
+    h.apply(sync_rule(
+        "platform",
+        "creds",
+        json!({"source": {"kind": "Secret", "name": "creds"},
+               "targets": [{"namespaceSelector": {"matchLabels": {"keys": "yes"}}}]}),
+    ))
+    .await;
+    let old = h.seal_key.clone();
+    let sealed_by = |key: &SealKey, value: &str| {
+        targets
+            .iter()
+            .map(|ns| (Some(seal_in(key, ns)), Some(value.to_owned())))
+            .collect::<Vec<_>>()
+    };
+    eventually("every copy at v1", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&old, "v1")).then_some(())
+    })
+    .await;
+
+    // The key lost: mimeo starts with a new one, which an administrator can read.
+    h.stop_controller().await;
+    let new = SealKey::generate().unwrap();
+    h.seal_key = new.clone();
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "mimeo-seal-key", "namespace": "mimeo-admin"},
+        "data": {"key": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, new.bytes())}}))
+        .await;
+    h.start_controller().await;
+    h.put_secret("platform", "creds", &[("k", "v2")]).await;
+    eventually("every copy a conflict, left at v1", || async {
+        let status = h.rule("platform", "creds").await?.status?;
+        let conflicts = targets
+            .iter()
+            .filter(|ns| {
+                common::copy_state_in(&status, None, Some(ns), "creds")
+                    == Some(mimeo::api::CopyState::Conflict)
+            })
+            .count();
+        (conflicts == 3).then_some(())
+    })
+    .await;
+    assert_eq!(seals_and_values(&h, &targets).await, sealed_by(&old, "v1"));
+
+    // Looked at first: the list, and nothing written.
+    let (code, text) = mimeo_reseal(&h, &["SyncRule/platform/creds"]);
+    assert_eq!(code, 0, "{text}");
+    for ns in targets {
+        assert!(text.contains(&format!("  reseal   {ns}/creds\n")), "{text}");
+    }
+    assert!(
+        text.contains("  refused  elsewhere/creds: the rule places no copy here"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  refused  tenant/creds: its seal was not written by mimeo"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 to reseal, 2 refused, 0 sealed already, 0 failed"),
+        "{text}"
+    );
+    assert_eq!(seals_and_values(&h, &targets).await, sealed_by(&old, "v1"));
+
+    // Then applied: the copies are the rule's again and follow the source.
+    let (code, text) = mimeo_reseal(&h, &["SyncRule/platform/creds", "--apply"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("3 resealed, 2 refused"), "{text}");
+    eventually("every copy at v2 under the new key", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&new, "v2")).then_some(())
+    })
+    .await;
+    h.put_secret("platform", "creds", &[("k", "v3")]).await;
+    eventually("every copy at v3", || async {
+        (seals_and_values(&h, &targets).await == sealed_by(&new, "v3")).then_some(())
+    })
+    .await;
+    for ns in ["tenant", "elsewhere"] {
+        let forged = h.secrets(ns).get("creds").await.unwrap();
+        assert_eq!(
+            common::secret_value(&forged, "k").as_deref(),
+            Some("mine"),
+            "{ns}"
+        );
+    }
+    let status = h.rule("platform", "creds").await.unwrap().status.unwrap();
+    assert_eq!(status.copies.as_deref(), Some("3/4"), "{status:?}");
+
+    // Run again: nothing left to reseal, an unknown rule is an error.
+    let (code, text) = mimeo_reseal(&h, &["SyncRule/platform/creds", "SyncRule/platform/none"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("0 to reseal, 2 refused, 3 sealed already, 1 failed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("! SyncRule/platform/none: there is no SyncRule/platform/none"),
+        "{text}"
+    );
+}

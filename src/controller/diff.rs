@@ -21,7 +21,8 @@ use crate::api::{
 use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{HostSettings, PluginHost};
 use crate::sync::copies::{
-    ClusterPlaces, LiveCopies, Made, OwnedCopy, Pending, Plan, Read, Source, Wants, owned, place, unwanted,
+    ClusterPlaces, LiveCopies, Made, OwnedCopy, Pending, Plan, PlannedCopy, Read, Source, Wants, owned,
+    place, unwanted,
 };
 use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
@@ -285,6 +286,21 @@ impl RuleDocument {
         Ok(RuleDocument { key, spec, object })
     }
 
+    /// The rule as the cluster holds it.
+    pub async fn read(client: &Client, key: &RuleKey) -> Result<Self, DiffError> {
+        let spec = match (&key.kind, &key.namespace) {
+            (RuleKind::SyncRule, Some(ns)) => {
+                spec_in(Api::<SyncRule>::namespaced(client.clone(), ns), key).await?
+            }
+            _ => spec_in(Api::<ClusterSyncRule>::all(client.clone()), key).await?,
+        };
+        Ok(RuleDocument {
+            key: key.clone(),
+            spec,
+            object: Value::Null,
+        })
+    }
+
     pub fn spec(&self) -> &RuleSpec {
         &self.spec
     }
@@ -300,6 +316,18 @@ impl RuleDocument {
             RuleKind::ClusterSyncRule => self.spec.source.namespace.clone(),
         }
     }
+}
+
+/// The spec of the rule `key` names, read with `api`.
+async fn spec_in<R>(api: Api<R>, key: &RuleKey) -> Result<RuleSpec, DiffError>
+where
+    R: RuleResource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(&key.name)
+        .await
+        .map_err(api_error(format!("reading {key}")))?
+        .map(|rule| rule.rule_spec().clone())
+        .ok_or_else(|| DiffError::Rule(format!("there is no {key}")))
 }
 
 /// What applying the rule would do to one copy.
@@ -515,7 +543,6 @@ pub async fn diff(
     if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
         return refuse(report, problem.reason, problem.message);
     }
-    let source_ns = namespaced.then(|| rule.source_namespace().unwrap_or_default());
 
     // Inputs, as the controller places and checks them.
     let read_inputs = match diff_inputs(&client, &scope, rule).await? {
@@ -552,9 +579,7 @@ pub async fn diff(
     };
 
     // Sources, namespaces and places.
-    let sources = read_sources(&client, key, spec, &resource, source_ns.as_deref()).await?;
     report.notes.extend(remote_notes(&client, key, spec).await?);
-    let cluster = local_places(&client, overlay, spec, namespaced).await?;
     let known: Vec<CopyStatus> = previous
         .as_ref()
         .map(|s| {
@@ -565,20 +590,7 @@ pub async fn diff(
                 .collect()
         })
         .unwrap_or_default();
-    let clusters = [cluster];
-    let unsealed = BTreeSet::new();
-    let wants = Wants {
-        rule: key,
-        scope: &scope,
-        source_cluster: &None,
-        namespaced,
-        sources: &sources,
-        clusters: &clusters,
-        unusable: Vec::new(),
-        previous: &known,
-        unsealed: &unsealed,
-    };
-    let mut plan = place(&wants);
+    let (sources, mut plan) = placed(&client, overlay, rule, &resource, namespaced, &known).await?;
 
     // Make, decide, read what is there, decide again: the controller's order.
     run_chains(
@@ -608,6 +620,68 @@ pub async fn diff(
     report.entries = entries(plan, &secrets);
     report.entries.extend(removals(gone, spec.deletion));
     Ok(report)
+}
+
+/// The rule's sources, and a copy of each placed in this cluster as the controller places them.
+async fn placed(
+    client: &Client,
+    overlay: &Overlay,
+    rule: &RuleDocument,
+    resource: &ApiResource,
+    namespaced: bool,
+    known: &[CopyStatus],
+) -> Result<(Vec<Source>, Plan), DiffError> {
+    let source_ns = namespaced.then(|| rule.source_namespace().unwrap_or_default());
+    let sources = read_sources(client, &rule.key, &rule.spec, resource, source_ns.as_deref()).await?;
+    let clusters = [local_places(client, overlay, &rule.spec, namespaced).await?];
+    let plan = place(&Wants {
+        rule: &rule.key,
+        scope: &Scope::Cluster,
+        source_cluster: &None,
+        namespaced,
+        sources: &sources,
+        clusters: &clusters,
+        unusable: Vec::new(),
+        previous: known,
+        unsealed: &BTreeSet::new(),
+    });
+    Ok((sources, plan))
+}
+
+/// Where a rule places its copies in this cluster now.
+pub struct LocalPlan {
+    pub resource: ApiResource,
+    /// One per place, made or blocked (`from` is `None` for a copy the rule does not make).
+    pub copies: Vec<PlannedCopy>,
+}
+
+/// Where `rule` places a copy in this cluster now, and of which source, as the controller
+/// places them (its authority and scope checked as the controller checks them); nothing is
+/// run or written. What `mimeo reseal` holds a copy's marks against.
+pub async fn local_plan(client: &Client, rule: &RuleDocument) -> Result<LocalPlan, DiffError> {
+    let (key, spec) = (&rule.key, &rule.spec);
+    let kind = KindRef::of_source(&spec.source);
+    let refused = |problem: validate::RuleProblem| {
+        DiffError::Rule(format!(
+            "the controller refuses it: {}: {}",
+            problem.reason, problem.message
+        ))
+    };
+    validate::check_authority(key.kind, spec).map_err(refused)?;
+    if spec.source.cluster.as_deref().is_some_and(|c| !c.is_empty()) {
+        return Err(DiffError::Rule(
+            "the rule reads its source from a RemoteCluster: only this cluster is read".into(),
+        ));
+    }
+    let Some((resource, namespaced)) = resolve(client, &kind).await? else {
+        return Err(DiffError::Rule(kind_not_served(&kind, &None).message));
+    };
+    validate::check_scope(key.kind, spec, &kind, namespaced).map_err(refused)?;
+    let (_, plan) = placed(client, &Overlay::default(), rule, &resource, namespaced, &[]).await?;
+    Ok(LocalPlan {
+        resource,
+        copies: plan.copies,
+    })
 }
 
 /// The copies the rule would no longer want, as the deletion policy treats them.

@@ -76,6 +76,25 @@ pub async fn load_or_create(client: &Client, namespace: &str, name: &str) -> Res
     }
 }
 
+/// The key in `namespace/name`, read and never created: what a command that seals needs, which
+/// must seal with the key the controller uses.
+pub async fn load(client: &Client, namespace: &str, name: &str) -> Result<SealKey, Error> {
+    let problem = |what: String| Error::SealKey(format!("Secret {namespace}/{name}: {what}"));
+    match Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(secret)) => key_of(&secret).map_err(problem),
+        Ok(None) => Err(problem(
+            "no such Secret: mimeo makes it when it first starts (is --seal-key-secret the controller's?)"
+                .into(),
+        )),
+        Err(e) => Err(problem(format!(
+            "reading it: {e} (it is readable only to whoever administers mimeo)"
+        ))),
+    }
+}
+
 fn key_of(secret: &Secret) -> Result<SealKey, String> {
     let data = secret.data.as_ref();
     let bytes = data

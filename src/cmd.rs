@@ -1,0 +1,3 @@
+//! Commands besides `run`, each whole in its own module.
+
+pub mod reseal;
