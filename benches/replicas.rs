@@ -16,7 +16,9 @@
 //!   replica's.
 //!
 //! `cargo bench --bench replicas` (add `-- --part plugins` or `-- --part clusters`,
-//! `--clusters 9`, `--plugin-concurrency 1`). Figures are printed; docs/benchmarks.md records a
+//! `--clusters 9`, `--plugin-concurrency 1`; `--replicas N` runs the plugins part on 1 to N
+//! replicas, `--lease-seconds S` gives the shard Leases S seconds instead of 6, and a short one
+//! makes holds lapse under load). Figures are printed; docs/benchmarks.md records a
 //! run.
 
 #[path = "support/processes.rs"]
@@ -72,7 +74,10 @@ async fn start_replicas(kubeconfig: &Path, root: &Path, count: usize, extra: &[S
         let mut args = vec![
             format!("--shards={SHARDS}"),
             "--leader-elect-namespace=default".to_owned(),
-            "--leader-elect-lease-seconds=6".to_owned(),
+            format!(
+                "--leader-elect-lease-seconds={}",
+                arg("--lease-seconds").unwrap_or_else(|| "6".into())
+            ),
         ];
         args.extend_from_slice(extra);
         let name = format!("replica-{r}");
@@ -299,7 +304,8 @@ async fn plugins() {
     );
     let copies = (RULES * NAMESPACES) as f64;
     let mut one = None;
-    for count in 1..=3 {
+    let most = arg("--replicas").and_then(|n| n.parse().ok()).unwrap_or(3);
+    for count in 1..=most {
         let (took, cpu, calls) = plugin_run(count, &plugin_dir, &extra).await;
         let one = *one.get_or_insert(took);
         let cpu: Vec<String> = cpu.iter().map(|c| format!("{c:.1}")).collect();
