@@ -31,8 +31,8 @@ mod watches;
 // Public for the integration tests that race a first write against another writer.
 pub mod write;
 
+pub use crate::inventory::InventorySettings;
 pub use error::Error;
-pub use inventory::InventorySettings;
 pub use plugins::OciPolicy;
 pub use rule::RuleResource;
 

@@ -634,7 +634,7 @@ fn selected<'a>(inventory: &'a Inventory, selector: &Value) -> Vec<&'a Namespace
     use kube::core::SelectorExt;
     let matcher = serde_json::from_value(selector.clone())
         .ok()
-        .and_then(|s| crate::sync::targets::selector(&s).ok());
+        .and_then(|s| crate::sync::object_selector::selector(&s).ok());
     let Some(matcher) = matcher else {
         return Vec::new();
     };

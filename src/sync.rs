@@ -17,6 +17,8 @@ pub mod ownership;
 pub mod plan;
 pub mod protected;
 pub mod registrations;
+pub mod rule_key;
+pub mod rule_problem;
 pub mod scope;
 pub mod seal;
 pub mod secret_types;

@@ -10,9 +10,10 @@
 use super::error::short_message;
 use super::fleet::allows;
 use super::plugins::{OciPolicy, Plugins};
-use super::reconcile::gather::{Stop, chain_refused, kind_not_served, rule_problem};
+use super::reconcile::gather::{chain_refused, kind_not_served, rule_problem};
 use super::reconcile::inputs::{self, ReadInputs};
 use super::reconcile::make::{made_of, plugin_context};
+use super::reconcile::stop::Stop;
 use super::rule::RuleResource;
 use crate::api::{
     ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RemoteCluster, RuleSpec, RuleStatus, SourceRef,
@@ -28,6 +29,7 @@ use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
 use crate::sync::next_to::{self, Holders};
+use crate::sync::object_selector::selector;
 use crate::sync::object_selector::{Matcher, purposes_of};
 use crate::sync::ownership::{
     ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION,
@@ -35,7 +37,7 @@ use crate::sync::ownership::{
 };
 use crate::sync::plan::{Decision, Write};
 use crate::sync::scope::Scope;
-use crate::sync::targets::{NamespaceInfo, placements, selector};
+use crate::sync::targets::{NamespaceInfo, placements};
 use crate::sync::validate;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -661,7 +663,7 @@ pub struct LocalPlan {
 pub async fn local_plan(client: &Client, rule: &RuleDocument) -> Result<LocalPlan, DiffError> {
     let (key, spec) = (&rule.key, &rule.spec);
     let kind = KindRef::of_source(&spec.source);
-    let refused = |problem: validate::RuleProblem| {
+    let refused = |problem: crate::sync::rule_problem::RuleProblem| {
         DiffError::Rule(format!(
             "the controller refuses it: {}: {}",
             problem.reason, problem.message
@@ -1061,7 +1063,7 @@ async fn read_holders(client: &Client, targets: &[crate::api::Target]) -> Result
     let mut holders = Holders::default();
     for next_to in targets.iter().filter_map(|t| t.next_to.as_ref()) {
         let kind = next_to::kind_of(next_to);
-        let refused = |problem: crate::sync::validate::RuleProblem| {
+        let refused = |problem: crate::sync::rule_problem::RuleProblem| {
             DiffError::Rule(format!("{}: {}", problem.reason, problem.message))
         };
         let resource = match resolve(client, &kind).await? {

@@ -7,16 +7,17 @@
 //! backoff and wakes the cluster's rules when it answers again, so no rule polls a dead cluster.
 
 use super::error::Error;
-use super::watches::{CappedBackoff, Listed, Reach, Seals, Triggers, Watches, wait_listed};
+use super::retry::CappedBackoff;
+use super::watches::{Listed, Reach, Seals, Triggers, Watches, wait_listed};
 use crate::api::{ClusterInventory, CopyState, KubeconfigSecretRef, RemoteCluster};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::hash::digest_bytes;
+use crate::sync::object_selector::selector;
 use crate::sync::ownership::{RuleKey, RuleKind};
 use crate::sync::scope::Scope;
 use crate::sync::seal::SealKey;
-use crate::sync::targets::selector;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::Api;

@@ -7,6 +7,7 @@ use super::inventory_access::{self, Access, AccessState, FIELD_MANAGER};
 use super::inventory_entries::{EntryWatches, Watched};
 use super::status::{Readiness, ready_condition};
 use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
+use crate::inventory::InventorySettings;
 use crate::inventory::entry::{self, Entry, Kind};
 use crate::sync::kinds::AllowedKind;
 use crate::sync::object_selector::Matcher;
@@ -19,7 +20,6 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,27 +32,6 @@ const RECHECK_WAITING: Duration = Duration::from_secs(10);
 const DEFAULT_GRANT_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a `RemoteCluster` whose entry left waits for the rules still using it to let go.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// What the installation configures for inventories.
-#[derive(Clone, Debug)]
-pub struct InventorySettings {
-    /// The KEP-5339 provider file (`--cluster-profile-providers`).
-    pub providers_file: Option<PathBuf>,
-    /// How long a provider's exec plugin may run.
-    pub exec_timeout: Duration,
-    /// mimeo's own namespace, where the credentials of `ClusterProfile`s are kept.
-    pub namespace: String,
-}
-
-impl Default for InventorySettings {
-    fn default() -> Self {
-        InventorySettings {
-            providers_file: None,
-            exec_timeout: Duration::from_secs(30),
-            namespace: "default".into(),
-        }
-    }
-}
 
 struct InventoryContext {
     client: Client,

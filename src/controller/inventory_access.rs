@@ -3,11 +3,11 @@
 //! control plane is up, `ClusterProfile`s through the installation's provider plugin, whose
 //! credential mimeo keeps in a Secret of its own namespace.
 
-use super::inventory::InventorySettings;
 use crate::api::{ClusterInventory, KubeconfigSecretRef};
-use crate::inventory::cluster_profile::{access_provider, kubeconfig};
+use crate::inventory::InventorySettings;
+use crate::inventory::cluster_profile::access_provider;
 use crate::inventory::entry::Entry;
-use crate::inventory::provider_file::{ProviderFile, invocation, run};
+use crate::inventory::provider_file::{ProviderFile, invocation, kubeconfig, run};
 use crate::inventory::{cluster_api, openmcp};
 use crate::remote_rbac::{self, RbacOptions, Use};
 use crate::sync::kinds::AllowedKind;

@@ -18,11 +18,13 @@
 
 mod carry_out;
 mod cleanup;
+mod events;
 pub(in crate::controller) mod gather;
 mod holders;
 pub(in crate::controller) mod inputs;
 pub(in crate::controller) mod make;
 mod record;
+pub(in crate::controller) mod stop;
 
 use super::Context;
 use super::error::{Error, short_message, without_values};
@@ -37,7 +39,6 @@ use crate::sync::copies::{self, OwnedCopy, PlaceKey};
 use crate::sync::desired::CopyTarget;
 use crate::sync::ownership::{FINALIZER, RuleKey};
 use crate::sync::scope::Scope;
-use gather::Stop;
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
@@ -45,6 +46,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stop::Stop;
 
 /// How soon a rule whose copies sit in a cluster that does not answer looks again on its own:
 /// the cluster's prober and the kubeconfig Secret's watch wake it sooner, so this is only a

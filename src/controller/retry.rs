@@ -109,6 +109,40 @@ impl Retries {
     }
 }
 
+/// Exponential backoff that doubles from `first` up to `cap`, and starts over on reset.
+#[derive(Clone, Debug)]
+pub struct CappedBackoff {
+    first: Duration,
+    next: Duration,
+    cap: Duration,
+}
+
+impl CappedBackoff {
+    pub fn new(first: Duration, cap: Duration) -> Self {
+        CappedBackoff {
+            first,
+            next: first,
+            cap,
+        }
+    }
+}
+
+impl Iterator for CappedBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.cap);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for CappedBackoff {
+    fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +215,13 @@ mod tests {
         .unwrap();
         let error = kube::Error::Api(Box::new(status));
         assert_eq!(asked_for(&error), Some(Duration::from_secs(7)));
+    }
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_starts_over_on_reset() {
+        let mut backoff = CappedBackoff::new(Duration::from_millis(250), Duration::from_secs(4));
+        let first: Vec<u64> = backoff.by_ref().take(7).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(first, [250, 500, 1000, 2000, 4000, 4000, 4000]);
+        kube::runtime::utils::Backoff::reset(&mut backoff);
+        assert_eq!(backoff.next(), Some(Duration::from_millis(250)));
     }
 }

@@ -16,6 +16,7 @@
 use super::echoes::{self, CopyId};
 use super::error::Error;
 use super::named_namespaces::{self, NamespaceEvent};
+use super::retry::CappedBackoff;
 use crate::api::{ClusterInventory, ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
 use crate::locks::lock;
@@ -95,40 +96,6 @@ impl Reach {
                 REMOTE_WATCH_BACKOFF_CAP,
             )),
         }
-    }
-}
-
-/// Exponential backoff that doubles from `first` up to `cap`, and starts over on reset.
-#[derive(Clone, Debug)]
-pub struct CappedBackoff {
-    first: Duration,
-    next: Duration,
-    cap: Duration,
-}
-
-impl CappedBackoff {
-    pub fn new(first: Duration, cap: Duration) -> Self {
-        CappedBackoff {
-            first,
-            next: first,
-            cap,
-        }
-    }
-}
-
-impl Iterator for CappedBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let now = self.next;
-        self.next = (self.next * 2).min(self.cap);
-        Some(now)
-    }
-}
-
-impl Backoff for CappedBackoff {
-    fn reset(&mut self) {
-        self.next = self.first;
     }
 }
 
@@ -1417,14 +1384,5 @@ mod tests {
         let (key, rx) = &mut streams.sync_rules[0];
         assert_eq!(*key, None);
         assert_eq!(rx.try_recv().ok(), Some(ObjectRef::new("r").within("c")));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap_and_starts_over_on_reset() {
-        let mut backoff = CappedBackoff::new(Duration::from_millis(250), Duration::from_secs(4));
-        let first: Vec<u64> = backoff.by_ref().take(7).map(|d| d.as_millis() as u64).collect();
-        assert_eq!(first, [250, 500, 1000, 2000, 4000, 4000, 4000]);
-        backoff.reset();
-        assert_eq!(backoff.next(), Some(Duration::from_millis(250)));
     }
 }

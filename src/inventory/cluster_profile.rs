@@ -76,35 +76,6 @@ pub fn extension<'a>(info: &'a ClusterInfo, name: &str) -> Option<&'a Value> {
         .map(|e| &e["extension"])
 }
 
-/// A kubeconfig for the cluster with a plugin's credential, as JSON (which every kubeconfig
-/// reader takes for YAML).
-pub fn kubeconfig(info: &ClusterInfo, credential: &super::provider_file::Credential) -> String {
-    let mut cluster = serde_json::json!({"server": info.server});
-    if let Some(ca) = &info.certificate_authority_data {
-        cluster["certificate-authority-data"] = ca.clone().into();
-    }
-    if let Some(name) = &info.tls_server_name {
-        cluster["tls-server-name"] = name.clone().into();
-    }
-    let mut user = serde_json::json!({});
-    if let Some(token) = &credential.token {
-        user["token"] = token.clone().into();
-    }
-    if let (Some(cert), Some(key)) = (&credential.client_certificate_data, &credential.client_key_data) {
-        user["client-certificate-data"] = cert.clone().into();
-        user["client-key-data"] = key.clone().into();
-    }
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "cluster", "cluster": cluster}],
-        "users": [{"name": "mimeo", "user": user}],
-        "contexts": [{"name": "cluster", "context": {"cluster": "cluster", "user": "mimeo"}}],
-        "current-context": "cluster",
-    })
-    .to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

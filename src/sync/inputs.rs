@@ -3,7 +3,7 @@
 
 use super::kinds::{AllowedKind, KindRef};
 use super::ownership::RuleKind;
-use super::validate::RuleProblem;
+use super::rule_problem::RuleProblem;
 use crate::api::{Input, InputRef};
 
 impl KindRef {

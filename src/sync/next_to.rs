@@ -7,7 +7,7 @@
 
 use super::kinds::{AllowedKind, KindRef};
 use super::object_selector::{Matcher, ObjectFacts};
-use super::validate::RuleProblem;
+use super::rule_problem::RuleProblem;
 use crate::api::{CopyStatus, NextTo, RuleSpec, Target};
 use std::collections::{BTreeMap, BTreeSet};
 

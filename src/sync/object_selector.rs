@@ -1,11 +1,20 @@
 //! Whether an object is chosen by an [`ObjectSelector`], with openMCP's semantics: a set
 //! `matchIdentities` alone decides, otherwise labels and purposes must both match.
 
-use super::targets::{InvalidSelector, selector};
 use crate::api::{ObjectSelector, PurposeOperator, PurposeRequirement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::SelectorExt;
+use kube::core::{Selector, SelectorExt};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// A label selector that cannot be evaluated, with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid label selector: {0}")]
+pub struct InvalidSelector(pub String);
+
+/// Turns a selector into a matcher.
+pub fn selector(selector: &LabelSelector) -> Result<Selector, InvalidSelector> {
+    Selector::try_from(selector.clone()).map_err(|e| InvalidSelector(e.0))
+}
 
 /// What a selector looks at in an object.
 #[derive(Clone, Copy, Debug)]

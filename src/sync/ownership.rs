@@ -5,10 +5,9 @@
 //! what it was made from. An object without them is not mimeo's and is never touched unless the
 //! rule says `Adopt` or `Overwrite`.
 
+pub use super::rule_key::{RuleKey, RuleKind};
 use super::seal::{Place, SEAL_ANNOTATION, SealKey, same};
 use kube::core::ObjectMeta;
-use std::fmt;
-use std::str::FromStr;
 
 /// The field manager of every write mimeo makes.
 pub const FIELD_MANAGER: &str = "mimeo";
@@ -30,63 +29,6 @@ pub const SHARE_WITH_ANNOTATION: &str = "mimeo.dev/share-with";
 /// may adopt it, whatever its `conflict` says. Written by whoever may write the object (`mimeo
 /// migrate` prints it for the copies another tool made), so it is that object's owner's consent.
 pub const ADOPT_BY_ANNOTATION: &str = "mimeo.dev/adopt-by";
-
-/// The two rule kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RuleKind {
-    SyncRule,
-    ClusterSyncRule,
-}
-
-/// A rule's identity as copies record it: `SyncRule/<namespace>/<name>` or
-/// `ClusterSyncRule/<name>`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RuleKey {
-    pub kind: RuleKind,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl RuleKey {
-    pub fn sync_rule(namespace: &str, name: &str) -> Self {
-        RuleKey {
-            kind: RuleKind::SyncRule,
-            namespace: Some(namespace.to_owned()),
-            name: name.to_owned(),
-        }
-    }
-
-    pub fn cluster_sync_rule(name: &str) -> Self {
-        RuleKey {
-            kind: RuleKind::ClusterSyncRule,
-            namespace: None,
-            name: name.to_owned(),
-        }
-    }
-}
-
-impl fmt::Display for RuleKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.kind, &self.namespace) {
-            (RuleKind::SyncRule, Some(ns)) => write!(f, "SyncRule/{ns}/{}", self.name),
-            (RuleKind::SyncRule, None) => write!(f, "SyncRule/{}", self.name),
-            (RuleKind::ClusterSyncRule, _) => write!(f, "ClusterSyncRule/{}", self.name),
-        }
-    }
-}
-
-impl FromStr for RuleKey {
-    type Err = ();
-
-    fn from_str(s: &str) -> Result<Self, ()> {
-        let parts: Vec<&str> = s.split('/').collect();
-        match parts.as_slice() {
-            ["SyncRule", ns, name] if !ns.is_empty() && !name.is_empty() => Ok(RuleKey::sync_rule(ns, name)),
-            ["ClusterSyncRule", name] if !name.is_empty() => Ok(RuleKey::cluster_sync_rule(name)),
-            _ => Err(()),
-        }
-    }
-}
 
 /// Who owns a live object, as far as mimeo is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,18 +119,6 @@ mod tests {
             annotations: map(annotations),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn rule_keys_round_trip() {
-        for key in [
-            RuleKey::sync_rule("platform", "creds"),
-            RuleKey::cluster_sync_rule("pull-secret"),
-        ] {
-            assert_eq!(key.to_string().parse::<RuleKey>(), Ok(key.clone()));
-        }
-        assert!("SyncRule/only-name".parse::<RuleKey>().is_err());
-        assert!("Deployment/a/b".parse::<RuleKey>().is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! those namespaces (Roles are enough), so it reconciles no `ClusterSyncRule`s and uses no
 //! `RemoteCluster`s, which are cluster-scoped objects.
 
-use super::validate::RuleProblem;
+use super::rule_problem::RuleProblem;
 use crate::api::RuleSpec;
 use std::collections::BTreeSet;
 use std::fmt;

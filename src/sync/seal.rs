@@ -12,7 +12,7 @@
 //!
 //! Pure: the key is handed in; reading or creating it is the controller's.
 
-use super::ownership::RuleKey;
+use super::rule_key::RuleKey;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;

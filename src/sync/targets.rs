@@ -1,8 +1,8 @@
 //! Which namespaces a rule's targets select, and the name each copy gets there.
 
 use super::next_to::Holders;
+use super::object_selector::{InvalidSelector, selector};
 use crate::api::Target;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 use regex::{Regex, RegexBuilder};
 use std::collections::BTreeMap;
@@ -28,16 +28,6 @@ pub struct Placement {
     pub exists: bool,
     /// The target asks for the namespace to be created when it does not exist.
     pub create: bool,
-}
-
-/// A label selector that cannot be evaluated, with the reason.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid label selector: {0}")]
-pub struct InvalidSelector(pub String);
-
-/// Turns a selector into a matcher.
-pub fn selector(selector: &LabelSelector) -> Result<Selector, InvalidSelector> {
-    Selector::try_from(selector.clone()).map_err(|e| InvalidSelector(e.0))
 }
 
 /// A `namespacePattern` that cannot be compiled (bad syntax, or beyond the size limit).
@@ -203,6 +193,7 @@ pub fn targets_by_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
         NamespaceInfo {

@@ -5,17 +5,11 @@
 //! condition carries the reason and says what to change.
 
 use super::kinds::{AllowedKind, KindRef};
-use super::object_selector::Matcher;
+use super::object_selector::{Matcher, selector};
 use super::ownership::RuleKind;
-use super::targets::{namespace_pattern, selector};
+use super::rule_problem::RuleProblem;
+use super::targets::namespace_pattern;
 use crate::api::RuleSpec;
-
-/// Why a rule cannot be acted on, as a condition reason and a message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuleProblem {
-    pub reason: &'static str,
-    pub message: String,
-}
 
 /// The kind the rule copies, or the problem that stops it: a kind outside the installation's
 /// allow-list, or a selector or namespace pattern that cannot be evaluated.

@@ -3,9 +3,9 @@
 //! what a write's own result forces (an object that appeared in the copy's place, the flap
 //! guard tripping).
 
+use super::events::EventLog;
 use super::gather::{Gathered, Reachable};
 use super::make::live_object;
-use super::record::EventLog;
 use super::{WRITE_CONCURRENCY, failure, flap_key, owned_copies, place_of, remote_call};
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec};
 use crate::clusters::fence::Fence;

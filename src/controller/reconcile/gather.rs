@@ -1,9 +1,10 @@
 //! The gather step: everything a rule's copies are decided from, read from the fleet, the caches
 //! and (for kinds and clusters not known yet) the apiservers. It writes nothing: a rule that
-//! cannot go on comes back as a [`Refusal`], which the record step reports.
+//! cannot go on comes back as a [`Refusal`](super::stop::Refusal), which the record step reports.
 
 use super::holders;
 use super::inputs::{self, ReadInputs};
+use super::stop::{Next, Refusal, Stop, refused};
 use super::{RETRY_UNREACHABLE, failure};
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, Target};
 use crate::controller::Context;
@@ -23,11 +24,12 @@ use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
 use crate::sync::next_to::Holders;
+use crate::sync::object_selector::selector;
 use crate::sync::ownership::{PREFIX, RuleKey, RuleKind};
 use crate::sync::registrations::{self, Registration, Role};
+use crate::sync::rule_problem::RuleProblem;
 use crate::sync::scope::Scope;
-use crate::sync::targets::{placements, selector, targets_by_cluster};
-use crate::sync::validate::RuleProblem;
+use crate::sync::targets::{placements, targets_by_cluster};
 use crate::sync::{scope, validate};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -35,7 +37,6 @@ use kube::core::{ApiResource, SelectorExt};
 use kube::runtime::reflector::Store;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What a reconcile decides from: the rule, its chain, its clusters, sources and namespaces, and
 /// the caches that hold its live copies.
@@ -85,46 +86,6 @@ pub(in crate::controller) struct Reachable {
     pub name: Option<String>,
     pub handle: ClusterHandle,
     pub resource: ApiResource,
-}
-
-/// Why a reconcile stops before deciding anything.
-pub(in crate::controller) enum Stop {
-    /// The rule cannot be acted on: say so in its status; its copies are left as they are.
-    Refused(Box<Refusal>),
-    Failed(Error),
-}
-
-impl From<Error> for Stop {
-    fn from(e: Error) -> Self {
-        Stop::Failed(e)
-    }
-}
-
-/// A rule that cannot be acted on now, and when to look again.
-pub(in crate::controller) struct Refusal {
-    pub ready: Readiness,
-    /// What the Event says, when it must not quote the condition's message (a plugin's words).
-    pub note: Option<String>,
-    /// The status to keep, `Ready` aside.
-    pub kept: Option<RuleStatus>,
-    pub next: Next,
-}
-
-/// When a refused rule is looked at again.
-pub(in crate::controller) enum Next {
-    AwaitChange,
-    /// After the rule's backoff.
-    Backoff,
-    After(Duration),
-}
-
-fn refused(previous: Option<&RuleStatus>, ready: Readiness, next: Next) -> Stop {
-    Stop::Refused(Box::new(Refusal {
-        ready,
-        note: None,
-        kept: previous.cloned(),
-        next,
-    }))
 }
 
 impl Gathered<'_> {

@@ -5,7 +5,7 @@ use crate::api::{CopyStatus, NextTo, RuleSpec};
 use crate::controller::Context;
 use crate::sync::next_to::{Holders, cluster_scoped, kept_namespaces, kind_of, not_served, unreadable};
 use crate::sync::ownership::RuleKey;
-use crate::sync::validate::RuleProblem;
+use crate::sync::rule_problem::RuleProblem;
 
 /// The namespaces of every `nextTo` of the rule, and the first problem met on the way. A
 /// `nextTo` that cannot be followed now keeps the namespaces its copies are in.

@@ -3,7 +3,7 @@
 //! the objects read from those caches for the plugins. An input that is missing stops the rule
 //! before anything is written: a copy made without it would be a different copy.
 
-use super::gather::{Next, Refusal, Stop};
+use super::stop::{Next, Refusal, Stop};
 use crate::api::{RuleSpec, RuleStatus};
 use crate::controller::status::Readiness;
 use crate::controller::watches::{SourceInterest, SourceWatchKey};
