@@ -172,7 +172,7 @@ pub struct MigrateArgs {
     pub from: Vec<String>,
     /// The namespace HelmDeployer's pod runs in: the sources its HelmDeployerConfig names are
     /// there.
-    #[arg(long, value_name = "NAMESPACE", default_value = crate::migrate::helmdeployer::DEFAULT_NAMESPACE)]
+    #[arg(long, value_name = "NAMESPACE", default_value = crate::cmd::migrate::helmdeployer::DEFAULT_NAMESPACE)]
     pub helmdeployer_namespace: String,
     /// Also ask kube-system, kube-public and kube-node-lease for consent, and adopt copies there.
     #[arg(long)]
@@ -192,12 +192,12 @@ pub struct MigrateArgs {
 
 impl MigrateArgs {
     /// What to translate.
-    pub fn options(&self) -> crate::migrate::Options {
-        crate::migrate::Options {
+    pub fn options(&self) -> crate::cmd::migrate::Options {
+        crate::cmd::migrate::Options {
             named: self
                 .from
                 .iter()
-                .filter_map(|f| crate::migrate::Tool::named(f))
+                .filter_map(|f| crate::cmd::migrate::Tool::named(f))
                 .collect(),
             allow_system_namespaces: self.allow_system_namespaces,
             helmdeployer_namespace: self.helmdeployer_namespace.clone(),

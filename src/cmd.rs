@@ -1,3 +1,6 @@
 //! Commands besides `run`, each whole in its own module.
 
+pub mod diff;
+pub mod migrate;
 pub mod reseal;
+pub mod status;

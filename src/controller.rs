@@ -3,14 +3,11 @@
 //! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
 
 mod chain_outputs;
-pub mod diff;
-pub mod diff_metadata;
 mod echoes;
 pub(crate) mod error;
 mod failed_downloads;
 mod fair_queue;
-pub mod field_loss;
-mod fleet;
+pub(crate) mod fleet;
 mod inventory;
 mod inventory_access;
 mod inventory_entries;
@@ -18,11 +15,11 @@ mod named_namespaces;
 mod next_to;
 mod plugin_config_maps;
 mod plugin_files;
-mod plugins;
-mod reconcile;
+pub(crate) mod plugins;
+pub(crate) mod reconcile;
 mod remote;
 mod retry;
-mod rule;
+pub(crate) mod rule;
 pub mod seal_key;
 mod status;
 mod turns;

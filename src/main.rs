@@ -43,7 +43,7 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let document: serde_json::Value =
             serde_yaml_ng::from_str(&text).with_context(|| format!("{} is not YAML", file.display()))?;
-        let plan = mimeo::migrate::Plan::from_document(&document)
+        let plan = mimeo::cmd::migrate::Plan::from_document(&document)
             .ok_or_else(|| {
                 anyhow::anyhow!(
                     "{} holds no Migration (the output of mimeo migrate)",
@@ -52,7 +52,7 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
             })?
             .with_context(|| format!("{} does not read as a Migration", file.display()))?;
         let clusters = cluster_clients(&args.cluster_kubeconfigs).await?;
-        let applied = mimeo::migrate::apply::apply(&client, &clusters, &plan).await;
+        let applied = mimeo::cmd::migrate::apply::apply(&client, &clusters, &plan).await;
         for line in &applied.lines {
             println!("{line}");
         }
@@ -65,13 +65,13 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut inventory = mimeo::migrate::read::inventory(&client).await?;
-    let namespaces = mimeo::migrate::helmdeployer::target_namespaces(&inventory.helm);
+    let mut inventory = mimeo::cmd::migrate::read::inventory(&client).await?;
+    let namespaces = mimeo::cmd::migrate::helmdeployer::target_namespaces(&inventory.helm);
     for (cluster, client) in cluster_clients(&args.cluster_kubeconfigs).await? {
-        let read = mimeo::migrate::read::target_cluster(&cluster, &client, &namespaces).await?;
+        let read = mimeo::cmd::migrate::read::target_cluster(&cluster, &client, &namespaces).await?;
         inventory.clusters.insert(cluster, read);
     }
-    let migration = mimeo::migrate::migrate(&inventory, &args.options());
+    let migration = mimeo::cmd::migrate::migrate(&inventory, &args.options());
     print!("{}", migration.to_yaml());
     for note in &migration.notes {
         eprintln!("note: {note}");
@@ -82,7 +82,7 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|((cluster, ns), entries)| (Some(cluster.as_str()), ns, entries));
     for (cluster, namespace, entries) in platform.chain(clusters) {
-        let on = mimeo::migrate::on_cluster(cluster);
+        let on = mimeo::cmd::migrate::on_cluster(cluster);
         for (entry, grant) in entries {
             eprintln!(
                 "consent: namespace {namespace}{on} would accept {entry} ({}): the copy there is {}; asked for by {}{}",
@@ -115,7 +115,7 @@ async fn cluster_clients(
 ) -> anyhow::Result<std::collections::BTreeMap<String, kube::Client>> {
     let mut clients = std::collections::BTreeMap::new();
     for (cluster, path) in mimeo::cli::cluster_kubeconfigs(given).map_err(anyhow::Error::msg)? {
-        let client = mimeo::migrate::read::cluster_client(&cluster, &path).await?;
+        let client = mimeo::cmd::migrate::read::cluster_client(&cluster, &path).await?;
         clients.insert(cluster, client);
     }
     Ok(clients)
@@ -136,7 +136,7 @@ async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
 
 /// Diffs every rule of the file, printing each report; the exit code of the worst.
 async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
-    use mimeo::controller::diff::{DiffOptions, Documents};
+    use mimeo::cmd::diff::{DiffOptions, Documents};
     let text = if args.file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the rule from stdin")?
     } else {
@@ -163,7 +163,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     };
     let clusters = cluster_clients(&args.cluster_kubeconfigs).await?;
     let (lines, mut worst) =
-        controller::diff_metadata::metadata_changes(&client, &clusters, &documents).await;
+        mimeo::cmd::diff::metadata::metadata_changes(&client, &clusters, &documents).await;
     print!("{lines}");
     for rule in &documents.rules {
         let options = DiffOptions {
@@ -174,7 +174,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
             oci: args.registry.oci_settings(&registries)?,
             show_secrets: args.show_secrets,
         };
-        let code = match controller::diff::diff(client.clone(), rule, &documents.overlay, options).await {
+        let code = match mimeo::cmd::diff::diff(client.clone(), rule, &documents.overlay, options).await {
             Ok(report) => {
                 print!("{}", report.render());
                 report.exit_code()
@@ -230,7 +230,7 @@ async fn reseal(args: mimeo::cli::ResealArgs) -> anyhow::Result<ExitCode> {
 /// `mimeo status`: the trees of the rules named, as text or JSON.
 async fn status(args: mimeo::cli::StatusArgs) -> anyhow::Result<ExitCode> {
     use mimeo::cli::{ColorChoice, StatusOutput};
-    use mimeo::status_view::{read, render};
+    use mimeo::cmd::status::{read, render};
     use std::io::IsTerminal;
     let client = kube::Client::try_default().await.map_err(|e| {
         anyhow::anyhow!(

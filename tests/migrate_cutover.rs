@@ -231,8 +231,8 @@ async fn the_cut_over_removes_no_field_whatever_made_the_objects() {
     let document: Value = serde_yaml_ng::from_str(&plan).unwrap();
     let old_file = format!(
         "{}---\n{}",
-        mimeo::migrate::yaml::to_string(&old_style),
-        mimeo::migrate::yaml::to_string(&document["rules"][0])
+        mimeo::cmd::migrate::yaml::to_string(&old_style),
+        mimeo::cmd::migrate::yaml::to_string(&document["rules"][0])
     );
     let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &old_file, &[]);
     assert_eq!(code, 2, "{said}");
@@ -373,7 +373,7 @@ async fn the_plans_rules_read_back_through_kubectl_as_written() {
     let rule = &document["rules"][0];
     let labels = &rule["spec"]["targets"][0]["namespaceSelector"]["matchLabels"];
     assert_eq!(labels, &json!({"team": "yes", "tier": "on", "mode": "0777"}));
-    let written = mimeo::migrate::yaml::to_string(rule);
+    let written = mimeo::cmd::migrate::yaml::to_string(rule);
     let (ok, said) = kubectl(
         &h,
         &["create", "--dry-run=server", "-o", "json", "-f", "-"],

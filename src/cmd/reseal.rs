@@ -12,7 +12,7 @@
 //!
 //! Only this cluster is read; copies in `RemoteCluster`s are named as not resealed.
 
-use crate::controller::diff::{DiffError, LocalPlan, RuleDocument, local_plan};
+use crate::cmd::diff::{DiffError, LocalPlan, RuleDocument, local_plan};
 use crate::sync::copies::{PlannedCopy, source_of};
 use crate::sync::ownership::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION, RuleKey};
 use crate::sync::seal::{Place, SEAL_ANNOTATION, SealKey};

@@ -753,7 +753,7 @@ pub async fn read_kubeconfig(
 /// Whether `remote` lets `rule` use it, given the labels of the rule's namespace: a `SyncRule`
 /// only where the cluster's `allowedNamespaces` selects its namespace; `ClusterSyncRule`s are
 /// trusted. `mimeo diff` asks the same.
-pub(in crate::controller) fn allows(
+pub(crate) fn allows(
     rule: &RuleKey,
     namespace_labels: &std::collections::BTreeMap<String, String>,
     remote: &RemoteCluster,

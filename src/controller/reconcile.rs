@@ -19,12 +19,12 @@
 mod carry_out;
 mod cleanup;
 mod events;
-pub(in crate::controller) mod gather;
+pub(crate) mod gather;
 mod holders;
-pub(in crate::controller) mod inputs;
-pub(in crate::controller) mod make;
+pub(crate) mod inputs;
+pub(crate) mod make;
 mod record;
-pub(in crate::controller) mod stop;
+pub(crate) mod stop;
 
 use super::Context;
 use super::error::{Error, short_message, without_values};

@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 /// What a reconcile decides from: the rule, its chain, its clusters, sources and namespaces, and
 /// the caches that hold its live copies.
-pub(in crate::controller) struct Gathered<'r> {
+pub(crate) struct Gathered<'r> {
     pub key: RuleKey,
     pub spec: &'r RuleSpec,
     pub previous: Option<&'r RuleStatus>,
@@ -72,7 +72,7 @@ pub(in crate::controller) struct Gathered<'r> {
 }
 
 /// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
-pub(in crate::controller) struct TargetCluster {
+pub(crate) struct TargetCluster {
     pub name: Option<String>,
     pub targets: Vec<Target>,
     /// The rule has targets here or copies it made earlier.
@@ -82,7 +82,7 @@ pub(in crate::controller) struct TargetCluster {
 }
 
 /// A usable target cluster.
-pub(in crate::controller) struct Reachable {
+pub(crate) struct Reachable {
     pub name: Option<String>,
     pub handle: ClusterHandle,
     pub resource: ApiResource,
@@ -131,10 +131,7 @@ impl LiveCopies for [Reachable] {
 
 /// Gathers what the rule's copies are decided from, declaring what the rule watches in each
 /// cluster on the way.
-pub(in crate::controller) async fn gather<'r, R: RuleResource>(
-    rule: &'r R,
-    ctx: &Context,
-) -> Result<Gathered<'r>, Stop> {
+pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> Result<Gathered<'r>, Stop> {
     let key = rule.key();
     let spec = rule.rule_spec();
     let previous = rule.rule_status();
@@ -271,7 +268,7 @@ fn checked_kind(
 /// The checks a rule passes before anything is read: the copied kind (and the inputs' kinds)
 /// allowed, what only a `ClusterSyncRule` may do, and the installation's scope. `mimeo diff`
 /// makes the same ones.
-pub(in crate::controller) fn rule_problem(
+pub(crate) fn rule_problem(
     key: &RuleKey,
     spec: &RuleSpec,
     allowed: &[AllowedKind],
@@ -286,7 +283,7 @@ pub(in crate::controller) fn rule_problem(
 }
 
 /// Why a rule's kind cannot be copied from a cluster that does not serve it.
-pub(in crate::controller) fn kind_not_served(kind: &KindRef, source_cluster: &Option<String>) -> Readiness {
+pub(crate) fn kind_not_served(kind: &KindRef, source_cluster: &Option<String>) -> Readiness {
     let in_source_cluster = match source_cluster {
         Some(cluster) => format!(" of RemoteCluster {cluster}"),
         None => String::new(),
@@ -336,7 +333,7 @@ async fn resolve_chain<R: RuleResource>(
 /// A chain that cannot be set up: its message may quote the plugin (its refusal of the config, a
 /// trap), so the Event names only the reference and the reason. A plugin file, ConfigMap or
 /// artifact that appears later is noticed on the next look.
-pub(in crate::controller) fn chain_refused(
+pub(crate) fn chain_refused(
     problem: ChainProblem,
     previous: Option<&RuleStatus>,
     spec_changed: bool,

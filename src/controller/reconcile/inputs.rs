@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// One input, placed: its resource and namespace, and the watch that serves it.
-pub(in crate::controller) struct PlacedInput {
+pub(crate) struct PlacedInput {
     pub name: String,
     pub resource: ApiResource,
     pub namespace: Option<String>,
@@ -33,7 +33,7 @@ pub(in crate::controller) struct PlacedInput {
 }
 
 /// The inputs as the plugins get them, and a digest over them for the chain's memory.
-pub(in crate::controller) struct ReadInputs {
+pub(crate) struct ReadInputs {
     pub inputs: Arc<[TransformInput]>,
     pub hash: String,
 }
@@ -49,7 +49,7 @@ fn stop(previous: Option<&RuleStatus>, reason: &str, message: String, next: Next
 
 /// Where each input is read from, in the source's cluster, given what its discovery said of each
 /// input's kind (`resolved`, in the rule's order).
-pub(in crate::controller) fn place(
+pub(crate) fn place(
     scope: &Scope,
     key: &RuleKey,
     spec: &RuleSpec,
@@ -122,7 +122,7 @@ pub(super) fn cached(
 
 /// Checks the inputs as found (in order; `None` where one is missing): every one must be there,
 /// and in another cluster shared with the rule as a source must be.
-pub(in crate::controller) fn read(
+pub(crate) fn read(
     key: &RuleKey,
     placed: &[PlacedInput],
     found: Vec<Option<Arc<DynamicObject>>>,

@@ -107,7 +107,7 @@ pub(super) async fn run_chains(ctx: &Context, gathered: &Gathered<'_>, plan: &mu
 }
 
 /// What the plugins are told about one copy.
-pub(in crate::controller) fn plugin_context(
+pub(crate) fn plugin_context(
     key: &RuleKey,
     resource: &ApiResource,
     source: &Source,
@@ -167,7 +167,7 @@ async fn transform(
 }
 
 /// What a chain's outcome makes of the copy it ran on (`desired`, its object taken for the run).
-pub(in crate::controller) fn made_of(outcome: ChainOutcome, mut desired: DesiredCopy) -> Made {
+pub(crate) fn made_of(outcome: ChainOutcome, mut desired: DesiredCopy) -> Made {
     match outcome {
         ChainOutcome::Write(object) => {
             desired.replace_object(object);

@@ -7,7 +7,7 @@ use crate::controller::status::Readiness;
 use std::time::Duration;
 
 /// Why a reconcile stops before deciding anything.
-pub(in crate::controller) enum Stop {
+pub(crate) enum Stop {
     /// The rule cannot be acted on: say so in its status; its copies are left as they are.
     Refused(Box<Refusal>),
     Failed(Error),
@@ -20,7 +20,7 @@ impl From<Error> for Stop {
 }
 
 /// A rule that cannot be acted on now, and when to look again.
-pub(in crate::controller) struct Refusal {
+pub(crate) struct Refusal {
     pub ready: Readiness,
     /// What the Event says, when it must not quote the condition's message (a plugin's words).
     pub note: Option<String>,
@@ -30,7 +30,7 @@ pub(in crate::controller) struct Refusal {
 }
 
 /// When a refused rule is looked at again.
-pub(in crate::controller) enum Next {
+pub(crate) enum Next {
     AwaitChange,
     /// After the rule's backoff.
     Backoff,

@@ -7,18 +7,21 @@
 //! Only this cluster is read: copies in `RemoteCluster`s need mimeo's credentials for those
 //! clusters, which the user may not hold, so targets there are named as not shown.
 
-use super::error::short_message;
-use super::fleet::allows;
-use super::plugins::{OciPolicy, Plugins};
-use super::reconcile::gather::{chain_refused, kind_not_served, rule_problem};
-use super::reconcile::inputs::{self, ReadInputs};
-use super::reconcile::make::{made_of, plugin_context};
-use super::reconcile::stop::Stop;
-use super::rule::RuleResource;
+pub mod field_loss;
+pub mod metadata;
+
 use crate::api::{
     ClusterSyncRule, CopyState, CopyStatus, DeletionPolicy, RemoteCluster, RuleSpec, RuleStatus, SourceRef,
     SyncRule,
 };
+use crate::controller::error::short_message;
+use crate::controller::fleet::allows;
+use crate::controller::plugins::{OciPolicy, Plugins};
+use crate::controller::reconcile::gather::{chain_refused, kind_not_served, rule_problem};
+use crate::controller::reconcile::inputs::{self, ReadInputs};
+use crate::controller::reconcile::make::{made_of, plugin_context};
+use crate::controller::reconcile::stop::Stop;
+use crate::controller::rule::RuleResource;
 use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{HostSettings, PluginHost};
 use crate::sync::copies::{
@@ -95,7 +98,7 @@ pub struct Documents {
     /// say what applying them server-side would delete.
     pub others: Vec<Value>,
     /// A `mimeo migrate` plan in the file, to say which annotations it adds.
-    pub plan: Option<crate::migrate::Plan>,
+    pub plan: Option<crate::cmd::migrate::Plan>,
 }
 
 /// Labels or annotations.
@@ -137,7 +140,7 @@ impl Documents {
             if object.is_null() {
                 continue;
             }
-            if let Some(plan) = crate::migrate::Plan::from_document(&object) {
+            if let Some(plan) = crate::cmd::migrate::Plan::from_document(&object) {
                 let plan = plan.map_err(|e| {
                     DiffError::Rule(format!(
                         "the Migration does not read as mimeo migrate's output: {e}"
@@ -216,7 +219,7 @@ impl Overlay {
             }
             if let Some(entries) = self.accept_from.get(&ns.name) {
                 let existing = ns.annotations.get(ACCEPT_FROM_ANNOTATION).map(String::as_str);
-                if let Some(value) = crate::migrate::accept_from_with(existing, entries) {
+                if let Some(value) = crate::cmd::migrate::accept_from_with(existing, entries) {
                     ns.annotations.insert(ACCEPT_FROM_ANNOTATION.to_owned(), value);
                 }
             }
@@ -1096,7 +1099,7 @@ async fn read_holders(client: &Client, targets: &[crate::api::Target]) -> Result
 /// Runs the chain on every placed copy, as the make step does (without its memory of outputs).
 async fn run_chains(
     plugins: &Plugins,
-    chain: &super::plugins::Chain,
+    chain: &crate::controller::plugins::Chain,
     key: &RuleKey,
     resource: &ApiResource,
     sources: &[Source],

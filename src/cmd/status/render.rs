@@ -202,7 +202,7 @@ fn bold(text: &str, colors: Colors) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status_view::tree::{NamespaceNode, ReadyView};
+    use crate::cmd::status::tree::{NamespaceNode, ReadyView};
     use std::collections::BTreeMap;
 
     fn at(secs: i64) -> Time {

@@ -641,8 +641,8 @@ fn cluster_inventory(name: &str, parts: InventoryParts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrate::replicator::tests::{ns, object};
-    use crate::migrate::{Options, migrate};
+    use crate::cmd::migrate::replicator::tests::{ns, object};
+    use crate::cmd::migrate::{Options, migrate};
 
     /// A file of HelmDeployer's own test fixture, as JSON.
     fn fixture(file: &str) -> Value {
@@ -930,7 +930,9 @@ mod tests {
             "{text}"
         );
         let document: Value = serde_yaml_ng::from_str(&text).unwrap();
-        let plan = crate::migrate::Plan::from_document(&document).unwrap().unwrap();
+        let plan = crate::cmd::migrate::Plan::from_document(&document)
+            .unwrap()
+            .unwrap();
         let on: Vec<(Option<&str>, &str)> = plan
             .consent
             .iter()

@@ -378,10 +378,10 @@ pub(crate) mod tests {
         };
         let m = migrate(
             &inventory,
-            &crate::migrate::Options {
+            &crate::cmd::migrate::Options {
                 named: vec![Tool::Replicator],
                 allow_system_namespaces: true,
-                ..crate::migrate::Options::default()
+                ..crate::cmd::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 2);
@@ -467,9 +467,9 @@ pub(crate) mod tests {
             not_read: vec!["RoleBindings: forbidden".into()],
             ..Inventory::default()
         };
-        let named = crate::migrate::Options {
+        let named = crate::cmd::migrate::Options {
             named: vec![Tool::Replicator],
-            ..crate::migrate::Options::default()
+            ..crate::cmd::migrate::Options::default()
         };
         let migration = migrate(&inventory, &named);
         assert!(migration.rules.is_empty());
@@ -530,10 +530,10 @@ pub(crate) mod tests {
         };
         let m = migrate(
             &inventory,
-            &crate::migrate::Options {
+            &crate::cmd::migrate::Options {
                 named: vec![Tool::Replicator],
                 allow_system_namespaces: true,
-                ..crate::migrate::Options::default()
+                ..crate::cmd::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 1);

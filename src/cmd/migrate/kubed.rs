@@ -123,10 +123,10 @@ mod tests {
         };
         let m = migrate(
             &inventory,
-            &crate::migrate::Options {
+            &crate::cmd::migrate::Options {
                 named: vec![Tool::Kubed],
                 allow_system_namespaces: true,
-                ..crate::migrate::Options::default()
+                ..crate::cmd::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 2);

@@ -416,10 +416,10 @@ mod tests {
         };
         let m = migrate(
             &inventory,
-            &crate::migrate::Options {
+            &crate::cmd::migrate::Options {
                 named: vec![Tool::Kyverno],
                 allow_system_namespaces: true,
-                ..crate::migrate::Options::default()
+                ..crate::cmd::migrate::Options::default()
             },
         );
         assert_eq!(m.rules.len(), 2, "{:?}", m.notes);

@@ -333,10 +333,10 @@ mod tests {
         };
         let m = migrate(
             &inventory,
-            &crate::migrate::Options {
+            &crate::cmd::migrate::Options {
                 named: vec![Tool::Reflector],
                 allow_system_namespaces: true,
-                ..crate::migrate::Options::default()
+                ..crate::cmd::migrate::Options::default()
             },
         );
         let by_name = |name: &str| {

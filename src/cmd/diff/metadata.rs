@@ -4,10 +4,10 @@
 //! A plan's entries on an openMCP `Cluster` are read through the client given for it, or said
 //! to be not read.
 
-use super::diff::Documents;
+use super::Documents;
 use super::field_loss::dropped_by_server_side_apply;
-use crate::migrate::accept_from_with;
-use crate::migrate::apply::dynamic_api;
+use crate::cmd::migrate::accept_from_with;
+use crate::cmd::migrate::apply::dynamic_api;
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject};
@@ -146,5 +146,5 @@ async fn get(
         .map_err(|e| e.to_string())?;
     api.get_opt(name)
         .await
-        .map_err(|e| super::error::without_values(&e.to_string()))
+        .map_err(|e| crate::controller::error::without_values(&e.to_string()))
 }
