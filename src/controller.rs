@@ -77,8 +77,8 @@ pub struct ControllerConfig {
     pub seal_key: SealKeySource,
     /// How `ClusterInventory`s get credentials, and where mimeo keeps them.
     pub inventory: InventorySettings,
-    /// The shards this replica holds (`crate::shards`): all of one, by default.
-    pub shards: crate::shards::Shards,
+    /// The shards this replica holds (`crate::replicas::shards`): all of one, by default.
+    pub shards: crate::replicas::shards::Shards,
 }
 
 /// Where the seal key comes from.
@@ -133,7 +133,7 @@ pub struct Context {
     /// Copies that churn, and those held for it.
     flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
     /// The shards this replica holds: it reconciles and writes for their rules alone.
-    pub(crate) shards: crate::shards::Shards,
+    pub(crate) shards: crate::replicas::shards::Shards,
     /// Turns to make and write a rule's copies (`reconcile::WRITE_TURNS`).
     write_turns: Arc<turns::Turns>,
 }
@@ -345,7 +345,9 @@ fn report(ctx: &Context, fleet: Arc<Fleet>, readiness: Readiness) {
 
 /// A tick each time the shards this replica holds change: every rule is looked at again, and
 /// those of shards it no longer holds are let go.
-fn shards_changed(shards: &crate::shards::Shards) -> impl futures::Stream<Item = ()> + Send + 'static {
+fn shards_changed(
+    shards: &crate::replicas::shards::Shards,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(shards.subscribe(), |mut held| async move {
         held.changed().await.ok()?;
         Some(((), held))

@@ -1,24 +1,39 @@
 //! mimeo copies Secrets, ConfigMaps and other Kubernetes objects between namespaces and clusters,
 //! driven by small custom resources.
 //!
-//! The crate is laid out as a pipeline: `api` holds the custom resource types users write, `sync`
-//! the pure decisions (desired copies, consent, conflicts, digests), `controller` the watches,
-//! reconcile loop, writes and status, and `cli`, `telemetry`, `metrics` and `server` the edges.
+//! The crate map, one room per question:
 #![deny(unsafe_code)]
 
+/// The custom resources users write; the CRDs are generated from them.
 pub mod api;
+/// The command line's flags and arguments (clap), parsed by `main.rs`.
 pub mod cli;
+/// Clients of the cluster mimeo runs in and of `RemoteCluster`s: requests counted, bounded and
+/// fenced by the shards held.
 pub mod clusters;
+/// The commands besides `run`, each whole: `diff`, `status`, `migrate`, `reseal`.
 pub mod cmd;
+/// The running controller: shared watches, the rule pipeline, the only door for writes, status.
 pub mod controller;
+/// Error text for people, with the chain of causes on one line.
 pub mod error_text;
+/// Cluster inventories (openMCP, Cluster API, ClusterProfile) translated into `RemoteCluster`s.
 pub mod inventory;
-pub mod leader;
+/// Locking a mutex whatever happened to its last holder.
 pub(crate) mod locks;
+/// Prometheus metrics: requests per apiserver, copies, plugins, shards, the process.
 pub mod metrics;
+/// The WebAssembly plugin host (wasmtime) and the OCI registry client; nothing of wasmtime
+/// leaves it.
 pub mod plugin;
+/// The RBAC a `RemoteCluster`'s identity needs in its cluster: `mimeo remote rbac` and the
+/// access mimeo asks inventories for.
 pub mod remote_rbac;
+/// How replicas share the work: alone, a leader's Lease, or shards of the rules.
+pub mod replicas;
+/// `/metrics`, `/healthz` and `/readyz`.
 pub mod server;
-pub mod shards;
+/// The pure decisions: desired copies, consent, ownership and seals, what to write. No I/O.
 pub mod sync;
+/// Logging: JSON lines or a pretty format, filtered by level.
 pub mod telemetry;

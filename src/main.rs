@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::Parser;
 use mimeo::cli::{Cli, Command, PluginCommand, RemoteCommand, RunArgs};
 use mimeo::controller::{self, ControllerConfig};
-use mimeo::leader::Elector;
 use mimeo::metrics::Metrics;
+use mimeo::replicas;
 use mimeo::server::{self, Readiness};
 use mimeo::sync::scope::Scope;
 use std::process::ExitCode;
@@ -33,12 +33,7 @@ pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muz
 /// `mimeo migrate`: exit 0 when the plan was printed (or, with `--apply`, applied whole), 1 when
 /// the cluster could not be read, the file not parsed, or a part of it not applied.
 async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!(
-            "connecting to the cluster: {}",
-            mimeo::clusters::explain_client_error(&e)
-        )
-    })?;
+    let client = connect().await?;
     if let Some(file) = &args.apply {
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let document: serde_json::Value =
@@ -109,6 +104,16 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A client of the current kubeconfig's cluster, as a user's command reads it.
+async fn connect() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster: {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })
+}
+
 /// A client for each openMCP `Cluster` given with `--cluster-kubeconfig`, by `namespace/name`.
 async fn cluster_clients(
     given: &[mimeo::cli::ClusterKubeconfig],
@@ -142,12 +147,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     } else {
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!(
-            "connecting to the cluster: {}",
-            mimeo::clusters::explain_client_error(&e)
-        )
-    })?;
+    let client = connect().await?;
     let documents = Documents::parse(&text, client.default_namespace())?;
     let registries: Vec<String> = documents
         .rules
@@ -192,12 +192,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
 /// `mimeo reseal`: exit 0 when every rule was read (and with `--apply` every seal written), 1
 /// otherwise.
 async fn reseal(args: mimeo::cli::ResealArgs) -> anyhow::Result<ExitCode> {
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!(
-            "connecting to the cluster: {}",
-            mimeo::clusters::explain_client_error(&e)
-        )
-    })?;
+    let client = connect().await?;
     let (namespace, name) = args.seal_key_secret.clone().unwrap_or_else(|| {
         let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
         (namespace, controller::seal_key::DEFAULT_NAME.into())
@@ -232,12 +227,7 @@ async fn status(args: mimeo::cli::StatusArgs) -> anyhow::Result<ExitCode> {
     use mimeo::cli::{ColorChoice, StatusOutput};
     use mimeo::cmd::status::{read, render};
     use std::io::IsTerminal;
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!(
-            "connecting to the cluster: {}",
-            mimeo::clusters::explain_client_error(&e)
-        )
-    })?;
+    let client = connect().await?;
     let namespace = args
         .namespace
         .clone()
@@ -382,85 +372,42 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into()),
         },
         shards: match args.leader.shards {
-            1 => mimeo::shards::Shards::default(),
-            count => mimeo::shards::Shards::new(count),
+            1 => replicas::shards::Shards::default(),
+            count => replicas::shards::Shards::new(count),
         },
     };
-    if args.leader.shards > 1 {
-        let leader = &args.leader;
-        let settings = mimeo::shards::ShardSettings {
-            count: leader.shards,
-            namespace: leader
-                .leader_elect_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".to_owned()),
-            prefix: format!("{}-shard", leader.leader_elect_lease_name),
-            identity: identity(),
-            duration: std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1)),
-        };
-        tracing::info!(shards = settings.count, identity = %settings.identity, "sharing the rules with the other replicas");
-        readiness.set_shards(config.shards.clone());
-        let (stop_keeping, keeping_stopped) = tokio::sync::oneshot::channel::<()>();
-        let keeper = tokio::spawn(mimeo::shards::keep(
-            client.clone(),
-            settings,
-            config.shards.clone(),
-            async move {
-                let _ = keeping_stopped.await;
-            },
-        ));
-        controller::run(client, config, metrics, readiness, stopped()).await?;
-        let _ = stop_keeping.send(());
-        let _ = keeper.await;
-        let _ = server.await;
-        return Ok(());
-    }
-    if !args.leader.leader_elect {
-        controller::run(client, config, metrics, readiness, stopped()).await?;
-        let _ = server.await;
-        return Ok(());
-    }
+    let mode = replica_mode(&args.leader);
+    replicas::run(client, mode, config, metrics, readiness, stopped).await?;
+    let _ = server.await;
+    Ok(())
+}
 
-    let leader = &args.leader;
+/// How this replica shares the work, from its flags.
+fn replica_mode(leader: &mimeo::cli::LeaderArgs) -> replicas::Mode {
     let namespace = leader
         .leader_elect_namespace
         .clone()
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .unwrap_or_else(|| "default".to_owned());
-    let identity = identity();
-    let elector = Arc::new(Elector::new(
-        client.clone(),
-        &namespace,
-        &leader.leader_elect_lease_name,
-        &identity,
-        std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1)),
-    ));
-    tracing::info!(lease = %format!("{namespace}/{}", leader.leader_elect_lease_name), identity = %identity, "standing by for leadership");
-    // A standby is healthy and ready: it takes over when the leader goes. It says it does not
-    // hold the one shard, so that a Lease nobody holds shows in the metrics, not as silence.
-    readiness.set_ready();
-    metrics.set_shards(1, &Default::default());
-    tokio::select! {
-        acquired = elector.acquire() => acquired?,
-        () = stopped() => {
-            let _ = server.await;
-            return Ok(());
-        }
+    let duration = std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1));
+    if leader.shards > 1 {
+        return replicas::Mode::Shards(replicas::shards::ShardSettings {
+            count: leader.shards,
+            namespace,
+            prefix: format!("{}-shard", leader.leader_elect_lease_name),
+            identity: identity(),
+            duration,
+        });
     }
-    let holder = elector.clone();
-    tokio::spawn(async move {
-        let lost = holder.hold().await;
-        // Nothing may be written past this point: another replica may take over soon.
-        tracing::error!(error = %lost, "lost leadership; exiting so that no two replicas write");
-        std::process::exit(1);
-    });
-    controller::run(client, config, metrics, readiness, stopped()).await?;
-    if let Err(e) = elector.release().await {
-        tracing::warn!(error = %e, "releasing the leader Lease failed; a standby takes over when it expires");
+    if !leader.leader_elect {
+        return replicas::Mode::Alone;
     }
-    let _ = server.await;
-    Ok(())
+    replicas::Mode::Leader {
+        namespace,
+        name: leader.leader_elect_lease_name.clone(),
+        identity: identity(),
+        duration,
+    }
 }
 
 /// The controller's registry credentials, refused at start-up unless they read as a Docker config.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Clone, Default)]
 pub struct Readiness {
     ready: Arc<AtomicBool>,
-    shards: Arc<std::sync::OnceLock<crate::shards::Shards>>,
+    shards: Arc<std::sync::OnceLock<crate::replicas::shards::Shards>>,
 }
 
 impl Readiness {
@@ -27,7 +27,7 @@ impl Readiness {
     }
 
     /// The shards `/readyz` names.
-    pub fn set_shards(&self, shards: crate::shards::Shards) {
+    pub fn set_shards(&self, shards: crate::replicas::shards::Shards) {
         let _ = self.shards.set(shards);
     }
 

@@ -14,7 +14,7 @@
 //! client's permits: those kube's layers and hyper's connection tasks had not written yet (26 in
 //! six freezes, against 386 checked only before `write::write`; docs/design.md).
 
-use crate::shards::Shards;
+use crate::replicas::shards::Shards;
 use crate::sync::ownership::RuleKey;
 use crate::sync::shards::shard_of;
 use http::{Method, Request};

@@ -41,7 +41,7 @@ struct InventoryContext {
     remote_clusters: Store<RemoteCluster>,
     access: AccessState,
     /// An inventory is kept by the replica holding its shard.
-    shards: crate::shards::Shards,
+    shards: crate::replicas::shards::Shards,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +62,7 @@ pub async fn run(
     allowed_kinds: Vec<AllowedKind>,
     remote_clusters: Store<RemoteCluster>,
     remote_cluster_wakes: impl futures::Stream<Item = ObjectRef<ClusterInventory>> + Send + 'static,
-    shards: crate::shards::Shards,
+    shards: crate::replicas::shards::Shards,
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api = Api::<ClusterInventory>::all(client.clone());

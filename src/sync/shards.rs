@@ -1,5 +1,5 @@
 //! Which shard a rule belongs to, and how many shards a replica should hold: the pure half of
-//! sharding (`crate::shards` holds the Leases).
+//! sharding (`crate::replicas::shards` holds the Leases).
 //!
 //! Every rule belongs to one shard, by a digest of its key, so that every replica agrees without
 //! talking to the others. Each shard is a Lease; a replica holds its fair share of them (the

@@ -14,7 +14,7 @@ use crate::controller::fleet::ClusterHandle;
 use crate::controller::watches::Watches;
 use crate::controller::write;
 use crate::locks::lock;
-use crate::shards::Shards;
+use crate::replicas::shards::Shards;
 use crate::sync::copies::{OwnedCopy, Plan, PlannedCopy, PlannedWrite, unwanted};
 use crate::sync::desired::CopyTarget;
 use crate::sync::flap_guard::{Change, Held};

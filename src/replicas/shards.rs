@@ -6,7 +6,7 @@
 //! moved within a Lease duration are the live ones, over which the shards are spread. A replica
 //! that joins makes the others' share smaller, and they give their highest shards back; one that
 //! dies stops renewing, and the others take its shards once they have seen them unchanged for a
-//! whole duration ([`crate::leader::decide`], on their own monotonic clocks).
+//! whole duration ([`crate::replicas::lease::decide`], on their own monotonic clocks).
 //!
 //! A write is allowed only while its shard is held: until the instant the last successful renewal
 //! *started*, plus two thirds of the duration. Another replica may take the shard over no sooner
@@ -14,7 +14,9 @@
 //! runs on while a process is frozen (SIGSTOP), so a frozen replica that resumes finds its
 //! shards lapsed and writes nothing until a renewal has succeeded again.
 
-use crate::leader::{Decision, Elector, LeaderError, Observed, decide, renew_deadline, renew_period};
+use crate::replicas::lease::{
+    Decision, Elector, LeaderError, Observed, decide, renew_deadline, renew_period,
+};
 use crate::sync::ownership::RuleKey;
 use crate::sync::shards::{moves, shard_of, shard_of_name};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
