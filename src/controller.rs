@@ -1,6 +1,10 @@
-//! The controller: shared watches, one reconcile loop per rule kind, and the context they share.
+//! The controller: shared watches, one loop per rule kind (the same generic [`rule_loop`]), and
+//! the context they share.
 //!
-//! Kube client calls live here and in `write`; every decision is made in `crate::sync`.
+//! Every decision is made in `crate::sync`. The apiserver is read by the caches (`watches`,
+//! `fleet`, the plugin and `nextTo` caches) and by the rule pipeline's gather step; copies are
+//! written and removed only through `write`, under one field manager; the record step writes a
+//! rule's status and events; `inventory`, `remote` and `seal_key` write their own objects.
 
 mod chain_outputs;
 mod echoes;
@@ -43,9 +47,11 @@ use crate::sync::scope::Scope;
 use crate::sync::seal::SealKey;
 use fleet::Fleet;
 use futures::StreamExt;
+use futures::channel::mpsc::UnboundedReceiver;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use std::future::Future;
@@ -190,55 +196,8 @@ pub async fn run(
         }
     });
     let (triggers, streams) = Triggers::new(&config.scope);
-    let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
-    let plugin_files = plugin_files::PluginFiles::new(triggers.clone());
-    let next_to = next_to::NextToWatches::new(client.clone(), triggers.clone());
-    let fleet = Fleet::start(
-        client.clone(),
-        config.scope.clone(),
-        metrics.clone(),
-        triggers,
-        seal_key.clone(),
-    );
-    let allowed_kinds = if config.allowed_kinds.is_empty() {
-        default_allowed_kinds()
-    } else {
-        config.allowed_kinds.clone()
-    };
-    let host = PluginHost::new(config.plugin_host.clone()).map_err(|e| Error::PluginHost(e.to_string()))?;
-    let reporter = Reporter {
-        controller: "mimeo".into(),
-        instance: config.instance.clone(),
-    };
-    let retries = retry::Retries::counted(metrics.rules_retrying());
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        metrics,
-        recorder: Recorder::new(client.clone(), reporter),
-        statuses: Default::default(),
-        scope: config.scope.clone(),
-        fleet: fleet.clone(),
-        in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
-        allowed_kinds,
-        next_to_kinds: config.next_to_kinds.clone(),
-        next_to,
-        plugins: plugins::Plugins::new(
-            host,
-            client.clone(),
-            config.plugin_dir.clone(),
-            Oci::new(config.oci.clone()).map_err(|e| Error::PluginHost(e.to_string()))?,
-            config.oci_policy.clone(),
-        ),
-        plugin_config_maps,
-        plugin_files,
-        plugin_dir: config.plugin_dir.clone(),
-        chain_outputs: Default::default(),
-        flaps: Default::default(),
-        retries,
-        seal_key,
-        shards: config.shards.clone(),
-        write_turns: turns::Turns::new(reconcile::WRITE_TURNS),
-    });
+    let ctx = context(&client, &config, metrics, seal_key, triggers)?;
+    let fleet = ctx.fleet.clone();
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -262,21 +221,7 @@ pub async fn run(
                 Some(ns) => Api::<SyncRule>::namespaced(client.clone(), ns),
                 None => Api::<SyncRule>::all(client.clone()),
             };
-            let (rules, changes) = rule_changes(sync_rules);
-            Controller::for_stream(changes, rules)
-                .reconcile_on(triggers)
-                .reconcile_all_on(shards_changed(&config.shards))
-                .graceful_shutdown_on(stopped())
-                .run(
-                    reconcile::reconcile::<SyncRule>,
-                    reconcile::error_policy::<SyncRule>,
-                    ctx.clone(),
-                )
-                .for_each(|result| async move {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "SyncRule controller");
-                    }
-                })
+            rule_loop(sync_rules, triggers, ctx.clone(), stopped())
         }));
     let sync_loop = async {
         sync_loops.await;
@@ -287,21 +232,8 @@ pub async fn run(
             until_stopped(sync_loop, stopped(), &ctx).await;
         }
         Scope::Cluster => {
-            let (rules, changes) = rule_changes(Api::<ClusterSyncRule>::all(client.clone()));
-            let cluster_loop = Controller::for_stream(changes, rules)
-                .reconcile_on(streams.cluster_sync_rules)
-                .reconcile_all_on(shards_changed(&config.shards))
-                .graceful_shutdown_on(stopped())
-                .run(
-                    reconcile::reconcile::<ClusterSyncRule>,
-                    reconcile::error_policy::<ClusterSyncRule>,
-                    ctx.clone(),
-                )
-                .for_each(|result| async move {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "ClusterSyncRule controller");
-                    }
-                });
+            let cluster_rules = Api::<ClusterSyncRule>::all(client.clone());
+            let cluster_loop = rule_loop(cluster_rules, streams.cluster_sync_rules, ctx.clone(), stopped());
             let remote_loop = remote_cluster_loop(&ctx, streams.remote_clusters, stopped());
             let inventory_loop = inventory::run(
                 client.clone(),
@@ -320,6 +252,88 @@ pub async fn run(
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The context every reconcile shares, with the caches and the fleet it starts, each waking
+/// rules through `triggers`.
+fn context(
+    client: &Client,
+    config: &ControllerConfig,
+    metrics: Arc<Metrics>,
+    seal_key: Arc<SealKey>,
+    triggers: Triggers,
+) -> Result<Arc<Context>, Error> {
+    let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
+    let plugin_files = plugin_files::PluginFiles::new(triggers.clone());
+    let next_to = next_to::NextToWatches::new(client.clone(), triggers.clone());
+    let fleet = Fleet::start(
+        client.clone(),
+        config.scope.clone(),
+        metrics.clone(),
+        triggers,
+        seal_key.clone(),
+    );
+    let allowed_kinds = if config.allowed_kinds.is_empty() {
+        default_allowed_kinds()
+    } else {
+        config.allowed_kinds.clone()
+    };
+    let host = PluginHost::new(config.plugin_host.clone()).map_err(|e| Error::PluginHost(e.to_string()))?;
+    let reporter = Reporter {
+        controller: "mimeo".into(),
+        instance: config.instance.clone(),
+    };
+    let retries = retry::Retries::counted(metrics.rules_retrying());
+    Ok(Arc::new(Context {
+        client: client.clone(),
+        metrics,
+        recorder: Recorder::new(client.clone(), reporter),
+        statuses: Default::default(),
+        scope: config.scope.clone(),
+        fleet,
+        in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
+        allowed_kinds,
+        next_to_kinds: config.next_to_kinds.clone(),
+        next_to,
+        plugins: plugins::Plugins::new(
+            host,
+            client.clone(),
+            config.plugin_dir.clone(),
+            Oci::new(config.oci.clone()).map_err(|e| Error::PluginHost(e.to_string()))?,
+            config.oci_policy.clone(),
+        ),
+        plugin_config_maps,
+        plugin_files,
+        plugin_dir: config.plugin_dir.clone(),
+        chain_outputs: Default::default(),
+        flaps: Default::default(),
+        retries,
+        seal_key,
+        shards: config.shards.clone(),
+        write_turns: turns::Turns::new(reconcile::WRITE_TURNS),
+    }))
+}
+
+/// One rule kind's controller: the rules `api` lists, looked at when they change, when the caches
+/// call for it (`triggers`), and all of them when the shards held change.
+fn rule_loop<R: RuleResource>(
+    api: Api<R>,
+    triggers: UnboundedReceiver<ObjectRef<R>>,
+    ctx: Arc<Context>,
+    stopped: impl Future<Output = ()> + Send + Sync + 'static,
+) -> impl Future<Output = ()> {
+    let (rules, changes) = rule_changes(api);
+    let shards = shards_changed(&ctx.shards);
+    Controller::for_stream(changes, rules)
+        .reconcile_on(triggers)
+        .reconcile_all_on(shards)
+        .graceful_shutdown_on(stopped)
+        .run(reconcile::reconcile::<R>, reconcile::error_policy::<R>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, kind = R::KIND, "rule controller");
+            }
+        })
 }
 
 /// Reports what the controller holds as it changes: readiness once the fleet's caches are filled,
