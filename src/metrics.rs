@@ -19,7 +19,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -161,17 +161,99 @@ pub struct Metrics {
     propagation: Histogram,
     source_watches: Gauge,
     shards_held: Family<ShardLabels, Gauge>,
-    plugin_calls: Family<PluginLabels, Counter>,
-    plugin_call_duration: Family<PluginLabels, Histogram>,
-    plugin_failures: Family<PluginErrorLabels, Counter>,
-    plugin_chains: Family<ChainLabels, Counter>,
     copy_flaps: Counter,
     rules_retrying: Gauge,
+    plugins: PluginMetrics,
+    clusters: ClusterMetrics,
+    copies_state: Mutex<Copies>,
+}
+
+/// The transform plugins' metrics.
+struct PluginMetrics {
+    calls: Family<PluginLabels, Counter>,
+    call_duration: Family<PluginLabels, Histogram>,
+    failures: Family<PluginErrorLabels, Counter>,
+    chains: Family<ChainLabels, Counter>,
+}
+
+impl PluginMetrics {
+    fn register(r: &mut Registry) -> Self {
+        PluginMetrics {
+            calls: registered(
+                r,
+                "plugin_calls",
+                "Transform calls by plugin (its reference without tag or digest), failed ones included",
+                Family::<PluginLabels, Counter>::default(),
+            ),
+            call_duration: registered(
+                r,
+                "plugin_call_duration_seconds",
+                "Time one transform call took, instantiation included, by plugin",
+                Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+                }),
+            ),
+            failures: registered(
+                r,
+                "plugin_failures",
+                "Transform chains that failed on a copy, by the plugin that failed and reason",
+                Family::<PluginErrorLabels, Counter>::default(),
+            ),
+            chains: registered(
+                r,
+                "plugin_chains",
+                "Transform chains for one copy, by result: run (the plugins were called) or remembered (the outcome for the same input was reused)",
+                Family::<ChainLabels, Counter>::default(),
+            ),
+        }
+    }
+}
+
+/// The metrics of the clusters mimeo talks to.
+struct ClusterMetrics {
     remote_cluster_ready: Family<ClusterLabels, Gauge>,
     remote_cluster_rules: Family<ClusterLabels, Gauge>,
     apiserver_requests: Family<RequestLabels, Counter>,
     apiserver_request_duration: Family<ClusterVerbLabels, Histogram>,
-    copies_state: Mutex<Copies>,
+}
+
+impl ClusterMetrics {
+    fn register(r: &mut Registry) -> Self {
+        ClusterMetrics {
+            remote_cluster_ready: registered(
+                r,
+                "remote_cluster_ready",
+                "1 while a RemoteCluster is Ready (reached with its kubeconfig), 0 while it is not; exported by the replica that checks it",
+                Family::<ClusterLabels, Gauge>::default(),
+            ),
+            remote_cluster_rules: registered(
+                r,
+                "remote_cluster_rules",
+                "Rules that use a RemoteCluster, as its status.rules says",
+                Family::<ClusterLabels, Gauge>::default(),
+            ),
+            apiserver_requests: registered(
+                r,
+                "apiserver_requests",
+                "Requests to each apiserver (remote_cluster), by verb as the apiserver names it and status code (<error>: no response)",
+                Family::<RequestLabels, Counter>::default(),
+            ),
+            apiserver_request_duration: registered(
+                r,
+                "apiserver_request_duration_seconds",
+                "Time to each apiserver's response headers (for a WATCH: until it started), by verb",
+                Family::<ClusterVerbLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.005, 2.0, 12))
+                }),
+            ),
+        }
+    }
+}
+
+/// `metric`, registered in `registry` as `name` with its `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Default for Metrics {
@@ -184,144 +266,80 @@ impl Metrics {
     pub fn new() -> Self {
         let mut root = Registry::default();
         root.register_collector(Box::new(process::Process));
-        let registry = root.sub_registry_with_prefix("mimeo");
-        let reconciles = Family::<KindLabels, Counter>::default();
-        registry.register("reconciles", "Rule reconciliations", reconciles.clone());
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "reconcile_errors",
-            "Failed rule reconciliations by reason",
-            reconcile_errors.clone(),
-        );
-        let reconcile_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 14))
-        });
-        registry.register(
-            "reconcile_duration_seconds",
-            "Time spent reconciling one rule",
-            reconcile_duration.clone(),
-        );
-        let copies = Family::<StateLabels, Gauge>::default();
-        registry.register("copies", "Copies by state, over all rules", copies.clone());
-        let cluster_copies = Family::<ClusterStateLabels, Gauge>::default();
-        registry.register(
-            "cluster_copies",
-            "Copies by cluster (remote_cluster: the RemoteCluster, or (local)) and state, over \
-             all rules; a state with no copies in a cluster has no series",
-            cluster_copies.clone(),
-        );
-        let writes = Family::<VerbLabels, Counter>::default();
-        registry.register("writes", "Writes to copies by verb", writes.clone());
-        let propagation = Histogram::new(exponential_buckets(0.005, 2.0, 14));
-        registry.register(
-            "propagation_seconds",
-            "From the controller seeing a source change to a copy of it written",
-            propagation.clone(),
-        );
-        let source_watches = Gauge::default();
-        registry.register(
-            "source_watches",
-            "Shared source watches running",
-            source_watches.clone(),
-        );
-        let plugin_calls = Family::<PluginLabels, Counter>::default();
-        registry.register(
-            "plugin_calls",
-            "Transform calls by plugin (its reference without tag or digest), failed ones included",
-            plugin_calls.clone(),
-        );
-        let plugin_call_duration = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
-        });
-        registry.register(
-            "plugin_call_duration_seconds",
-            "Time one transform call took, instantiation included, by plugin",
-            plugin_call_duration.clone(),
-        );
-        let plugin_failures = Family::<PluginErrorLabels, Counter>::default();
-        registry.register(
-            "plugin_failures",
-            "Transform chains that failed on a copy, by the plugin that failed and reason",
-            plugin_failures.clone(),
-        );
-        let plugin_chains = Family::<ChainLabels, Counter>::default();
-        registry.register(
-            "plugin_chains",
-            "Transform chains for one copy, by result: run (the plugins were called) or \
-             remembered (the outcome for the same input was reused)",
-            plugin_chains.clone(),
-        );
-        let shards_held = Family::<ShardLabels, Gauge>::default();
-        registry.register(
-            "shard_held",
-            "1 for each shard of the rules this replica holds now, 0 for the others; with one \
-             shard, shard 0 is the leader's (0 on a replica standing by)",
-            shards_held.clone(),
-        );
-        let copy_flaps = Counter::default();
-        registry.register(
-            "copy_flaps",
-            "Copies the flap guard stopped touching: deleted and created again, or written back \
-             after something else changed them, too often within minutes",
-            copy_flaps.clone(),
-        );
-        let rules_retrying = Gauge::default();
-        registry.register(
-            "rules_retrying",
-            "Rules whose last look failed (a reconcile error, or copies Failed, PluginFailed or \
-             Unauthorized) and that are tried again with backoff",
-            rules_retrying.clone(),
-        );
-        let remote_cluster_ready = Family::<ClusterLabels, Gauge>::default();
-        registry.register(
-            "remote_cluster_ready",
-            "1 while a RemoteCluster is Ready (reached with its kubeconfig), 0 while it is not; \
-             exported by the replica that checks it",
-            remote_cluster_ready.clone(),
-        );
-        let remote_cluster_rules = Family::<ClusterLabels, Gauge>::default();
-        registry.register(
-            "remote_cluster_rules",
-            "Rules that use a RemoteCluster, as its status.rules says",
-            remote_cluster_rules.clone(),
-        );
-        let apiserver_requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "apiserver_requests",
-            "Requests to each apiserver (remote_cluster), by verb as the apiserver names it and \
-             status code (<error>: no response)",
-            apiserver_requests.clone(),
-        );
-        let apiserver_request_duration = Family::<ClusterVerbLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.005, 2.0, 12))
-        });
-        registry.register(
-            "apiserver_request_duration_seconds",
-            "Time to each apiserver's response headers (for a WATCH: until it started), by verb",
-            apiserver_request_duration.clone(),
-        );
+        let r = root.sub_registry_with_prefix("mimeo");
         let metrics = Metrics {
-            registry: root,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            copies,
-            cluster_copies,
-            writes,
-            propagation,
-            source_watches,
-            shards_held,
-            plugin_calls,
-            plugin_call_duration,
-            plugin_failures,
-            plugin_chains,
-            copy_flaps,
-            rules_retrying,
-            remote_cluster_ready,
-            remote_cluster_rules,
-            apiserver_requests,
-            apiserver_request_duration,
+            reconciles: registered(
+                r,
+                "reconciles",
+                "Rule reconciliations",
+                Family::<KindLabels, Counter>::default(),
+            ),
+            reconcile_errors: registered(
+                r,
+                "reconcile_errors",
+                "Failed rule reconciliations by reason",
+                Family::<ErrorLabels, Counter>::default(),
+            ),
+            reconcile_duration: registered(
+                r,
+                "reconcile_duration_seconds",
+                "Time spent reconciling one rule",
+                Family::<KindLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+                }),
+            ),
+            copies: registered(
+                r,
+                "copies",
+                "Copies by state, over all rules",
+                Family::<StateLabels, Gauge>::default(),
+            ),
+            cluster_copies: registered(
+                r,
+                "cluster_copies",
+                "Copies by cluster (remote_cluster: the RemoteCluster, or (local)) and state, over all rules; a state with no copies in a cluster has no series",
+                Family::<ClusterStateLabels, Gauge>::default(),
+            ),
+            writes: registered(
+                r,
+                "writes",
+                "Writes to copies by verb",
+                Family::<VerbLabels, Counter>::default(),
+            ),
+            propagation: registered(
+                r,
+                "propagation_seconds",
+                "From the controller seeing a source change to a copy of it written",
+                Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            ),
+            source_watches: registered(
+                r,
+                "source_watches",
+                "Shared source watches running",
+                Gauge::default(),
+            ),
+            shards_held: registered(
+                r,
+                "shard_held",
+                "1 for each shard of the rules this replica holds now, 0 for the others; with one shard, shard 0 is the leader's (0 on a replica standing by)",
+                Family::<ShardLabels, Gauge>::default(),
+            ),
+            copy_flaps: registered(
+                r,
+                "copy_flaps",
+                "Copies the flap guard stopped touching: deleted and created again, or written back after something else changed them, too often within minutes",
+                Counter::default(),
+            ),
+            rules_retrying: registered(
+                r,
+                "rules_retrying",
+                "Rules whose last look failed (a reconcile error, or copies Failed, PluginFailed or Unauthorized) and that are tried again with backoff",
+                Gauge::default(),
+            ),
+            plugins: PluginMetrics::register(r),
+            clusters: ClusterMetrics::register(r),
             copies_state: Mutex::new(Copies::default()),
+            registry: root,
         };
         // Every state is exposed from the start, at zero, so dashboards need no special case.
         metrics.set_copies("", None);
@@ -333,8 +351,8 @@ impl Metrics {
     pub fn requests_layer(&self, cluster: Option<&str>) -> CountRequests {
         CountRequests {
             cluster: Arc::from(cluster_label(cluster)),
-            requests: self.apiserver_requests.clone(),
-            durations: self.apiserver_request_duration.clone(),
+            requests: self.clusters.apiserver_requests.clone(),
+            durations: self.clusters.apiserver_request_duration.clone(),
         }
     }
 
@@ -389,15 +407,15 @@ impl Metrics {
         let labels = PluginLabels {
             plugin: plugin_label(reference),
         };
-        self.plugin_calls.get_or_create(&labels).inc();
-        self.plugin_call_duration
+        self.plugins.calls.get_or_create(&labels).inc();
+        self.plugins.call_duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
     }
 
     /// Counts a chain that failed on a copy, in the plugin `reference`.
     pub fn plugin_failed(&self, reference: &str, reason: &str) {
-        self.plugin_failures
+        self.plugins.failures
             .get_or_create(&PluginErrorLabels {
                 plugin: plugin_label(reference),
                 reason: reason.to_owned(),
@@ -408,7 +426,7 @@ impl Metrics {
     /// Counts a transform chain for one copy: run, or its remembered outcome reused.
     pub fn chain(&self, remembered: bool) {
         let result = if remembered { "remembered" } else { "run" };
-        self.plugin_chains
+        self.plugins.chains
             .get_or_create(&ChainLabels {
                 result: result.to_owned(),
             })
@@ -433,14 +451,17 @@ impl Metrics {
         };
         match checked {
             Some((ready, rules)) => {
-                self.remote_cluster_ready
+                self.clusters.remote_cluster_ready
                     .get_or_create(&labels)
                     .set(i64::from(ready));
-                self.remote_cluster_rules.get_or_create(&labels).set(rules);
+                self.clusters
+                    .remote_cluster_rules
+                    .get_or_create(&labels)
+                    .set(rules);
             }
             None => {
-                self.remote_cluster_ready.remove(&labels);
-                self.remote_cluster_rules.remove(&labels);
+                self.clusters.remote_cluster_ready.remove(&labels);
+                self.clusters.remote_cluster_rules.remove(&labels);
             }
         }
     }
