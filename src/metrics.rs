@@ -408,14 +408,16 @@ impl Metrics {
             plugin: plugin_label(reference),
         };
         self.plugins.calls.get_or_create(&labels).inc();
-        self.plugins.call_duration
+        self.plugins
+            .call_duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
     }
 
     /// Counts a chain that failed on a copy, in the plugin `reference`.
     pub fn plugin_failed(&self, reference: &str, reason: &str) {
-        self.plugins.failures
+        self.plugins
+            .failures
             .get_or_create(&PluginErrorLabels {
                 plugin: plugin_label(reference),
                 reason: reason.to_owned(),
@@ -426,7 +428,8 @@ impl Metrics {
     /// Counts a transform chain for one copy: run, or its remembered outcome reused.
     pub fn chain(&self, remembered: bool) {
         let result = if remembered { "remembered" } else { "run" };
-        self.plugins.chains
+        self.plugins
+            .chains
             .get_or_create(&ChainLabels {
                 result: result.to_owned(),
             })
@@ -451,7 +454,8 @@ impl Metrics {
         };
         match checked {
             Some((ready, rules)) => {
-                self.clusters.remote_cluster_ready
+                self.clusters
+                    .remote_cluster_ready
                     .get_or_create(&labels)
                     .set(i64::from(ready));
                 self.clusters

@@ -206,6 +206,42 @@ fn generated_by<'a>(policy: &'a str, rule: &'a str) -> impl Fn(&super::Object) -
     }
 }
 
+/// What both forms of a `generate` rule are translated with.
+struct Generator<'a> {
+    inventory: &'a Inventory,
+    what: &'a str,
+    policy: &'a str,
+    rule_label: &'a str,
+    namespaces: &'a Selector,
+    /// The namespaces the policy's match selects now.
+    target_namespaces: Vec<String>,
+}
+
+impl Generator<'_> {
+    fn targets(&self, except: &str) -> Vec<Value> {
+        targets_except(self.namespaces, except)
+    }
+
+    /// The `ClusterSyncRule` copying `source` (of `kind`) into `targets`.
+    fn rule(
+        &self,
+        kind: &str,
+        api_version: &str,
+        mut source: Value,
+        suffix: &str,
+        targets: Vec<Value>,
+    ) -> Value {
+        source["kind"] = json!(kind);
+        if !matches!(kind, "Secret" | "ConfigMap") || api_version != "v1" {
+            source["apiVersion"] = json!(api_version);
+        }
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
+               "metadata": {"name": rule_name(&["kyverno", self.policy, self.rule_label, suffix]),
+                            "labels": {"mimeo.dev/migrated-from": "kyverno"}},
+               "spec": {"source": source, "targets": targets}})
+    }
+}
+
 fn rules_for(
     inventory: &Inventory,
     migration: &mut Migration,
@@ -215,22 +251,17 @@ fn rules_for(
     generate: &Value,
     namespaces: &Selector,
 ) {
-    let target_namespaces: Vec<String> = inventory
-        .matching(namespaces)
-        .into_iter()
-        .map(|n| n.name.clone())
-        .collect();
-    let target = |except: &str| targets_except(namespaces, except);
-    let rule = |kind: &str, api_version: &str, source: Value, suffix: &str, targets: Vec<Value>| {
-        let mut source = source;
-        source["kind"] = json!(kind);
-        if !matches!(kind, "Secret" | "ConfigMap") || api_version != "v1" {
-            source["apiVersion"] = json!(api_version);
-        }
-        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
-               "metadata": {"name": rule_name(&["kyverno", policy, rule_label, suffix]),
-                            "labels": {"mimeo.dev/migrated-from": "kyverno"}},
-               "spec": {"source": source, "targets": targets}})
+    let g = Generator {
+        inventory,
+        what,
+        policy,
+        rule_label,
+        namespaces,
+        target_namespaces: inventory
+            .matching(namespaces)
+            .into_iter()
+            .map(|n| n.name.clone())
+            .collect(),
     };
     let evidence = generated_by(policy, rule_label);
     let provenance = super::Provenance {
@@ -239,116 +270,141 @@ fn rules_for(
         written_in: String::new(),
     };
     if let Some(clone) = generate["clone"].as_object() {
-        let (Some(namespace), Some(name)) = (
-            clone.get("namespace").and_then(Value::as_str),
-            clone.get("name").and_then(Value::as_str),
-        ) else {
-            migration.note(
-                Tool::Kyverno,
-                what,
-                "clone without namespace and name; not translated",
-            );
-            return;
-        };
-        let kind = generate["kind"].as_str().unwrap_or_default();
-        let api_version = generate["apiVersion"].as_str().unwrap_or("v1");
-        let copy_name = generate["name"].as_str().unwrap_or(name);
-        if !plain(copy_name) {
-            migration.note(
-                Tool::Kyverno,
-                what,
-                format!("the generated name {copy_name:?} has variables; not translated"),
-            );
-            return;
-        }
-        let except = if copy_name == name { namespace } else { "" };
-        let targets = target(except)
-            .iter()
-            .map(|t| {
-                let mut t = t.clone();
-                if copy_name != name {
-                    t["name"] = json!(copy_name);
-                }
-                t
-            })
-            .collect();
-        let places = target_namespaces
-            .iter()
-            .filter(|n| !(n.as_str() == namespace && copy_name == name))
-            .map(|n| Place {
-                kind: kind.to_owned(),
-                namespace: n.clone(),
-                name: copy_name.to_owned(),
-            })
-            .collect();
-        let rule = rule(
-            kind,
-            api_version,
-            json!({"name": name, "namespace": namespace}),
-            "",
-            targets,
-        );
-        migration.add_rule(inventory, rule, places, &provenance);
+        clone_rule(&g, migration, &provenance, generate, clone);
     }
     if let Some(list) = generate["cloneList"].as_object() {
-        let Some(namespace) = list.get("namespace").and_then(Value::as_str) else {
-            migration.note(
-                Tool::Kyverno,
-                what,
-                "cloneList without a namespace; not translated",
-            );
-            return;
-        };
-        let selector = list.get("selector").cloned().unwrap_or_else(|| json!({}));
-        let Ok(label_selector) = serde_json::from_value::<LabelSelector>(selector.clone()) else {
-            migration.note(
-                Tool::Kyverno,
-                what,
-                "cloneList's selector is not a label selector; not translated",
-            );
-            return;
-        };
-        let Ok(matcher) = from_label_selector(&label_selector) else {
-            migration.note(
-                Tool::Kyverno,
-                what,
-                "cloneList's selector is not a label selector; not translated",
-            );
-            return;
-        };
-        for entry in list
-            .get("kinds")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            let (api_version, kind) = entry.rsplit_once('/').unwrap_or(("v1", entry));
-            let sources: Vec<&super::Object> = inventory
-                .objects
-                .iter()
-                .filter(|o| o.kind == kind && o.namespace == namespace && matcher.matches(&o.labels))
-                .collect();
-            let places = target_namespaces
-                .iter()
-                .filter(|n| n.as_str() != namespace)
-                .flat_map(|n| {
-                    sources.iter().map(move |o| Place {
-                        kind: kind.to_owned(),
-                        namespace: n.clone(),
-                        name: o.name.clone(),
-                    })
+        clone_list_rules(&g, migration, &provenance, list);
+    }
+}
+
+/// `generate.clone`: one object into every namespace selected.
+fn clone_rule(
+    g: &Generator,
+    migration: &mut Migration,
+    provenance: &super::Provenance,
+    generate: &Value,
+    clone: &serde_json::Map<String, Value>,
+) {
+    let (Some(namespace), Some(name)) = (
+        clone.get("namespace").and_then(Value::as_str),
+        clone.get("name").and_then(Value::as_str),
+    ) else {
+        migration.note(
+            Tool::Kyverno,
+            g.what,
+            "clone without namespace and name; not translated",
+        );
+        return;
+    };
+    let kind = generate["kind"].as_str().unwrap_or_default();
+    let api_version = generate["apiVersion"].as_str().unwrap_or("v1");
+    let copy_name = generate["name"].as_str().unwrap_or(name);
+    if !plain(copy_name) {
+        migration.note(
+            Tool::Kyverno,
+            g.what,
+            format!("the generated name {copy_name:?} has variables; not translated"),
+        );
+        return;
+    }
+    let except = if copy_name == name { namespace } else { "" };
+    let targets = g
+        .targets(except)
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            if copy_name != name {
+                t["name"] = json!(copy_name);
+            }
+            t
+        })
+        .collect();
+    let places = g
+        .target_namespaces
+        .iter()
+        .filter(|n| !(n.as_str() == namespace && copy_name == name))
+        .map(|n| Place {
+            kind: kind.to_owned(),
+            namespace: n.clone(),
+            name: copy_name.to_owned(),
+        })
+        .collect();
+    let rule = g.rule(
+        kind,
+        api_version,
+        json!({"name": name, "namespace": namespace}),
+        "",
+        targets,
+    );
+    migration.add_rule(g.inventory, rule, places, provenance);
+}
+
+/// `generate.cloneList`: the objects of each kind a selector chooses, into every namespace selected.
+fn clone_list_rules(
+    g: &Generator,
+    migration: &mut Migration,
+    provenance: &super::Provenance,
+    list: &serde_json::Map<String, Value>,
+) {
+    let Some(namespace) = list.get("namespace").and_then(Value::as_str) else {
+        migration.note(
+            Tool::Kyverno,
+            g.what,
+            "cloneList without a namespace; not translated",
+        );
+        return;
+    };
+    let selector = list.get("selector").cloned().unwrap_or_else(|| json!({}));
+    let Ok(label_selector) = serde_json::from_value::<LabelSelector>(selector.clone()) else {
+        migration.note(
+            Tool::Kyverno,
+            g.what,
+            "cloneList's selector is not a label selector; not translated",
+        );
+        return;
+    };
+    let Ok(matcher) = from_label_selector(&label_selector) else {
+        migration.note(
+            Tool::Kyverno,
+            g.what,
+            "cloneList's selector is not a label selector; not translated",
+        );
+        return;
+    };
+    for entry in list
+        .get("kinds")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        let (api_version, kind) = entry.rsplit_once('/').unwrap_or(("v1", entry));
+        let sources: Vec<&super::Object> = g
+            .inventory
+            .objects
+            .iter()
+            .filter(|o| o.kind == kind && o.namespace == namespace && matcher.matches(&o.labels))
+            .collect();
+        let places = g
+            .target_namespaces
+            .iter()
+            .filter(|n| n.as_str() != namespace)
+            .flat_map(|n| {
+                sources.iter().map(move |o| Place {
+                    kind: kind.to_owned(),
+                    namespace: n.clone(),
+                    name: o.name.clone(),
                 })
-                .collect();
-            let rule = rule(
-                kind,
-                api_version,
-                json!({"selector": selector, "namespace": namespace}),
-                kind,
-                target(namespace),
-            );
-            migration.add_rule(inventory, rule, places, &provenance);
-        }
+            })
+            .collect();
+        let rule = g.rule(
+            kind,
+            api_version,
+            json!({"selector": selector, "namespace": namespace}),
+            kind,
+            g.targets(namespace),
+        );
+        migration.add_rule(g.inventory, rule, places, provenance);
     }
 }
 
