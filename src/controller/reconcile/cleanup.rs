@@ -4,15 +4,17 @@
 
 use super::carry_out::remove_owned;
 use super::{WRITE_CONCURRENCY, owned_copies, place_of, remote_call};
-use crate::api::{CopyState, CopyStatus};
+use crate::api::{CopyState, CopyStatus, RuleSpec};
 use crate::controller::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::fleet::ClusterHandle;
 use crate::controller::rule::RuleResource;
-use crate::controller::status::known_copies;
+use crate::controller::status::{KnownCopies, known_copies};
 use crate::controller::watches::Interest;
 use crate::sync::copies::{OwnedCopy, source_of};
 use crate::sync::desired::CopyTarget;
+use crate::sync::kinds::KindRef;
+use crate::sync::ownership::RuleKey;
 use crate::sync::validate;
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -52,85 +54,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     }
     let mut removed = 0;
     for handle in &clusters {
-        let here: Vec<&CopyStatus> = known.copies.iter().filter(|c| c.cluster == handle.name).collect();
-        let resolved = match &kind {
-            Some(kind) => match remote_call(&handle.name, handle.watches.resolve(kind)).await {
-                Ok(resolved) => resolved,
-                Err(e) => {
-                    failures.push(format!("{}: looking up the kind: {e}", cluster_name(handle)));
-                    continue;
-                }
-            },
-            None => None,
-        };
-        if let Some((resource, _)) = &resolved {
-            let interest = Interest {
-                copies: Some(resource.clone()),
-                ..Default::default()
-            };
-            if let Err(e) = handle.watches.declare(&key, interest).await {
-                failures.push(format!("{}: {e}", cluster_name(handle)));
-                continue;
-            }
-        }
-        let candidates = match &resolved {
-            Some((resource, namespaced)) => owned_copies(
-                handle,
-                &key,
-                (resource, *namespaced),
-                &here,
-                &known.unsealed,
-                &ctx.scope,
-            ),
-            None => handle
-                .watches
-                .copies_of(&key)
-                .into_iter()
-                .map(|(resource, c)| OwnedCopy {
-                    resource,
-                    namespace: c.namespace(),
-                    name: c.name_any(),
-                    source: source_of(&*c),
-                    recorded: false,
-                })
-                .collect(),
-        };
-        // Several removals in flight at once, as writes are: 50,000 copies one after another
-        // would hold the rule for minutes.
-        let removals = candidates.into_iter().map(|copy| {
-            let key = &key;
-            async move {
-                let place = (copy.namespace.as_deref(), copy.name.as_str(), copy.recorded);
-                let removal = remove_owned(
-                    handle,
-                    &ctx.shards,
-                    &ctx.seal_key,
-                    key,
-                    &copy.resource,
-                    place,
-                    spec,
-                );
-                (remote_call(&handle.name, removal).await, copy)
-            }
-        });
-        let mut done = futures::stream::iter(removals).buffer_unordered(WRITE_CONCURRENCY);
-        while let Some((result, copy)) = done.next().await {
-            match result {
-                Ok(Some(verb)) => {
-                    ctx.metrics.wrote(verb);
-                    removed += 1;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let target = CopyTarget {
-                        cluster: handle.name.clone(),
-                        namespace: copy.namespace,
-                        name: copy.name,
-                    };
-                    failures.push(format!("{}: {e}", place_of(&target)));
-                }
-            }
-        }
+        removed += remove_in(handle, ctx, (&key, spec), kind.as_ref(), &known, &mut failures).await;
     }
     if !failures.is_empty() {
         return Err(Error::Cleanup(short_message(&failures.join("; "))));
@@ -145,6 +69,99 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     }
     super::forget(ctx, &key);
     Ok(Action::await_change())
+}
+
+/// Removes the rule's copies in one cluster, several at a time; how many went. What could not
+/// be done is added to `failures`.
+async fn remove_in(
+    handle: &ClusterHandle,
+    ctx: &Context,
+    (key, spec): (&RuleKey, &RuleSpec),
+    kind: Option<&KindRef>,
+    known: &KnownCopies,
+    failures: &mut Vec<String>,
+) -> usize {
+    let mut removed = 0;
+    let here: Vec<&CopyStatus> = known.copies.iter().filter(|c| c.cluster == handle.name).collect();
+    let resolved = match kind {
+        Some(kind) => match remote_call(&handle.name, handle.watches.resolve(kind)).await {
+            Ok(resolved) => resolved,
+            Err(e) => {
+                failures.push(format!("{}: looking up the kind: {e}", cluster_name(handle)));
+                return 0;
+            }
+        },
+        None => None,
+    };
+    if let Some((resource, _)) = &resolved {
+        let interest = Interest {
+            copies: Some(resource.clone()),
+            ..Default::default()
+        };
+        if let Err(e) = handle.watches.declare(key, interest).await {
+            failures.push(format!("{}: {e}", cluster_name(handle)));
+            return 0;
+        }
+    }
+    let candidates = match &resolved {
+        Some((resource, namespaced)) => owned_copies(
+            handle,
+            key,
+            (resource, *namespaced),
+            &here,
+            &known.unsealed,
+            &ctx.scope,
+        ),
+        None => handle
+            .watches
+            .copies_of(key)
+            .into_iter()
+            .map(|(resource, c)| OwnedCopy {
+                resource,
+                namespace: c.namespace(),
+                name: c.name_any(),
+                source: source_of(&*c),
+                recorded: false,
+            })
+            .collect(),
+    };
+    // Several removals in flight at once, as writes are: 50,000 copies one after another
+    // would hold the rule for minutes.
+    let removals = candidates.into_iter().map(|copy| {
+        let key = &key;
+        async move {
+            let place = (copy.namespace.as_deref(), copy.name.as_str(), copy.recorded);
+            let removal = remove_owned(
+                handle,
+                &ctx.shards,
+                &ctx.seal_key,
+                key,
+                &copy.resource,
+                place,
+                spec,
+            );
+            (remote_call(&handle.name, removal).await, copy)
+        }
+    });
+    let mut done = futures::stream::iter(removals).buffer_unordered(WRITE_CONCURRENCY);
+    while let Some((result, copy)) = done.next().await {
+        match result {
+            Ok(Some(verb)) => {
+                ctx.metrics.wrote(verb);
+                removed += 1;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let target = CopyTarget {
+                    cluster: handle.name.clone(),
+                    namespace: copy.namespace,
+                    name: copy.name,
+                };
+                failures.push(format!("{}: {e}", place_of(&target)));
+            }
+        }
+    }
+    removed
 }
 
 /// A cluster as failures name it.
