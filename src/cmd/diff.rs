@@ -556,45 +556,22 @@ pub async fn diff(
     };
 
     // The chain, resolved from the same references, its configs checked by the plugins.
-    let plugins = Plugins::new(
-        PluginHost::new(options.host).map_err(|e| DiffError::Plugins(e.to_string()))?,
-        client.clone(),
-        options.plugin_dir,
-        Oci::new(options.oci).map_err(|e| DiffError::Plugins(e.to_string()))?,
-        OciPolicy::default(),
-    );
     let pins = previous
         .as_ref()
         .map(|p| p.plugins.as_slice())
         .unwrap_or_default();
-    let chain = match plugins
-        .chain(
-            key,
-            None,
-            &spec.transforms,
-            key.namespace.as_deref(),
-            &spec.plugin_pull_secrets,
-            pins,
-            true,
-        )
-        .await
-    {
-        Ok(chain) => chain.chain,
-        Err(problem) => return refused_by(report, chain_refused(problem, None, true)),
-    };
+    let (plugins, chain) =
+        match diff_chain(&client, rule, pins, options.host, options.plugin_dir, options.oci).await? {
+            Ok(found) => found,
+            Err(stop) => return refused_by(report, stop),
+        };
 
     // Sources, namespaces and places.
     report.notes.extend(remote_notes(&client, key, spec).await?);
     let known: Vec<CopyStatus> = previous
-        .as_ref()
-        .map(|s| {
-            s.problems
-                .iter()
-                .filter(|c| c.cluster.is_none())
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+        .iter()
+        .flat_map(|s| s.problems.iter().filter(|c| c.cluster.is_none()).cloned())
+        .collect();
     let (sources, mut plan) = placed(&client, overlay, rule, &resource, namespaced, &known).await?;
 
     // Make, decide, read what is there, decide again: the controller's order.
@@ -625,6 +602,42 @@ pub async fn diff(
     report.entries = entries(plan, &secrets);
     report.entries.extend(removals(gone, spec.deletion));
     Ok(report)
+}
+
+/// The rule's chain, resolved from the same references as the controller's (`pins`: the
+/// rule's recorded ones), its configs checked by the plugins; or why the controller would stop.
+async fn diff_chain(
+    client: &Client,
+    rule: &RuleDocument,
+    pins: &[crate::api::PluginPin],
+    host: HostSettings,
+    plugin_dir: Option<PathBuf>,
+    oci: OciSettings,
+) -> Result<Result<(Plugins, crate::controller::plugins::Chain), Stop>, DiffError> {
+    let plugins = Plugins::new(
+        PluginHost::new(host).map_err(|e| DiffError::Plugins(e.to_string()))?,
+        client.clone(),
+        plugin_dir,
+        Oci::new(oci).map_err(|e| DiffError::Plugins(e.to_string()))?,
+        OciPolicy::default(),
+    );
+    let (key, spec) = (&rule.key, &rule.spec);
+    let namespace = key.namespace.as_deref();
+    let chain = plugins
+        .chain(
+            key,
+            None,
+            &spec.transforms,
+            namespace,
+            &spec.plugin_pull_secrets,
+            pins,
+            true,
+        )
+        .await;
+    Ok(match chain {
+        Ok(chain) => Ok((plugins, chain.chain)),
+        Err(problem) => Err(chain_refused(problem, None, true)),
+    })
 }
 
 /// The rule's sources, and a copy of each placed in this cluster as the controller places them.
