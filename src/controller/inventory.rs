@@ -193,38 +193,16 @@ async fn reconcile(
     let mut outcomes = Vec::new();
     let mut problems = Vec::new();
     for entry in &selected {
-        let name = entry::remote_cluster_name(&inventory.name_any(), &entry.namespace, &entry.name);
-        let existing = ctx.remote_clusters.get(&ObjectRef::new(&name));
-        if let Some(rc) = &existing
-            && !owned_by(rc, &inventory)
-        {
-            problems.push(problem(entry, "NameTaken", format!(
-                "RemoteCluster {name} exists and is not this inventory's: mimeo leaves it alone; rename or delete it"
-            )));
-            continue;
+        let asked = (requests.as_slice(), permissions.as_slice());
+        match keep_entry(&ctx, &inventory, kind, entry, asked).await? {
+            Ok(outcome) => {
+                if let Access::Waiting { reason, message } = &outcome.access {
+                    problems.push(problem(entry, reason, message.clone()));
+                }
+                outcomes.push(outcome);
+            }
+            Err(taken) => problems.push(taken),
         }
-        let in_use = existing
-            .as_ref()
-            .and_then(|rc| rc.status.as_ref()?.rules)
-            .is_some_and(|rules| rules > 0);
-        let access = access_for(
-            &ctx,
-            &inventory,
-            kind,
-            entry,
-            &name,
-            in_use,
-            (&requests, &permissions),
-        )
-        .await?;
-        if let Access::Waiting { reason, message } = &access {
-            problems.push(problem(entry, reason, message.clone()));
-        }
-        apply_remote_cluster(&ctx, &inventory, kind, entry, &name, &access).await?;
-        outcomes.push(Outcome {
-            remote_cluster: name,
-            access,
-        });
     }
     let keep: BTreeSet<String> = outcomes.iter().map(|o| o.remote_cluster.clone()).collect();
     let leaving = remove_unwanted(&ctx, &inventory, kind, &keep, &requests).await?;
@@ -244,6 +222,40 @@ async fn reconcile(
         next = next.min(RECHECK_WAITING);
     }
     Ok(Action::requeue(next))
+}
+
+/// One selected entry's `RemoteCluster`, applied with the access mimeo has to its cluster; or
+/// the problem that its name is taken by a `RemoteCluster` not this inventory's.
+async fn keep_entry(
+    ctx: &InventoryContext,
+    inventory: &ClusterInventory,
+    kind: Kind,
+    entry: &Entry,
+    asked: (&[Arc<kube::api::DynamicObject>], &[serde_json::Value]),
+) -> Result<Result<Outcome, EntryProblem>, InventoryError> {
+    let name = entry::remote_cluster_name(&inventory.name_any(), &entry.namespace, &entry.name);
+    let existing = ctx.remote_clusters.get(&ObjectRef::new(&name));
+    if let Some(rc) = &existing
+        && !owned_by(rc, inventory)
+    {
+        return Ok(Err(problem(
+            entry,
+            "NameTaken",
+            format!(
+                "RemoteCluster {name} exists and is not this inventory's: mimeo leaves it alone; rename or delete it"
+            ),
+        )));
+    }
+    let in_use = existing
+        .as_ref()
+        .and_then(|rc| rc.status.as_ref()?.rules)
+        .is_some_and(|rules| rules > 0);
+    let access = access_for(ctx, inventory, kind, entry, &name, in_use, asked).await?;
+    apply_remote_cluster(ctx, inventory, kind, entry, &name, &access).await?;
+    Ok(Ok(Outcome {
+        remote_cluster: name,
+        access,
+    }))
 }
 
 /// How mimeo gets at the cluster of one selected entry, by the inventory's kind. `in_use`: a rule
