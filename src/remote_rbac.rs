@@ -460,31 +460,7 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
     ];
 
     if let Identity::ServiceAccount { namespace, name: sa } = &options.identity {
-        header.push(format!(
-            "The ServiceAccount's namespace, so that this applies on a cluster without it. Beware that \
-             `kubectl\u{a0}delete\u{a0}-f` of this output deletes the namespace {namespace} too, with everything in it."
-        ));
-        documents.push(Document {
-            comment: std::mem::take(&mut header),
-            object: to_value(Namespace {
-                metadata: ObjectMeta {
-                    name: Some(namespace.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            })?,
-        });
-        documents.push(Document {
-            comment: vec![
-                "The identity of mimeo in this cluster: the RemoteCluster's kubeconfig holds a token of this \
-                 ServiceAccount."
-                    .into(),
-            ],
-            object: to_value(ServiceAccount {
-                metadata: meta(sa, Some(namespace)),
-                ..Default::default()
-            })?,
-        });
+        documents.extend(service_account(namespace, sa, std::mem::take(&mut header))?);
     }
 
     // The cluster-wide grants: a comment line and the verbs per kind, then the extra rules.
@@ -554,6 +530,40 @@ pub fn documents(options: &RbacOptions) -> Result<Vec<Document>, RbacError> {
         });
     }
     Ok(documents)
+}
+
+/// The ServiceAccount and its namespace, the first with the output's `header`.
+fn service_account(
+    namespace: &String,
+    sa: &str,
+    mut header: Vec<String>,
+) -> Result<Vec<Document>, RbacError> {
+    header.push(format!(
+        "The ServiceAccount's namespace, so that this applies on a cluster without it. Beware that \
+         `kubectl\u{a0}delete\u{a0}-f` of this output deletes the namespace {namespace} too, with everything in it."
+    ));
+    let namespace_doc = Document {
+        comment: header,
+        object: to_value(Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })?,
+    };
+    let account = Document {
+        comment: vec![
+            "The identity of mimeo in this cluster: the RemoteCluster's kubeconfig holds a token of this \
+             ServiceAccount."
+                .into(),
+        ],
+        object: to_value(ServiceAccount {
+            metadata: meta(sa, Some(namespace)),
+            ..Default::default()
+        })?,
+    };
+    Ok(vec![namespace_doc, account])
 }
 
 /// The verbs granted on each kind.
