@@ -33,7 +33,7 @@ use crate::sync::targets::{placements, targets_by_cluster};
 use crate::sync::{scope, validate};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::core::{ApiResource, SelectorExt};
+use kube::core::{ApiResource, Selector, SelectorExt};
 use kube::runtime::reflector::Store;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -154,23 +154,9 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
         let ready = Readiness::not_ready(problem.reason, problem.message);
         return Err(refused(previous, ready, Next::AwaitChange));
     }
-    let source_ns = if namespaced {
-        rule.source_namespace().unwrap_or_default()
-    } else {
-        String::new()
-    };
-    let mut resolved = Vec::with_capacity(spec.inputs.len());
-    for input in &spec.inputs {
-        resolved.push(source_side.watches.resolve(&KindRef::of_input(&input.from)).await);
-    }
-    let placed_inputs = inputs::place(
-        &ctx.scope,
-        &key,
-        spec,
-        resolved,
-        rule.source_namespace().as_deref(),
-        previous,
-    )?;
+    // A cluster-scoped kind's sources are in no namespace.
+    let source_ns = rule.source_namespace().filter(|_| namespaced).unwrap_or_default();
+    let placed_inputs = place_inputs(rule, ctx, &key, &source_side).await?;
     let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &held).await;
     one_registration_per_cluster(ctx, &mut clusters, &mut previous_copies);
     let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
@@ -199,17 +185,12 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
         source_cluster.as_deref(),
         previous,
     )?;
-    let mut found: Vec<Arc<DynamicObject>> = store
-        .state()
-        .into_iter()
-        .filter(|o| o.namespace().unwrap_or_default() == source_ns)
-        .filter(|o| match (&spec.source.name, &source_selector) {
-            (Some(name), _) => o.name_any() == *name,
-            (None, Some(sel)) => sel.matches(o.labels()),
-            (None, None) => false,
-        })
-        .collect();
-    found.sort_by_key(|o| o.name_any());
+    let found = sources_in(
+        &store,
+        &source_ns,
+        spec.source.name.as_deref(),
+        source_selector.as_ref(),
+    );
     source_side
         .watches
         .set_matched(&key, found.iter().map(|o| o.name_any()).collect());
@@ -247,6 +228,50 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
         inputs,
         next_to_problem,
     })
+}
+
+/// The rule's sources in the source watch's cache: the one named, or those its selector
+/// chooses, in `namespace`, by name.
+fn sources_in(
+    store: &Store<DynamicObject>,
+    namespace: &str,
+    name: Option<&str>,
+    selector: Option<&Selector>,
+) -> Vec<Arc<DynamicObject>> {
+    let mut found: Vec<Arc<DynamicObject>> = store
+        .state()
+        .into_iter()
+        .filter(|o| o.namespace().unwrap_or_default() == namespace)
+        .filter(|o| match (name, selector) {
+            (Some(name), _) => o.name_any() == name,
+            (None, Some(sel)) => sel.matches(o.labels()),
+            (None, None) => false,
+        })
+        .collect();
+    found.sort_by_key(|o| o.name_any());
+    found
+}
+
+/// The rule's inputs, each of a kind the source's cluster serves, placed as the scope allows.
+async fn place_inputs<R: RuleResource>(
+    rule: &R,
+    ctx: &Context,
+    key: &RuleKey,
+    source_side: &ClusterHandle,
+) -> Result<Vec<inputs::PlacedInput>, Stop> {
+    let spec = rule.rule_spec();
+    let mut resolved = Vec::with_capacity(spec.inputs.len());
+    for input in &spec.inputs {
+        resolved.push(source_side.watches.resolve(&KindRef::of_input(&input.from)).await);
+    }
+    inputs::place(
+        &ctx.scope,
+        key,
+        spec,
+        resolved,
+        rule.source_namespace().as_deref(),
+        rule.rule_status(),
+    )
 }
 
 /// The copied kind, if the rule is valid, the installation allows it and its namespaces are
