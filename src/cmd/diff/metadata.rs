@@ -25,83 +25,116 @@ pub async fn metadata_changes(
 ) -> (String, u8) {
     let mut out = String::new();
     let mut code = 0;
-    let unread = |out: &mut String, what: &str, cluster: &str| {
+    if let Some(plan) = &documents.plan {
+        code = consents(client, clusters, plan, &mut out).await;
+        code = code.max(adoptions(client, clusters, plan, &mut out).await);
+    }
+    code = code.max(others(client, documents, &mut out).await);
+    (out, code)
+}
+
+/// The client for an entry on `cluster` (`None`: this one); without one, a note in `out`.
+fn client_for<'a>(
+    client: &'a Client,
+    clusters: &'a BTreeMap<String, Client>,
+    cluster: Option<&String>,
+    what: &str,
+    out: &mut String,
+) -> Option<&'a Client> {
+    let Some(cluster) = cluster else {
+        return Some(client);
+    };
+    let found = clusters.get(cluster);
+    if found.is_none() {
         out.push_str(&format!(
             "  note: {what}: not read, so not shown: give --cluster-kubeconfig {cluster}=PATH\n"
         ));
-    };
-    if let Some(plan) = &documents.plan {
-        for consent in &plan.consent {
-            let what = consent.what();
-            let client = match &consent.cluster {
-                None => client,
-                Some(cluster) => match clusters.get(cluster) {
-                    Some(client) => client,
-                    None => {
-                        unread(&mut out, &what, cluster);
-                        continue;
+    }
+    found
+}
+
+/// The plan's consents: each namespace's `accept-from` as it would change. The exit code.
+async fn consents(
+    client: &Client,
+    clusters: &BTreeMap<String, Client>,
+    plan: &crate::cmd::migrate::Plan,
+    out: &mut String,
+) -> u8 {
+    let mut code = 0;
+    for consent in &plan.consent {
+        let what = consent.what();
+        let Some(client) = client_for(client, clusters, consent.cluster.as_ref(), &what, out) else {
+            continue;
+        };
+        match Api::<Namespace>::all(client.clone())
+            .get(&consent.namespace)
+            .await
+        {
+            Ok(ns) => {
+                let existing = ns.annotations().get(ACCEPT_FROM_ANNOTATION).map(String::as_str);
+                match accept_from_with(existing, &consent.accept_from) {
+                    Some(value) => {
+                        out.push_str(&format!(
+                            "~ annotate {what}: {ACCEPT_FROM_ANNOTATION}: {:?} -> {value:?}\n",
+                            existing.unwrap_or_default()
+                        ));
+                        code = code.max(1);
                     }
-                },
-            };
-            match Api::<Namespace>::all(client.clone())
-                .get(&consent.namespace)
-                .await
-            {
-                Ok(ns) => {
-                    let existing = ns.annotations().get(ACCEPT_FROM_ANNOTATION).map(String::as_str);
-                    match accept_from_with(existing, &consent.accept_from) {
-                        Some(value) => {
-                            out.push_str(&format!(
-                                "~ annotate {what}: {ACCEPT_FROM_ANNOTATION}: {:?} -> {value:?}\n",
-                                existing.unwrap_or_default()
-                            ));
-                            code = code.max(1);
-                        }
-                        None => out.push_str(&format!("  {what} accepts them already\n")),
-                    }
-                }
-                Err(e) => {
-                    out.push_str(&format!("! Failed {what}: {e}\n"));
-                    code = 2;
+                    None => out.push_str(&format!("  {what} accepts them already\n")),
                 }
             }
-        }
-        for adoption in &plan.adopt {
-            let what = adoption.what();
-            let client = match &adoption.cluster {
-                None => client,
-                Some(cluster) => match clusters.get(cluster) {
-                    Some(client) => client,
-                    None => {
-                        unread(&mut out, &what, cluster);
-                        continue;
-                    }
-                },
-            };
-            match get(
-                client,
-                &adoption.api_version,
-                &adoption.kind,
-                Some(&adoption.namespace),
-                &adoption.name,
-            )
-            .await
-            {
-                Ok(Some(_)) => {
-                    out.push_str(&format!(
-                        "~ annotate {what}: {ADOPT_BY_ANNOTATION}={}\n",
-                        adoption.rule
-                    ));
-                    code = code.max(1);
-                }
-                Ok(None) => out.push_str(&format!("  {what} is gone: not marked (its rule makes it)\n")),
-                Err(e) => {
-                    out.push_str(&format!("! Failed {what}: {e}\n"));
-                    code = 2;
-                }
+            Err(e) => {
+                out.push_str(&format!("! Failed {what}: {e}\n"));
+                code = 2;
             }
         }
     }
+    code
+}
+
+/// The plan's adoptions: each object that would be marked for its rule. The exit code.
+async fn adoptions(
+    client: &Client,
+    clusters: &BTreeMap<String, Client>,
+    plan: &crate::cmd::migrate::Plan,
+    out: &mut String,
+) -> u8 {
+    let mut code = 0;
+    for adoption in &plan.adopt {
+        let what = adoption.what();
+        let Some(client) = client_for(client, clusters, adoption.cluster.as_ref(), &what, out) else {
+            continue;
+        };
+        match get(
+            client,
+            &adoption.api_version,
+            &adoption.kind,
+            Some(&adoption.namespace),
+            &adoption.name,
+        )
+        .await
+        {
+            Ok(Some(_)) => {
+                out.push_str(&format!(
+                    "~ annotate {what}: {ADOPT_BY_ANNOTATION}={}\n",
+                    adoption.rule
+                ));
+                code = code.max(1);
+            }
+            Ok(None) => out.push_str(&format!("  {what} is gone: not marked (its rule makes it)\n")),
+            Err(e) => {
+                out.push_str(&format!("! Failed {what}: {e}\n"));
+                code = 2;
+            }
+        }
+    }
+    code
+}
+
+/// The file's other documents: any whose server-side apply would delete another manager's
+/// fields. The exit code.
+async fn others(client: &Client, documents: &Documents, out: &mut String) -> u8 {
+    let mut code = 0;
     for document in &documents.others {
         let kind = document["kind"].as_str().unwrap_or_default();
         let api_version = document["apiVersion"].as_str().unwrap_or("v1");
@@ -130,7 +163,7 @@ pub async fn metadata_changes(
             }
         }
     }
-    (out, code)
+    code
 }
 
 /// An object with its managed fields, `None` when it does not exist.
