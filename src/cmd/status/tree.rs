@@ -209,28 +209,7 @@ pub fn build(rule: &RuleFacts<'_>, listing: &Listing) -> RuleTree {
             .collect();
     }
     for node in clusters.values_mut() {
-        let shown = node
-            .namespaces
-            .iter()
-            .flat_map(|n| &n.copies)
-            .filter(|c| c.state != "Deleting")
-            .count() as i64;
-        node.not_listed = (node.copies - shown).max(0);
-        if node.not_listed > 0 {
-            node.not_listed_why = Some(match (&node.cluster, &listing.partial) {
-                (Some(cluster), _) => format!(
-                    "copies in sync in RemoteCluster {cluster} are counted by the rule's status, not listed: \
-                     mimeo status reads only your kubeconfig's cluster"
-                ),
-                (None, Some(why)) => why.clone(),
-                (None, None) if status.more_problems.is_some() => {
-                    "copies not in sync beyond those the status names".to_owned()
-                }
-                (None, None) => {
-                    "counted by the status but not found by listing (being written now?)".to_owned()
-                }
-            });
-        }
+        count_not_listed(node, listing, status);
     }
     RuleTree {
         kind: rule.kind.to_owned(),
@@ -243,6 +222,30 @@ pub fn build(rule: &RuleFacts<'_>, listing: &Listing) -> RuleTree {
         clusters: clusters.into_values().collect(),
         more_problems: status.more_problems,
         notes,
+    }
+}
+
+/// The copies of a cluster the status counts but the tree does not show, and why.
+fn count_not_listed(node: &mut ClusterNode, listing: &Listing, status: &RuleStatus) {
+    let shown = node
+        .namespaces
+        .iter()
+        .flat_map(|n| &n.copies)
+        .filter(|c| c.state != "Deleting")
+        .count() as i64;
+    node.not_listed = (node.copies - shown).max(0);
+    if node.not_listed > 0 {
+        node.not_listed_why = Some(match (&node.cluster, &listing.partial) {
+            (Some(cluster), _) => format!(
+                "copies in sync in RemoteCluster {cluster} are counted by the rule's status, not listed: \
+                 mimeo status reads only your kubeconfig's cluster"
+            ),
+            (None, Some(why)) => why.clone(),
+            (None, None) if status.more_problems.is_some() => {
+                "copies not in sync beyond those the status names".to_owned()
+            }
+            (None, None) => "counted by the status but not found by listing (being written now?)".to_owned(),
+        });
     }
 }
 
