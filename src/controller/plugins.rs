@@ -376,7 +376,6 @@ impl Plugins {
         spec_changed: bool,
     ) -> Result<(Arc<Plugin>, PluginPin, Option<Duration>, Option<String>), ChainProblem> {
         let name = transform.plugin.clone();
-        let mut stale = None;
         let problem = |reason: &'static str, message: String| ChainProblem {
             reference: name.clone(),
             reason,
@@ -406,54 +405,20 @@ impl Plugins {
             problem(e.reason(), message)
         };
         let refresh = transform.refresh_interval.as_deref().and_then(parse_interval);
-        let now = SystemTime::now();
-        let (pin, due) = match &reference.digest {
-            Some(digest) => (
-                PluginPin {
-                    plugin: name.clone(),
-                    digest: digest.clone(),
-                    resolved_at: None,
-                    refused: None,
-                },
-                None,
-            ),
-            None => {
-                let recorded = pins.iter().find(|p| p.plugin == name);
-                match recorded.and_then(|p| pin_stands(p, spec_changed, refresh, now).map(|d| (p, d))) {
-                    Some((pin, due)) => (pin.clone(), due),
-                    None => match self
-                        .oci
-                        .resolve_for(reference, credentials().await?, rule_namespace)
-                        .await
-                    {
-                        Ok(digest) => {
-                            let pin = PluginPin {
-                                plugin: name.clone(),
-                                digest,
-                                resolved_at: k8s_openapi::jiff::Timestamp::try_from(now).ok().map(Time),
-                                refused: None,
-                            };
-                            (pin, refresh)
-                        }
-                        // A registry that does not answer stops nothing that was pinned before:
-                        // the digest last resolved for this very reference runs on (from the
-                        // caches), and the tag is tried again soon.
-                        Err(e) if e.reason() == "RegistryUnreachable" && recorded.is_some() => {
-                            let pin = recorded.cloned().expect("checked");
-                            stale = Some(format!(
-                                "{name}: not resolved again, the registry does not answer ({}); the \
-                                 pinned {} runs on, and the tag is tried again in {} s",
-                                super::error::short_message(&e.to_string()),
-                                pin.digest,
-                                REFRESH_RETRY.as_secs()
-                            ));
-                            (pin, Some(REFRESH_RETRY))
-                        }
-                        Err(e) => return Err(registry_problem(e)),
-                    },
-                }
-            }
+        let recorded = pins.iter().find(|p| p.plugin == name);
+        let resolve = async || {
+            let credentials = credentials().await?;
+            Ok(self.oci.resolve_for(reference, credentials, rule_namespace).await)
         };
+        let (pin, due, stale) = pin_for(
+            &name,
+            reference,
+            (recorded, spec_changed),
+            refresh,
+            resolve,
+            &registry_problem,
+        )
+        .await?;
         if let Some(plugin) = lock(&self.artifacts).get(&pin.digest) {
             return Ok((plugin.clone(), pin, due, stale));
         }
@@ -682,6 +647,64 @@ impl Plugins {
             }),
         }
     }
+}
+
+/// The digest a plugin runs at: its reference's own, the recorded pin while it stands, else what
+/// its tag resolves to now; when to resolve it again; and, when a registry that does not answer
+/// left the recorded pin running, what to say of it.
+async fn pin_for(
+    name: &str,
+    reference: &OciReference,
+    (recorded, spec_changed): (Option<&PluginPin>, bool),
+    refresh: Option<Duration>,
+    resolve: impl AsyncFnOnce() -> Result<Result<String, OciError>, ChainProblem>,
+    registry_problem: impl Fn(OciError) -> ChainProblem,
+) -> Result<(PluginPin, Option<Duration>, Option<String>), ChainProblem> {
+    let mut stale = None;
+    let now = SystemTime::now();
+    let (pin, due) = match &reference.digest {
+        Some(digest) => (
+            PluginPin {
+                plugin: name.to_owned(),
+                digest: digest.clone(),
+                resolved_at: None,
+                refused: None,
+            },
+            None,
+        ),
+        None => {
+            match recorded.and_then(|p| pin_stands(p, spec_changed, refresh, now).map(|d| (p, d))) {
+                Some((pin, due)) => (pin.clone(), due),
+                None => match resolve().await? {
+                    Ok(digest) => {
+                        let pin = PluginPin {
+                            plugin: name.to_owned(),
+                            digest,
+                            resolved_at: k8s_openapi::jiff::Timestamp::try_from(now).ok().map(Time),
+                            refused: None,
+                        };
+                        (pin, refresh)
+                    }
+                    // A registry that does not answer stops nothing that was pinned before:
+                    // the digest last resolved for this very reference runs on (from the
+                    // caches), and the tag is tried again soon.
+                    Err(e) if e.reason() == "RegistryUnreachable" && recorded.is_some() => {
+                        let pin = recorded.cloned().expect("checked");
+                        stale = Some(format!(
+                            "{name}: not resolved again, the registry does not answer ({}); the \
+                             pinned {} runs on, and the tag is tried again in {} s",
+                            super::error::short_message(&e.to_string()),
+                            pin.digest,
+                            REFRESH_RETRY.as_secs()
+                        ));
+                        (pin, Some(REFRESH_RETRY))
+                    }
+                    Err(e) => return Err(registry_problem(e)),
+                },
+            }
+        }
+    };
+    Ok((pin, due, stale))
 }
 
 #[cfg(test)]
