@@ -1,9 +1,8 @@
 //! The pure core: from a rule, its sources, the namespaces and the live copies, decide what every
 //! copy should look like and what to do about it. No I/O happens here, so all of it is tested
 //! with plain values; the controller gathers the inputs and carries out the decisions.
-
 pub mod consent;
-pub mod copies;
+pub mod decide;
 pub mod desired;
 pub mod filter;
 pub mod flap_guard;

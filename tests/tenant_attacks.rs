@@ -752,9 +752,9 @@ async fn inputs_in_another_cluster_need_the_owners_consent_too() {
 async fn a_first_write_never_merges_into_an_object_made_meanwhile() {
     use mimeo::api::{MetadataPolicy, SourceRef};
     use mimeo::controller::write::{Written, write};
+    use mimeo::sync::decide::Write;
     use mimeo::sync::desired::{CopyTarget, desired_copy};
     use mimeo::sync::ownership::RuleKey;
-    use mimeo::sync::plan::Write;
     let (h, tenant) = start(ControllerConfig::default()).await;
     let source = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                         "metadata": {"name": "creds", "namespace": TENANT}, "data": {"k": "bWltZW8="}});

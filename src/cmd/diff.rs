@@ -2,7 +2,7 @@
 //! the controller's own code. The rule is dry-run applied (the apiserver's validation and the
 //! user's right to apply it), checked as the controller checks it, its sources, inputs and
 //! namespaces read, its transform chain run locally under the same limits, and each copy placed
-//! and decided by `sync::copies`; nothing is written.
+//! and decided by `sync::plan`; nothing is written.
 //!
 //! Only this cluster is read: copies in `RemoteCluster`s need mimeo's credentials for those
 //! clusters, which the user may not hold, so targets there are named as not shown.
@@ -24,10 +24,7 @@ use crate::controller::reconcile::stop::Stop;
 use crate::controller::rule::RuleResource;
 use crate::plugin::oci::{Oci, OciSettings};
 use crate::plugin::{HostSettings, PluginHost};
-use crate::sync::copies::{
-    ClusterPlaces, LiveCopies, Made, OwnedCopy, Pending, Plan, PlannedCopy, Read, Source, Wants, owned,
-    place, unwanted,
-};
+use crate::sync::decide::{Decision, Write};
 use crate::sync::desired::{CopyTarget, content};
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
@@ -38,7 +35,10 @@ use crate::sync::ownership::{
     ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION,
     RuleKey, RuleKind,
 };
-use crate::sync::plan::{Decision, Write};
+use crate::sync::plan::{
+    ClusterPlaces, LiveCopies, Made, OwnedCopy, Pending, Plan, PlannedCopy, Read, Source, Wants, owned,
+    place, unwanted,
+};
 use crate::sync::scope::Scope;
 use crate::sync::targets::{NamespaceInfo, placements};
 use crate::sync::validate;

@@ -13,8 +13,8 @@
 //! Only this cluster is read; copies in `RemoteCluster`s are named as not resealed.
 
 use crate::cmd::diff::{DiffError, LocalPlan, RuleDocument, local_plan};
-use crate::sync::copies::{PlannedCopy, source_of};
 use crate::sync::ownership::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION, RuleKey};
+use crate::sync::plan::{PlannedCopy, source_of};
 use crate::sync::seal::{Place, SEAL_ANNOTATION, SealKey};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ObjectMeta;

@@ -1,4 +1,4 @@
-//! Reconciling one rule: a pipeline whose middle is pure (`sync::copies`) and whose ends alone
+//! Reconciling one rule: a pipeline whose middle is pure (`sync::plan`) and whose ends alone
 //! touch clusters. Each step takes what the one before produced:
 //!
 //! ```text
@@ -35,9 +35,9 @@ use crate::clusters;
 use crate::clusters::fence::{self, Fence};
 use crate::error_text::with_causes;
 use crate::locks::lock;
-use crate::sync::copies::{self, OwnedCopy, PlaceKey};
 use crate::sync::desired::CopyTarget;
 use crate::sync::ownership::{FINALIZER, RuleKey};
+use crate::sync::plan::{OwnedCopy, PlaceKey, Plan, owned, place};
 use crate::sync::scope::Scope;
 use kube::core::ApiResource;
 use kube::runtime::controller::Action;
@@ -162,7 +162,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     };
     steps.done("turn");
     let (key, conflict) = (&gathered.key, gathered.spec.conflict);
-    let mut plan = copies::place(&gathered.wants(ctx));
+    let mut plan = place(&gathered.wants(ctx));
     steps.done("place");
     make::create_namespaces(ctx, &gathered, &mut plan).await;
     make::run_chains(ctx, &gathered, &mut plan).await;
@@ -221,7 +221,7 @@ impl std::fmt::Display for Steps {
 }
 
 /// Leaves alone the copies to be written that the flap guard holds.
-fn hold_flapping(ctx: &Context, gathered: &gather::Gathered<'_>, plan: &mut copies::Plan, now: Instant) {
+fn hold_flapping(ctx: &Context, gathered: &gather::Gathered<'_>, plan: &mut Plan, now: Instant) {
     let mut flaps = lock(&ctx.flaps);
     plan.hold_flapping(|target| {
         let held = flaps.held(&flap_key(&gathered.key, target, &gathered.resource), now)?;
@@ -300,7 +300,7 @@ fn flap_key(rule: &RuleKey, target: &CopyTarget, resource: &ApiResource) -> Flap
 }
 
 /// What `key` owns in `cluster`: its cached copies there and the `known` ones, by identity
-/// (`copies::owned`); those in `unsealed` places were made before seals. Copies in namespaces
+/// (`plan::owned`); those in `unsealed` places were made before seals. Copies in namespaces
 /// outside `scope` are not among them.
 fn owned_copies(
     cluster: &ClusterHandle,
@@ -315,7 +315,7 @@ fn owned_copies(
     let trusted = |ns: &Option<String>, name: &str| {
         unsealed.contains(&(cluster.name.clone(), ns.clone(), name.to_owned()))
     };
-    copies::owned(
+    owned(
         cluster.watches.copies_of(key),
         known,
         resource,

@@ -4,8 +4,8 @@
 
 use super::error::short_message;
 use crate::api::{ClusterCopies, CopyState, CopyStatus, RuleStatus};
-use crate::sync::copies::PlaceKey;
 use crate::sync::hash::digest_bytes;
+use crate::sync::plan::PlaceKey;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,13 +1,13 @@
 //! The writes: every change mimeo makes to a copy goes through here, under one field manager.
 
 use crate::api::DeletionPolicy;
+use crate::sync::decide::Write;
 use crate::sync::desired::DesiredCopy;
 use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{
     FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
     SOURCE_HASH_ANNOTATION,
 };
-use crate::sync::plan::Write;
 use crate::sync::seal::SEAL_ANNOTATION;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ApiResource;

@@ -8,9 +8,9 @@
 use super::tree::{FoundCopy, Listing, RuleFacts, RuleTree, build};
 use crate::api::{ClusterSyncRule, RuleSpec, RuleStatus, SyncRule};
 use crate::controller::RuleResource;
-use crate::sync::copies::source_of;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION, RuleKey};
+use crate::sync::plan::source_of;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, ObjectList, PartialObjectMeta};
 use kube::core::ApiResource;

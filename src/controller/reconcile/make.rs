@@ -13,10 +13,10 @@ use crate::controller::fleet::ClusterHandle;
 use crate::controller::plugins::Chain;
 use crate::controller::write;
 use crate::plugin::{ChainError, ChainOutcome, TransformContext};
-use crate::sync::copies::{Made, Pending, Plan, Read, Source};
 use crate::sync::desired::{CopyTarget, DesiredCopy};
 use crate::sync::live::LiveCopy;
 use crate::sync::ownership::RuleKey;
+use crate::sync::plan::{Made, Pending, Plan, Read, Source};
 use futures::StreamExt;
 use kube::core::ApiResource;
 use std::collections::BTreeSet;
@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// Creates the namespace of each placed copy that asks for it; a copy whose namespace cannot be
 /// created is blocked with the reason. (Only a `ClusterSyncRule` target may say
-/// `createNamespace`: the schema and `copies::place` both say so.)
+/// `createNamespace`: the schema and `plan::place` both say so.)
 pub(super) async fn create_namespaces(ctx: &Context, gathered: &Gathered<'_>, plan: &mut Plan) {
     for copy in &mut plan.copies {
         let (Some((_, c)), true, Pending::Make) = (copy.from, copy.create_namespace, &copy.pending) else {
