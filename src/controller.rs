@@ -21,11 +21,11 @@ mod plugin_config_maps;
 mod plugin_files;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;
-mod remote;
+mod remote_status;
 mod retry;
 pub(crate) mod rule;
+mod rule_status;
 pub mod seal_key;
-mod status;
 mod turns;
 mod used_by;
 mod watches;
@@ -114,8 +114,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// The status each rule was last given, so that a rule cached from before that write does
     /// not get it written again.
-    statuses:
-        std::sync::Mutex<std::collections::HashMap<crate::sync::ownership::RuleKey, status::LastWritten>>,
+    statuses: std::sync::Mutex<
+        std::collections::HashMap<crate::sync::ownership::RuleKey, rule_status::LastWritten>,
+    >,
     scope: Scope,
     fleet: Arc<Fleet>,
     allowed_kinds: Vec<AllowedKind>,
@@ -381,7 +382,7 @@ fn remote_cluster_loop(
     )
     .reconcile_on(triggers)
     .graceful_shutdown_on(stopped)
-    .run(remote::reconcile, remote::error_policy, ctx.clone())
+    .run(remote_status::reconcile, remote_status::error_policy, ctx.clone())
     .for_each(|result| async move {
         if let Err(e) = result {
             tracing::debug!(error = %e, "RemoteCluster controller");

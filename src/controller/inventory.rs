@@ -5,7 +5,7 @@
 
 use super::inventory_access::{self, Access, AccessState, FIELD_MANAGER};
 use super::inventory_entries::{EntryWatches, Watched};
-use super::status::{Readiness, ready_condition};
+use super::rule_status::{Readiness, ready_condition};
 use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
 use crate::inventory::InventorySettings;
 use crate::inventory::entry::{self, Entry, Kind};

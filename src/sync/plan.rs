@@ -107,7 +107,7 @@ pub struct Wants<'a> {
     /// The usable clusters; a copy names its cluster by its index here.
     pub clusters: &'a [ClusterPlaces],
     pub unusable: Vec<Unusable<'a>>,
-    /// The copies the rule is known to hold (`controller::status::KnownCopies`).
+    /// The copies the rule is known to hold (`controller::rule_status::KnownCopies`).
     pub previous: &'a [CopyStatus],
     /// Places whose copy was made before seals: its marks are trusted as they are.
     pub unsealed: &'a BTreeSet<PlaceKey>,

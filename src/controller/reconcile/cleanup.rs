@@ -9,7 +9,7 @@ use crate::controller::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::fleet::ClusterHandle;
 use crate::controller::rule::RuleResource;
-use crate::controller::status::{KnownCopies, known_copies};
+use crate::controller::rule_status::{KnownCopies, known_copies};
 use crate::controller::watches::Interest;
 use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::KindRef;

@@ -14,7 +14,7 @@ use crate::controller::plugin_config_maps::config_maps_of;
 use crate::controller::plugin_files::files_of;
 use crate::controller::plugins::{ChainProblem, ResolvedChain};
 use crate::controller::rule::RuleResource;
-use crate::controller::status::{KnownCopies, Readiness, known_copies};
+use crate::controller::rule_status::{KnownCopies, Readiness, known_copies};
 use crate::controller::watches::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
 use crate::locks::lock;
 use crate::sync::consent::shares;

@@ -5,7 +5,7 @@
 
 use super::stop::{Next, Refusal, Stop};
 use crate::api::{RuleSpec, RuleStatus};
-use crate::controller::status::Readiness;
+use crate::controller::rule_status::Readiness;
 use crate::controller::watches::{SourceInterest, SourceWatchKey};
 use crate::plugin::TransformInput;
 use crate::sync::consent::shares;

@@ -11,7 +11,7 @@ use crate::clusters::fence::Fence;
 use crate::controller::Context;
 use crate::controller::error::Error;
 use crate::controller::rule::RuleResource;
-use crate::controller::status::{
+use crate::controller::rule_status::{
     LastWritten, Readiness, Unusable, date_problems, needs_write, plugins_not_refreshed, still_unsealed,
     summarize, summarize_copies, with_ready,
 };

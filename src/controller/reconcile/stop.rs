@@ -3,7 +3,7 @@
 
 use crate::api::RuleStatus;
 use crate::controller::error::Error;
-use crate::controller::status::Readiness;
+use crate::controller::rule_status::Readiness;
 use std::time::Duration;
 
 /// Why a reconcile stops before deciding anything.

@@ -4,7 +4,7 @@
 use super::Context;
 use super::error::{Error, short_message};
 use super::fleet::{kubeconfig_ref, read_kubeconfig};
-use super::status::{Readiness, ready_condition};
+use super::rule_status::{Readiness, ready_condition};
 use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::sync::ownership::FIELD_MANAGER;
