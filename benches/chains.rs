@@ -5,10 +5,10 @@
 //! `cargo bench --bench chains` (add `-- --copies N --rounds K`). Needs the example plugins built
 //! (`bash plugins/examples/build-all.sh`). docs/benchmarks.md records a run.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/harness/mod.rs"]
+mod harness;
 
-use common::{Harness, chain_counts, eventually};
+use harness::{Harness, chain_counts, eventually};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use mimeo::controller::ControllerConfig;
@@ -56,14 +56,14 @@ fn median(mut times: Vec<Duration>) -> Duration {
 async fn main() {
     let copies = arg("--copies", 50);
     let rounds = arg("--rounds", 10);
-    let plugin = common::plugin_dir().join(PLUGIN);
+    let plugin = harness::plugin_dir().join(PLUGIN);
     assert!(
         plugin.is_file(),
         "{} is missing: run `bash plugins/examples/build-all.sh`",
         plugin.display()
     );
     let h = Harness::start_with(ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await;

@@ -5,8 +5,8 @@
 //! `cargo bench --bench propagation` (add `-- --rotations N` to change the count). Figures are
 //! printed as a table; docs/benchmarks.md records a run.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/harness/mod.rs"]
+mod harness;
 
 use futures::StreamExt;
 use k8s_openapi::ByteString;
@@ -27,7 +27,7 @@ async fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(100);
-    let mut h = common::Harness::without_controller().await;
+    let mut h = harness::Harness::without_controller().await;
     let client = h.client.clone();
     let watches_without = apiserver_watches(&client).await;
     h.start_controller().await;
@@ -186,7 +186,7 @@ async fn rotate(
         }
     });
     let current = sources.get(name).await.unwrap();
-    let initial = common::secret_value(&current, "token").unwrap();
+    let initial = harness::secret_value(&current, "token").unwrap();
     wait_all(&mut seen_rx, &initial).await;
 
     let mut latencies = Vec::with_capacity(rotations);

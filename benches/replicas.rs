@@ -26,8 +26,8 @@ mod processes;
 #[path = "support/reach.rs"]
 mod reach;
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/harness/mod.rs"]
+mod harness;
 
 use futures::TryStreamExt;
 use futures::future::join_all;
@@ -278,7 +278,7 @@ async fn plugin_run(count: usize, plugin_dir: &Path, extra: &[String]) -> (Durat
 }
 
 async fn plugins() {
-    let plugin_dir = common::plugin_dir();
+    let plugin_dir = harness::plugin_dir();
     assert!(
         plugin_dir.join("misbehave.wasm").is_file(),
         "plugins/build.sh built no misbehave.wasm"

@@ -19,8 +19,8 @@
 #[path = "support/processes.rs"]
 mod processes;
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/harness/mod.rs"]
+mod harness;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;

@@ -7,12 +7,12 @@
 //! `cargo bench --bench template` (add `-- --copies N --rounds K`). docs/benchmarks.md records a
 //! run.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+#[path = "../tests/harness/mod.rs"]
+mod harness;
 
 use base64::Engine as _;
-use common::Harness;
 use futures::StreamExt;
+use harness::Harness;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -107,7 +107,7 @@ async fn main() {
     let copies = arg("--copies", 100);
     let rounds = arg("--rounds", 20);
     let h = Harness::start_with(ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await;

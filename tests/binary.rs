@@ -2,7 +2,7 @@
 //! it cannot use, serves health and metrics, and shuts down cleanly on SIGTERM; its `--help`
 //! lists each command on one short line.
 
-mod common;
+mod harness;
 
 use mimeo_envtest::ControlPlane;
 use std::io::{Read, Write};
@@ -128,7 +128,7 @@ fn refuses_registry_cas_it_cannot_use() {
 
 #[tokio::test]
 async fn serves_health_and_metrics_and_stops_on_sigterm() {
-    let h = common::Harness::without_controller().await;
+    let h = harness::Harness::without_controller().await;
     let port = free_port();
     let mut child = mimeo()
         .args([
@@ -255,7 +255,7 @@ impl<'de> serde::Deserialize<'de> for OneKeyPerField {
 /// wrong and how to fix it, and a `RemoteCluster` with the same kubeconfig says the same.
 #[tokio::test]
 async fn a_version_1_client_certificate_is_named_and_the_fix_given() {
-    let h = common::Harness::start().await;
+    let h = harness::Harness::start().await;
     let dir = tempfile::tempdir().unwrap();
     let (ca_cert, ca_key) = h.plane.ca_pem();
     std::fs::write(dir.path().join("ca.crt"), ca_cert).unwrap();
@@ -322,7 +322,7 @@ async fn a_version_1_client_certificate_is_named_and_the_fix_given() {
     h.register_cluster("v1-cert", &kubeconfig, serde_json::json!({}))
         .await;
     let api = kube::Api::<mimeo::api::RemoteCluster>::all(h.client.clone());
-    let message = common::eventually("the RemoteCluster's status", || async {
+    let message = harness::eventually("the RemoteCluster's status", || async {
         let rc = api.get_opt("v1-cert").await.unwrap()?;
         let ready = rc.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
         Some((ready.status, ready.message))

@@ -3,18 +3,18 @@
 //! (no consent, a conflict), refusals in the apiserver's and the controller's words, what a
 //! tenant's own permissions allow, and the exit codes of `kubectl diff`.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, tenant_client};
+use harness::{Harness, eventually, tenant_client};
 use serde_json::{Value, json};
 
 /// Runs `mimeo diff -f <rule>` with this kubeconfig and the test plugins; returns the exit code
 /// and stdout + stderr.
 fn diff(kubeconfig: &str, rule: &Value, extra: &[&str]) -> (i32, String) {
-    let plugins = common::plugin_dir();
+    let plugins = harness::plugin_dir();
     let mut args = vec!["--plugin-dir", plugins.to_str().unwrap()];
     args.extend_from_slice(extra);
-    common::mimeo_diff(kubeconfig, &serde_yaml_ng::to_string(rule).unwrap(), &args)
+    harness::mimeo_diff(kubeconfig, &serde_yaml_ng::to_string(rule).unwrap(), &args)
 }
 
 fn rule(spec: Value) -> Value {
@@ -48,7 +48,7 @@ fn expect(text: &str, lines: &[&str]) {
 #[tokio::test]
 async fn diff_shows_each_change_before_it_is_applied() {
     let h = Harness::start_with(mimeo::controller::ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await;
@@ -203,7 +203,7 @@ async fn a_tenants_diff_reads_with_the_tenants_rights() {
     let h = Harness::start().await;
     world(&h).await;
     let _ = tenant_client(&h, "platform").await;
-    let kubeconfig = common::service_account_kubeconfig(&h.plane, &h.client, "platform", "tenant").await;
+    let kubeconfig = harness::service_account_kubeconfig(&h.plane, &h.client, "platform", "tenant").await;
 
     let elsewhere = rule(json!({"source": {"kind": "Secret", "name": "registry"},
                                 "inputs": [{"name": "x", "from": {"kind": "Secret", "name": "root", "namespace": "kube-system"}}],
@@ -247,7 +247,7 @@ async fn a_copy_the_tenant_may_not_read_exits_2() {
                "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": "platform"}]}),
     )
     .await;
-    let kubeconfig = common::service_account_kubeconfig(&h.plane, &h.client, "platform", "tenant").await;
+    let kubeconfig = harness::service_account_kubeconfig(&h.plane, &h.client, "platform", "tenant").await;
 
     let one = rule(json!({"source": {"kind": "Secret", "name": "registry"},
                           "targets": [{"namespace": "tenant-a"}]}));

@@ -2,9 +2,9 @@
 //! being re-created after a few rounds, and the rule says so (`Ready=False`, `Flapping`, an
 //! event, a metric); a source rotated every half second never trips it.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, secret_value};
+use harness::{Harness, eventually, secret_value};
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -13,9 +13,9 @@
 //! equals the crate's version, and the table of values in `docs/install.md` is the one generated
 //! from the comments in `values.yaml` (`MIMEO_UPDATE_DOCS=1 cargo test --test helm` rewrites it).
 
-mod common;
+mod harness;
 
-use common::eventually;
+use harness::eventually;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -1426,7 +1426,7 @@ async fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
 /// probe, an invalid label or securityContext fails here, not at install time in a cluster).
 #[tokio::test]
 async fn every_rendered_object_passes_a_server_side_dry_run() {
-    let h = common::Harness::without_controller().await;
+    let h = harness::Harness::without_controller().await;
     install_monitoring_crds(&h.plane).await;
     create_namespaces(&h.client, &[NAMESPACE, "platform", "team-a", "monitoring"]).await;
     let helm = Helm::new();
@@ -1892,7 +1892,7 @@ async fn wait_for_copy(admin: &Client, controller: &Controller, namespace: &str,
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), namespace);
     let what = format!("the copy {namespace}/{name}");
     tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually(&what, || {
             let secrets = secrets.clone();
             async move { secrets.get_opt(name).await.unwrap() }
@@ -1935,9 +1935,12 @@ async fn mimeo_runs_with_the_chart_rbac() {
     )
     .await;
     let copy = wait_for_copy(&admin, &controller, "team-a", "db").await;
-    assert_eq!(common::secret_value(&copy, "password").as_deref(), Some("s3cret"));
+    assert_eq!(
+        harness::secret_value(&copy, "password").as_deref(),
+        Some("s3cret")
+    );
     let status = tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually("the rule Ready=True", || {
             let admin = admin.clone();
             async move {
@@ -1956,7 +1959,7 @@ async fn mimeo_runs_with_the_chart_rbac() {
     // Its events on the rule were written (a refused event is only logged at debug level).
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), "platform");
     tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually("an event on the rule from this replica", || {
             let events = events.clone();
             async move {
@@ -1995,7 +1998,7 @@ async fn mimeo_runs_with_the_chart_rbac() {
     rules.delete("db", &DeleteParams::default()).await.unwrap();
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "team-a");
     tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually("the copy removed and the rule gone", || {
             let (secrets, rules) = (secrets.clone(), rules.clone());
             async move {
@@ -2211,7 +2214,7 @@ async fn mimeo_runs_with_watch_namespaces_rbac() {
     .await;
     rules.delete("db", &Default::default()).await.unwrap();
     tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually("the rule and its copies are gone", || {
             let admin = admin.clone();
             let rules = rules.clone();
@@ -2245,7 +2248,7 @@ async fn wait_for_status(
     let what = format!("the status of {namespace}/{name}");
     let done = &done;
     tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually(&what, || async move {
             rule_status(admin, namespace, name).await.filter(|s| done(s))
         }),
@@ -2292,7 +2295,7 @@ async fn a_second_replica_takes_over_under_the_chart_rbac() {
     let second = run_as_deployed(&rendered, &kubeconfig, "mimeo-1");
     let mut held: Vec<Option<String>> = Vec::new();
     let shared = tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually("one shard for each replica", || {
             let admin = admin.clone();
             async move {
@@ -2317,7 +2320,7 @@ async fn a_second_replica_takes_over_under_the_chart_rbac() {
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     tokio::time::timeout(
-        common::WAIT,
+        harness::WAIT,
         eventually("mimeo-1 takes the other shard over", || {
             let admin = admin.clone();
             async move {

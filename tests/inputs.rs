@@ -3,10 +3,10 @@
 //! copies left as they are, and a tenant cannot read inputs beyond its namespace or the
 //! installation's kinds. The template plugin assembles, `secretType` declares the copy's type.
 
-mod common;
+mod harness;
 
 use base64::Engine as _;
-use common::{Harness, apply_as, eventually, secret_value, stays, tenant_client};
+use harness::{Harness, apply_as, eventually, secret_value, stays, tenant_client};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use mimeo::api::SyncRule;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 async fn harness() -> Harness {
     Harness::start_with(ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await

@@ -4,9 +4,9 @@
 //! `AccessRequest`s with a real ServiceAccount and Role in the target cluster, for Cluster API
 //! the writer of `<name>-kubeconfig`, for ClusterProfiles a provider plugin of the test's own.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, service_account_kubeconfig, stays};
+use harness::{Harness, eventually, service_account_kubeconfig, stays};
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -29,7 +29,7 @@ fn fixture(path: &str) -> PathBuf {
         .join(path)
 }
 
-use common::kubectl_apply;
+use harness::kubectl_apply;
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -61,7 +61,7 @@ async fn value_in(client: &Client, ns: &str, name: &str) -> Option<String> {
         .get_opt(name)
         .await
         .ok()??;
-    common::secret_value(&secret, "value")
+    harness::secret_value(&secret, "value")
 }
 
 async fn remote_cluster(h: &Harness, name: &str) -> Option<RemoteCluster> {
@@ -122,7 +122,7 @@ async fn grant_in(plane: &ControlPlane, client: &Client, name: &str, rules: &Val
     service_account_kubeconfig(plane, client, "access", name).await
 }
 
-/// Lets the tenant of `tenant` (see `common::tenant_client`) do anything with these resources of
+/// Lets the tenant of `tenant` (see `harness::tenant_client`) do anything with these resources of
 /// `group` in its own namespace: what a platform gives a team that may make its own entries.
 async fn let_tenant_write(h: &Harness, group: &str, resources: &[&str]) {
     h.apply(
@@ -304,7 +304,7 @@ async fn a_cluster_a_rule_starts_using_is_asked_for_at_once() {
         })
         .await;
         let used = Instant::now();
-        common::eventually_within(
+        harness::eventually_within(
             &format!("the AccessRequest of {name}, within 2 s of a rule using it"),
             Duration::from_secs(2),
             || async {
@@ -362,9 +362,9 @@ async fn openmcp_clusters_get_copies_through_access_requests() {
     kubectl_apply(&h.plane, &openmcp_cluster("platform", "w1", &["workload"]));
     kubectl_apply(&h.plane, &openmcp_cluster("platform", "m1", &["mcp"]));
     // A tenant who may create Clusters in its own namespace.
-    let tenant = common::tenant_client(&h, "tenant").await;
+    let tenant = harness::tenant_client(&h, "tenant").await;
     let_tenant_write(&h, "clusters.openmcp.cloud", &["clusters", "accessrequests"]).await;
-    common::apply_as(&tenant, openmcp_cluster("tenant", "t1", &["workload"]))
+    harness::apply_as(&tenant, openmcp_cluster("tenant", "t1", &["workload"]))
         .await
         .unwrap();
 
@@ -714,9 +714,9 @@ async fn cluster_api_clusters_are_used_once_their_control_plane_is_available() {
     .await;
 
     // A tenant's own Cluster, however labelled, is not an entry.
-    let tenant = common::tenant_client(&h, "tenant").await;
+    let tenant = harness::tenant_client(&h, "tenant").await;
     let_tenant_write(&h, "cluster.x-k8s.io", &["clusters"]).await;
-    common::apply_as(
+    harness::apply_as(
         &tenant,
         capi_cluster("v1beta2", "tenant", "c1", json!({"env": "prod"})),
     )
@@ -970,7 +970,7 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
             .contains(&token),
         "a token in a status"
     );
-    assert!(!common::logged().contains(&token), "a token in the log");
+    assert!(!harness::logged().contains(&token), "a token in the log");
 
     // The credential says it expires in 125 s, so it is renewed 2 minutes before: about 5 s on
     // (10 s at the least). The provider now hands out another token and the old one is revoked;
@@ -995,14 +995,14 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
     .await;
 
     // A tenant's own profile, pointing anywhere, is not read.
-    let tenant = common::tenant_client(&h, "tenant").await;
+    let tenant = harness::tenant_client(&h, "tenant").await;
     let_tenant_write(
         &h,
         "multicluster.x-k8s.io",
         &["clusterprofiles", "clusterprofiles/status"],
     )
     .await;
-    common::apply_as(&tenant, cluster_profile("tenant", "p1", json!({"env": "prod"})))
+    harness::apply_as(&tenant, cluster_profile("tenant", "p1", json!({"env": "prod"})))
         .await
         .unwrap();
     stays(
@@ -1036,7 +1036,7 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
 /// `kubectl apply -f FILE` (client-side) of a file in the repository.
 fn kubectl_apply_file(plane: &ControlPlane, file: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file);
-    common::kubectl(
+    harness::kubectl(
         plane.kubeconfig_path(),
         &["apply", "-f", path.to_str().unwrap()],
         b"",
@@ -1056,7 +1056,7 @@ async fn secret_data(client: &Client, ns: &str, name: &str) -> Option<String> {
         .get_opt(name)
         .await
         .ok()??;
-    common::secret_value(&secret, ".dockerconfigjson")
+    harness::secret_value(&secret, ".dockerconfigjson")
 }
 
 /// openMCP HelmDeployer's two secret-copying scenarios, as `examples/helmdeployer-*.yaml` write

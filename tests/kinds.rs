@@ -2,9 +2,9 @@
 //! (from `../shared/fixtures/kyverno`, or `MIMEO_KYVERNO_FIXTURES`): no Kyverno controller runs;
 //! mimeo copies the objects and the apiserver validates them against Kyverno's schema.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually};
+use harness::{Harness, eventually};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -354,7 +354,7 @@ async fn kinds_outside_the_allow_list_or_the_cluster_are_refused() {
 #[tokio::test]
 async fn a_policy_fans_out_with_its_namespaces_rewritten() {
     let config = ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     };
     let h = Harness::start_with(config).await;
@@ -441,7 +441,7 @@ fn cel_rewritten(spec: &Value, from: &str, tenant: &str) -> Value {
 #[tokio::test]
 async fn cel_policies_fan_out_with_their_namespace_literals_rewritten() {
     let config = ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     };
     let h = Harness::start_with(config).await;
@@ -641,7 +641,7 @@ async fn apply_file(client: &Client, path: &str) {
 #[tokio::test]
 async fn the_kyverno_examples_work() {
     let config = ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     };
     let h = Harness::start_with(config).await;
@@ -685,7 +685,7 @@ async fn the_kyverno_examples_work() {
 #[tokio::test]
 async fn the_cel_policy_example_works() {
     let config = ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     };
     let h = Harness::start_with(config).await;
@@ -775,9 +775,9 @@ fn namespace_filters_are_found_where_kyverno_looks() {
 /// Write requests for `resource` that `client`'s apiserver serves over `idle`, after the copies
 /// settled: what mimeo writes when nothing changes. Prints them with `what`.
 async fn writes_while_idle(client: &Client, resource: &str, idle: std::time::Duration, what: &str) -> u64 {
-    let before = common::apiserver_writes(client, &[resource]).await;
+    let before = harness::apiserver_writes(client, &[resource]).await;
     tokio::time::sleep(idle).await;
-    let writes = common::apiserver_writes(client, &[resource]).await - before;
+    let writes = harness::apiserver_writes(client, &[resource]).await - before;
     println!("{what}: {writes} writes of {resource} over {idle:?} idle");
     writes
 }

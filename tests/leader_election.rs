@@ -3,9 +3,9 @@
 //! second and wakes when the Lease expires; the rest is starting up and writing); a leader whose
 //! Lease is taken from it stops at once.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, secret_value};
+use harness::{Harness, eventually, secret_value};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use serde_json::json;

@@ -3,9 +3,9 @@
 //! command's output applied with `mimeo migrate --apply`; then mimeo keeps exactly the copies that tool makes (the
 //! expected set written out here from the tool's semantics), adopting the existing ones in place.
 
-mod common;
+mod harness;
 
-use common::{Harness, apiserver_writes, eventually};
+use harness::{Harness, apiserver_writes, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -50,7 +50,7 @@ async fn apply_all(h: &Harness, yaml: &str) -> String {
 
 /// `kubectl apply -f -` (client-side, as users apply their files).
 fn kubectl_apply(h: &Harness, object: &Value) {
-    common::kubectl_apply(&h.plane, object);
+    harness::kubectl_apply(&h.plane, object);
 }
 
 /// Metadata with these annotations (none: no `annotations` field, which server-side apply would
@@ -211,7 +211,7 @@ async fn from_kubernetes_replicator() {
     );
     // The cut-over's second step: what applying the migration would do, consent and adoption
     // marks of the same file included. The copy the replicator made is adopted, not a conflict.
-    let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &yaml, &[]);
+    let (code, said) = harness::mimeo_diff(h.plane.kubeconfig_yaml(), &yaml, &[]);
     assert_eq!(code, 1, "{said}");
     for expected in [
         "~ change Secret my-ns-1/test-secret",

@@ -4,9 +4,9 @@
 //! names; a tenant's annotations, which must grant it nothing; and the plan's YAML read back by
 //! kubectl's own reader.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually};
+use harness::{Harness, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -17,7 +17,7 @@ use std::process::Command;
 const REPLICATED_AT: &str = "replicator.v1.mittwald.de/replicated-at";
 
 fn kubectl(h: &Harness, args: &[&str], stdin: &str) -> (bool, String) {
-    common::run_kubectl(h.plane.kubeconfig_path(), args, stdin.as_bytes())
+    harness::run_kubectl(h.plane.kubeconfig_path(), args, stdin.as_bytes())
 }
 
 fn mimeo(h: &Harness, args: &[&str]) -> (i32, String, String) {
@@ -149,7 +149,7 @@ async fn the_cut_over_removes_no_field_whatever_made_the_objects() {
     // kubectl refuses the plan whole: no apiserver serves its kind, so nothing is half-applied.
     let (ok, said) = kubectl(&h, &["apply", "--server-side", "-f", "-"], &plan);
     assert!(!ok && said.contains("Migration"), "{said}");
-    let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &plan, &[]);
+    let (code, said) = harness::mimeo_diff(h.plane.kubeconfig_yaml(), &plan, &[]);
     assert_eq!(code, 1, "{said}");
     for ns in teams {
         assert!(said.contains(&format!("~ change Secret {ns}/creds")), "{said}");
@@ -234,7 +234,7 @@ async fn the_cut_over_removes_no_field_whatever_made_the_objects() {
         mimeo::cmd::migrate::yaml::to_string(&old_style),
         mimeo::cmd::migrate::yaml::to_string(&document["rules"][0])
     );
-    let (code, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &old_file, &[]);
+    let (code, said) = harness::mimeo_diff(h.plane.kubeconfig_yaml(), &old_file, &[]);
     assert_eq!(code, 2, "{said}");
     assert!(
         said.contains("! Namespace team-old: `kubectl apply --server-side` of this document would delete metadata.annotations.note, metadata.labels.owner, metadata.labels.team ("),
@@ -277,8 +277,8 @@ async fn a_tenant_gains_nothing_by_annotating_its_own_secret() {
                    "stringData": {"password": "the-victims-own"}}),
     )
     .await;
-    let tenant = common::tenant_client(&h, "tenant").await;
-    common::apply_as(
+    let tenant = harness::tenant_client(&h, "tenant").await;
+    harness::apply_as(
         &tenant,
         json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "db", "namespace": "tenant", "annotations": {

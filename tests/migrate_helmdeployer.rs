@@ -5,9 +5,9 @@
 //! its field manager); beside them a look-alike made with kubectl. Then the same on a target
 //! cluster of its own control plane, read and written through `--cluster-kubeconfig`.
 
-mod common;
+mod harness;
 
-use common::Harness;
+use harness::Harness;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
@@ -30,7 +30,7 @@ fn kubectl(h: &Harness, args: &[&str], stdin: Option<&Value>) {
 /// kubectl (client-side, as people run it) against the cluster of `kubeconfig`.
 fn kubectl_on(kubeconfig: &Path, args: &[&str], stdin: Option<&Value>) {
     let input = stdin.map(Value::to_string).unwrap_or_default();
-    common::kubectl(kubeconfig, args, input.as_bytes());
+    harness::kubectl(kubeconfig, args, input.as_bytes());
 }
 
 /// `mimeo migrate ARGS` with the plane's kubeconfig: (exit code, stdout, stderr).
@@ -231,7 +231,7 @@ async fn from_openmcp_helmdeployer() {
         ]
     );
 
-    let (code, said) = common::mimeo_diff(
+    let (code, said) = harness::mimeo_diff(
         h.plane.kubeconfig_yaml(),
         &yaml,
         &["--next-to-kinds", "Cluster.clusters.openmcp.cloud"],
@@ -336,7 +336,7 @@ async fn from_openmcp_helmdeployer() {
             .and_then(|l| l.get("mimeo.dev/managed-by"))
             .is_some()
     };
-    common::eventually(
+    harness::eventually(
         "mimeo holds HelmDeployer's four copies next to cluster-0",
         || async {
             let all = Api::<Secret>::all(h.client.clone())
@@ -369,14 +369,14 @@ async fn from_openmcp_helmdeployer() {
     .await;
     let overwrite = h.secrets("test-0").get("secret-overwrite").await.unwrap();
     assert_eq!(
-        common::secret_value(&overwrite, "value").as_deref(),
+        harness::secret_value(&overwrite, "value").as_deref(),
         Some("overwritten"),
         "the deployment's source won"
     );
     assert_eq!(uid(overwrite), before, "adopted in place");
     let look_alike = h.secrets("test-0").get("copied-secret-cfg-2").await.unwrap();
     assert_eq!(
-        common::secret_value(&look_alike, "value").as_deref(),
+        harness::secret_value(&look_alike, "value").as_deref(),
         Some("mine")
     );
 }
@@ -465,7 +465,7 @@ async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
     );
 
     // diff shows B's entries when given its kubeconfig, and says they were not read otherwise.
-    let (code, said) = common::mimeo_diff(
+    let (code, said) = harness::mimeo_diff(
         h.plane.kubeconfig_yaml(),
         &yaml,
         &[
@@ -485,7 +485,7 @@ async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
         assert!(said.contains(&line), "missing {line:?} in:\n{said}");
     }
     assert!(!said.contains("Secret helm/copied-secret-4"), "{said}");
-    let (_, said) = common::mimeo_diff(h.plane.kubeconfig_yaml(), &yaml, &[]);
+    let (_, said) = harness::mimeo_diff(h.plane.kubeconfig_yaml(), &yaml, &[]);
     assert!(
         said.contains("note: Secret helm/secret-3 on Cluster test-0/cluster-0: not read, so not shown: give --cluster-kubeconfig test-0/cluster-0=PATH"),
         "{said}"
@@ -558,7 +558,7 @@ async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
     .await;
     h.config_mut().next_to_kinds = vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()];
     h.start_controller().await;
-    common::eventually("mimeo holds HelmDeployer's copy on cluster-0", || async {
+    harness::eventually("mimeo holds HelmDeployer's copy on cluster-0", || async {
         let copy = b_secrets.get("secret-3").await.unwrap();
         let held = copy
             .metadata
@@ -574,9 +574,9 @@ async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
         Some(uid.as_str()),
         "adopted in place"
     );
-    assert_eq!(common::secret_value(&copy, "value").as_deref(), Some("secret-3"));
+    assert_eq!(harness::secret_value(&copy, "value").as_deref(), Some("secret-3"));
     let look = b_secrets.get("copied-secret-4").await.unwrap();
-    assert_eq!(common::secret_value(&look, "value").as_deref(), Some("mine"));
+    assert_eq!(harness::secret_value(&look, "value").as_deref(), Some("mine"));
     assert!(
         look.metadata
             .labels
@@ -594,7 +594,7 @@ async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
         .delete(&format!("{p}-secret-3"), &DeleteParams::default())
         .await
         .unwrap();
-    common::eventually("the adopted copy on cluster-0 deleted with its rule", || async {
+    harness::eventually("the adopted copy on cluster-0 deleted with its rule", || async {
         b_secrets
             .get_opt("secret-3")
             .await

@@ -2,9 +2,9 @@
 //! that accept the rule) get copies, namespaces created later too; a pattern that does not
 //! compile is a clear condition.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, stays};
+use harness::{Harness, eventually, stays};
 use serde_json::json;
 use std::time::Duration;
 

@@ -3,9 +3,9 @@
 //! the purpose or deleting the `Cluster` removes it; a `SyncRule` still needs consent; a kind the
 //! installation does not allow, does not serve or that is cluster-scoped is a clear condition.
 
-mod common;
+mod harness;
 
-use common::{Harness, WAIT, apply_as, eventually, logged, mimeo_diff, stays, tenant_client};
+use harness::{Harness, WAIT, apply_as, eventually, logged, mimeo_diff, stays, tenant_client};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use mimeo::api::ClusterSyncRule;
@@ -18,7 +18,7 @@ const CLUSTER_CRD: &str = "../shared/fixtures/inventory/openmcp/clusters.openmcp
 
 /// Runs kubectl as the admin with `stdin` as its input; panics when it fails.
 fn kubectl(h: &Harness, args: &[&str], stdin: &str) -> String {
-    common::kubectl(h.plane.kubeconfig_path(), args, stdin.as_bytes())
+    harness::kubectl(h.plane.kubeconfig_path(), args, stdin.as_bytes())
 }
 
 fn kubectl_apply(h: &Harness, yaml: &str) {

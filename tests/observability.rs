@@ -17,9 +17,9 @@
 //! `tests/helm.rs` (`lint_and_template_with_each_switch`). promtool comes from
 //! `tests/support/build-promtool.sh`, which the first test to need it runs (about ten minutes cold).
 
-mod common;
+mod harness;
 
-use common::{Harness, WAIT, eventually_within};
+use harness::{Harness, WAIT, eventually_within};
 use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -409,7 +409,7 @@ impl Controller {
             .unwrap()
             .port();
         let log = dir.path().join("mimeo.log");
-        let plugins = common::plugin_dir();
+        let plugins = harness::plugin_dir();
         let child = Command::new(env!("CARGO_BIN_EXE_mimeo"))
             .args([
                 "run",

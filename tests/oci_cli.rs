@@ -2,7 +2,7 @@
 //! oras: `mimeo plugin push` / `pull` / `inspect` / `test` with `oci://` references, interop with
 //! oras in both directions, basic auth, and the library's cache, digest and size guarantees.
 
-mod common;
+mod harness;
 
 use mimeo::plugin::oci::{Credentials, Oci, OciError, OciReference, OciSettings};
 use mimeo_envtest::{Answer, Asked, Registry, Scripted};
@@ -17,7 +17,7 @@ const USER: &str = "alice";
 const PASSWORD: &str = "pw-7f3a-never-shown";
 
 fn filter_keys() -> PathBuf {
-    common::plugin_dir().join("filter-keys.wasm")
+    harness::plugin_dir().join("filter-keys.wasm")
 }
 
 fn fixture(case: &str) -> PathBuf {

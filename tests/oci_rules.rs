@@ -3,9 +3,9 @@
 //! served from the cache after a restart with the registry gone, every failure as a condition
 //! that writes nothing, and recovery without a restart.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, eventually_within, secret_value};
+use harness::{Harness, eventually, eventually_within, secret_value};
 use kube::api::{Api, Patch, PatchParams};
 use mimeo::api::SyncRule;
 use mimeo::controller::{ControllerConfig, OciPolicy};
@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn plugin_bytes(name: &str) -> Vec<u8> {
-    std::fs::read(common::plugin_dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    std::fs::read(harness::plugin_dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// A controller whose compiled-plugin and artifact caches live in `dir`.
@@ -117,7 +117,7 @@ async fn rules_run_plugins_from_a_registry_and_then_from_the_cache() {
     let python = registry
         .push_wasm(
             "plugins/add-annotation-python:0.1",
-            &std::fs::read(common::example_plugin("python")).unwrap(),
+            &std::fs::read(harness::example_plugin("python")).unwrap(),
         )
         .unwrap();
 

@@ -2,9 +2,9 @@
 //! a small status, restarts without a write and cleans every copy when deleted; clean-up stays
 //! right across a controller that was down while the world changed. Against a real apiserver.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, eventually_within, secret};
+use harness::{Harness, eventually, eventually_within, secret};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -263,7 +263,7 @@ async fn a_rule_is_let_go_only_once_its_copies_can_be_listed() {
         }
         there
     };
-    common::stays(
+    harness::stays(
         "the rule and its copies kept while its copies cannot be listed",
         Duration::from_secs(40),
         || async { h.rule("platform", "settings").await.is_some() && copies_there().await == 2 },
@@ -294,7 +294,7 @@ async fn seals_and_values(h: &Harness, namespaces: &[&str]) -> Vec<(Option<Strin
         found.push((
             copy.as_ref()
                 .and_then(|c| c.metadata.annotations.as_ref()?.get("mimeo.dev/seal").cloned()),
-            copy.as_ref().and_then(|c| common::secret_value(c, "k")),
+            copy.as_ref().and_then(|c| harness::secret_value(c, "k")),
         ));
     }
     found
@@ -382,7 +382,7 @@ async fn a_rotated_seal_key_keeps_every_copy() {
     })
     .await;
     let forged = h.secrets("forged").get("creds").await.unwrap();
-    assert_eq!(common::secret_value(&forged, "k").as_deref(), Some("mine"));
+    assert_eq!(harness::secret_value(&forged, "k").as_deref(), Some("mine"));
     let status = h.rule("platform", "creds").await.unwrap().status.unwrap();
     assert_eq!(status.copies.as_deref(), Some("3/4"), "{status:?}");
     assert!(
@@ -452,18 +452,18 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
             "data": {"k": "bWluZQ=="}})
     };
     // A tenant of `tenant` forges a copy with kubectl, as people write objects.
-    common::tenant_client(&h, "tenant").await;
-    let tenant = common::service_account_kubeconfig(&h.plane, &h.client, "tenant", "tenant").await;
+    harness::tenant_client(&h, "tenant").await;
+    let tenant = harness::service_account_kubeconfig(&h.plane, &h.client, "tenant", "tenant").await;
     let dir = tempfile::tempdir().unwrap();
     let tenant_config = dir.path().join("tenant");
     std::fs::write(&tenant_config, tenant).unwrap();
-    common::kubectl(
+    harness::kubectl(
         &tenant_config,
         &["apply", "-f", "-"],
         forgery("tenant").to_string().as_bytes(),
     );
     // One of `elsewhere`, where the rule copies nothing, forges it under mimeo's manager name.
-    let elsewhere = common::tenant_client(&h, "elsewhere").await;
+    let elsewhere = harness::tenant_client(&h, "elsewhere").await;
     let api: Api<Secret> = Api::namespaced(elsewhere, "elsewhere");
     api.patch(
         "creds",
@@ -508,7 +508,7 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
         let conflicts = targets
             .iter()
             .filter(|ns| {
-                common::copy_state_in(&status, None, Some(ns), "creds")
+                harness::copy_state_in(&status, None, Some(ns), "creds")
                     == Some(mimeo::api::CopyState::Conflict)
             })
             .count();
@@ -553,7 +553,7 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
     for ns in ["tenant", "elsewhere"] {
         let forged = h.secrets(ns).get("creds").await.unwrap();
         assert_eq!(
-            common::secret_value(&forged, "k").as_deref(),
+            harness::secret_value(&forged, "k").as_deref(),
             Some("mine"),
             "{ns}"
         );

@@ -2,13 +2,13 @@
 //! goes when a new one is stored, and an evicted plugin still loads (it is compiled again). What
 //! it loads is only what it wrote: a planted file is never run.
 
-mod common;
+mod harness;
 
 use mimeo::plugin::{HostSettings, PluginHost};
 use std::path::{Path, PathBuf};
 
 fn read(name: &str) -> Vec<u8> {
-    let path = common::plugin_dir().join(format!("{name}.wasm"));
+    let path = harness::plugin_dir().join(format!("{name}.wasm"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 

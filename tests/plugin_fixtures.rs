@@ -1,7 +1,7 @@
 //! Every plugin's fixture cases, run through `mimeo plugin test` as a plugin author runs them:
 //! the same host, limits and output checks as the controller.
 
-mod common;
+mod harness;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::process::Command;
 /// (component file, fixture directory) for every first-party plugin.
 fn first_party() -> Vec<(PathBuf, PathBuf)> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins");
-    let built = common::plugin_dir();
+    let built = harness::plugin_dir();
     [
         ("filter-keys", "filter-keys"),
         ("rename-keys", "rename-keys"),
@@ -179,7 +179,7 @@ fn fixtures_pass_through_mimeo_plugin_test() {
 fn example_plugins_pass_the_shared_fixtures() {
     let require = std::env::var_os("MIMEO_REQUIRE_EXAMPLES").is_some();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("plugins/examples");
-    let built = common::plugin_dir();
+    let built = harness::plugin_dir();
     let mut failures = Vec::new();
     let mut ran = 0;
     for lang in ["c", "go", "javascript", "python"] {
@@ -242,7 +242,7 @@ fn inspect(plugin: &Path) -> Result<String, String> {
 
 #[test]
 fn inspect_shows_what_a_plugin_is() {
-    let stdout = inspect(&common::plugin_dir().join("filter-keys.wasm")).unwrap_or_else(|e| panic!("{e}"));
+    let stdout = inspect(&harness::plugin_dir().join("filter-keys.wasm")).unwrap_or_else(|e| panic!("{e}"));
     for expected in [
         "plugin:      filter-keys",
         "interface:   mimeo:transform@0.2.0",
@@ -265,7 +265,7 @@ fn inspect_shows_what_a_plugin_is() {
 /// stderr beside the object, a trap in words, and its raw frames only with `--verbose`.
 #[test]
 fn plugin_test_shows_logs_outcome_and_traps_in_words() {
-    let plugin = common::plugin_dir().join("misbehave.wasm");
+    let plugin = harness::plugin_dir().join("misbehave.wasm");
     let object = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         object.path(),

@@ -1,7 +1,7 @@
 //! The plugin host with real, compiled plugins: the first-party ones, chains, and a plugin that
 //! misbehaves on purpose in every way the host must contain.
 
-mod common;
+mod harness;
 
 use mimeo::plugin::{ChainOutcome, HostSettings, Outcome, Plugin, PluginError, PluginHost, TransformContext};
 use serde_json::{Value, json};
@@ -18,7 +18,7 @@ fn host() -> PluginHost {
 }
 
 fn load(host: &PluginHost, name: &str) -> Arc<Plugin> {
-    let path = common::plugin_dir().join(format!("{name}.wasm"));
+    let path = harness::plugin_dir().join(format!("{name}.wasm"));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     host.load(name, &bytes)
         .unwrap_or_else(|e| panic!("loading {name}: {e}"))
@@ -267,7 +267,7 @@ fn the_deadline_holds_while_a_plugin_waits_in_wasi() {
         let step = (good.clone(), json!({"include": ["username"]}).to_string());
         assert!(host.run_chain(&[step], &ctx(), copy()).is_ok(), "after {config}");
     }
-    let bytes = std::fs::read(common::plugin_dir().join("stall-describe.wasm")).unwrap();
+    let bytes = std::fs::read(harness::plugin_dir().join("stall-describe.wasm")).unwrap();
     let started = Instant::now();
     let err = host.load("stall-describe", &bytes).unwrap_err();
     let took = started.elapsed();
@@ -337,7 +337,7 @@ fn compiled_plugins_are_cached_on_disk() {
         cache_dir: cache.path().to_owned(),
         ..Default::default()
     };
-    let bytes = std::fs::read(common::plugin_dir().join("filter-keys.wasm")).unwrap();
+    let bytes = std::fs::read(harness::plugin_dir().join("filter-keys.wasm")).unwrap();
     let first = PluginHost::new(settings.clone()).unwrap();
     let compiled_at = Instant::now();
     first.load("filter-keys", &bytes).unwrap();
@@ -460,7 +460,7 @@ fn a_compiler_process_compiles_plugins_into_the_cache() {
     assert_eq!(compiler_runs(&runs), 1, "loaded from the cache");
 
     // What the compiler says about a component it cannot compile reaches the error.
-    let mut broken = common::slow_to_compile_component(1, 4, 10);
+    let mut broken = harness::slow_to_compile_component(1, 4, 10);
     let at = broken.len() - 6;
     broken[at] = 0xff; // an opcode that does not exist
     let err = again.load("broken", &broken).unwrap_err();
@@ -476,7 +476,7 @@ fn a_compiler_process_compiles_plugins_into_the_cache() {
 #[test]
 fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_again() {
     let (host, runs) = compiling_host(Duration::from_secs(2), 1 << 30, Duration::from_secs(120));
-    let slow = common::slow_to_compile_component(30, 200, 5_000);
+    let slow = harness::slow_to_compile_component(30, 200, 5_000);
     let started = Instant::now();
     let err = host.load("slow", &slow).unwrap_err();
     let took = started.elapsed();
@@ -491,7 +491,7 @@ fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_ag
     assert_eq!(compiler_runs(&runs), 1, "refused without compiling again");
 
     let (host, runs) = compiling_host(Duration::from_secs(120), 384 << 20, Duration::from_secs(120));
-    let huge = common::slow_to_compile_component(1, 2000, 50_000);
+    let huge = harness::slow_to_compile_component(1, 2000, 50_000);
     let started = Instant::now();
     let err = host.load("huge", &huge).unwrap_err();
     eprintln!(
@@ -516,7 +516,7 @@ fn components_slow_or_huge_to_compile_are_refused_at_the_limits_and_not_tried_ag
 #[test]
 fn a_compile_past_its_cpu_time_is_stopped_and_not_tried_again() {
     let (host, runs) = compiling_host(Duration::from_secs(120), 1 << 30, Duration::from_secs(1));
-    let slow = common::slow_to_compile_component(30, 200, 5_000);
+    let slow = harness::slow_to_compile_component(30, 200, 5_000);
     let started = Instant::now();
     let err = host.load("slow", &slow).unwrap_err();
     let took = started.elapsed();
@@ -529,7 +529,7 @@ fn a_compile_past_its_cpu_time_is_stopped_and_not_tried_again() {
     assert_eq!(host.load("slow", &slow).unwrap_err().to_string(), err.to_string());
     assert_eq!(compiler_runs(&runs), 1, "refused without compiling again");
     let small = host
-        .load("small", &common::slow_to_compile_component(1, 4, 10))
+        .load("small", &harness::slow_to_compile_component(1, 4, 10))
         .unwrap_err();
     assert!(
         matches!(small, PluginError::NotAPlugin(_)),

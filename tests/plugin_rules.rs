@@ -2,16 +2,16 @@
 //! a namespace without one, a failure leaves the previous copy as it was, and `configmap://`
 //! plugins follow their ConfigMap.
 
-mod common;
+mod harness;
 
-use common::{Harness, chain_counts, eventually, secret_value};
+use harness::{Harness, chain_counts, eventually, secret_value};
 use mimeo::controller::ControllerConfig;
 use serde_json::json;
 use std::time::Duration;
 
 async fn harness() -> Harness {
     harness_with(ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await
@@ -116,7 +116,7 @@ async fn a_failing_plugin_leaves_the_previous_copy() {
         .await;
     let message = failed.status.unwrap().problems[0].message.clone().unwrap();
     assert!(message.contains("deadline"), "{message}");
-    common::stays("the previous copy untouched", Duration::from_secs(1), || async {
+    harness::stays("the previous copy untouched", Duration::from_secs(1), || async {
         h.secrets("tenant-a")
             .get("registry")
             .await
@@ -189,7 +189,7 @@ async fn wait_copy(h: &Harness, keys: &[&str], user: &str) {
 #[tokio::test]
 async fn config_map_plugins_follow_their_config_map() {
     let h = harness().await;
-    let read = |name: &str| std::fs::read(common::plugin_dir().join(name)).unwrap();
+    let read = |name: &str| std::fs::read(harness::plugin_dir().join(name)).unwrap();
     let filter = read("filter-keys.wasm");
     let plugin = |reference: &str| rule(json!([{"plugin": reference, "config": {"include": ["username"]}}]));
 
@@ -507,7 +507,7 @@ async fn plugins_blocked_in_wasi_are_contained_and_other_rules_go_on() {
 #[tokio::test]
 async fn a_file_plugin_replaced_on_disk_takes_effect() {
     let dir = tempfile::tempdir().unwrap();
-    let built = common::plugin_dir();
+    let built = harness::plugin_dir();
     std::fs::copy(built.join("filter-keys.wasm"), dir.path().join("transform.wasm")).unwrap();
     let h = Harness::start_with(ControllerConfig {
         plugin_dir: Some(dir.path().to_owned()),
@@ -552,7 +552,7 @@ async fn a_file_plugin_replaced_on_disk_takes_effect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_slow_to_compile_is_refused_and_other_rules_go_on() {
     let mut config = ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     };
     config.plugin_host.compiler = Some(mimeo::plugin::CompilerProcess {
@@ -576,7 +576,7 @@ async fn a_component_slow_to_compile_is_refused_and_other_rules_go_on() {
     put_plugin(
         &h,
         "slow.wasm",
-        &common::slow_to_compile_component(1, 1500, 40_000),
+        &harness::slow_to_compile_component(1, 1500, 40_000),
     )
     .await;
     let started = std::time::Instant::now();

@@ -1,9 +1,9 @@
 //! `RemoteCluster` registration against two real control planes: the status says whether the
 //! cluster behind the kubeconfig Secret can be reached, and why not.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually};
+use harness::{Harness, eventually};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use mimeo::api::RemoteCluster;

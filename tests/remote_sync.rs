@@ -4,9 +4,9 @@
 #[path = "../benches/support/processes.rs"]
 mod processes;
 
-mod common;
+mod harness;
 
-use common::{Harness, apiserver_writes, eventually, secret_value, stays};
+use harness::{Harness, apiserver_writes, eventually, secret_value, stays};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -81,7 +81,7 @@ fn sync_rule(ns: &str, name: &str, spec: Value) -> Value {
 }
 
 async fn put_secret_in(client: &Client, ns: &str, name: &str, value: &str) {
-    let secret = common::secret(ns, name, "Opaque", &[("value", value)]);
+    let secret = harness::secret(ns, name, "Opaque", &[("value", value)]);
     Api::<Secret>::namespaced(client.clone(), ns)
         .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&secret))
         .await
@@ -153,7 +153,7 @@ async fn wait_copy_state(
         &format!("copy {copy:?} of rule {rule:?} in state {state:?}"),
         || async {
             let status = rule_status(h, rule.0, rule.1).await?;
-            if common::copy_state_in(&status, copy.0, copy.1, copy.2) != Some(state) {
+            if harness::copy_state_in(&status, copy.0, copy.1, copy.2) != Some(state) {
                 return None;
             }
             let listed = status.problems.into_iter().find(|c| {
@@ -454,15 +454,15 @@ async fn an_outage_of_one_cluster_delays_only_its_copies() {
     // once counted two refused as AlreadyExists, decided from a copies cache that had resumed its
     // watch without having caught up (issue 43). A copies watch now starts over from a list after
     // a failure, and its cache counts as not listed until then.
-    let tries = common::apiserver_write_lines(&b.client, &["secrets"]).await;
+    let tries = harness::apiserver_write_lines(&b.client, &["secrets"]).await;
     eprintln!("write requests to B's secrets since its restart: {tries:#?}");
     stays(
         "B's copy written exactly once after the outage",
         Duration::from_secs(3),
-        || async { common::apiserver_writes_done(&b.client, &["secrets"]).await == 1 },
+        || async { harness::apiserver_writes_done(&b.client, &["secrets"]).await == 1 },
     )
     .await;
-    let refused: Vec<String> = common::apiserver_write_lines(&b.client, &["secrets"])
+    let refused: Vec<String> = harness::apiserver_write_lines(&b.client, &["secrets"])
         .await
         .into_iter()
         .filter(|l| !l.contains("code=\"2"))
@@ -954,7 +954,7 @@ fn apply_printed_rbac(other: &Other, args: &[&str]) {
         "{}",
         String::from_utf8_lossy(&printed.stderr)
     );
-    common::kubectl(
+    harness::kubectl(
         other.plane.kubeconfig_path(),
         &["apply", "-f", "-"],
         &printed.stdout,
@@ -983,7 +983,7 @@ async fn listed_in(
         .clusters
         .iter()
         .filter_map(|c| {
-            let state = common::copy_state_in(&status, c.cluster.as_deref(), Some(ns), name)?;
+            let state = harness::copy_state_in(&status, c.cluster.as_deref(), Some(ns), name)?;
             Some((c.cluster.clone(), state))
         })
         .collect()
@@ -1015,7 +1015,7 @@ async fn an_admin_and_a_least_privilege_registration_of_one_cluster_work_side_by
         ],
     );
     let tenant_kubeconfig =
-        common::service_account_kubeconfig(&b.plane, &b.client, "mimeo-system", "tenant-remote").await;
+        harness::service_account_kubeconfig(&b.plane, &b.client, "mimeo-system", "tenant-remote").await;
     register(&h, "b-admin", &token_kubeconfig(&b), json!({}), None).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     register(
@@ -1118,7 +1118,7 @@ async fn a_rule_moved_between_registrations_of_one_cluster_keeps_its_copy() {
     wait_value(&b.client, "apps", "pull", "v1").await;
     let uid = uid_in(&b.client, "apps", "pull").await.unwrap();
     // Writes carried out: a create-only request that finds the copy there changes nothing.
-    let writes_before = common::apiserver_writes_done(&b.client, &["secrets"]).await;
+    let writes_before = harness::apiserver_writes_done(&b.client, &["secrets"]).await;
 
     // Moved by name: the copy is b-new's now, the same object.
     h.apply(rule(json!([{"cluster": "b-new", "namespace": "apps"}])))
@@ -1171,7 +1171,7 @@ async fn a_rule_moved_between_registrations_of_one_cluster_keeps_its_copy() {
     wait_value(&b.client, "apps", "pull", "v2").await;
     assert_eq!(uid_in(&b.client, "apps", "pull").await, Some(uid));
     // One write all along: the new value. Nothing was deleted or made again.
-    let writes = common::apiserver_writes_done(&b.client, &["secrets"]).await - writes_before;
+    let writes = harness::apiserver_writes_done(&b.client, &["secrets"]).await - writes_before;
     assert_eq!(writes, 1, "writes of secrets in B while the rule moved");
 }
 

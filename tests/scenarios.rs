@@ -1,9 +1,9 @@
 //! The sync controller's scenarios, each against a real kube-apiserver with the controller
 //! running in-process.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, secret, secret_value, stays};
+use harness::{Harness, eventually, secret, secret_value, stays};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -126,7 +126,7 @@ async fn registry_credentials_follow_rotation() {
 }
 
 fn config_map(ns: &str, name: &str, data: &[(&str, &str)]) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "data": common::map(data)}))
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "data": harness::map(data)}))
         .unwrap()
 }
 
@@ -308,7 +308,7 @@ async fn a_rotation_is_one_look() {
     assert!(looks < 2 * rotations, "{looks} looks for {rotations} rotations");
 
     // The edit is the tenant's of o1, with only its own Role: it cannot pass for mimeo's echo.
-    let tenant = common::tenant_client(&h, "o1").await;
+    let tenant = harness::tenant_client(&h, "o1").await;
     let edit = json!({"data": {"k": "ZWRpdGVk"}});
     Api::<k8s_openapi::api::core::v1::Secret>::namespaced(tenant, "o1")
         .patch("creds", &PatchParams::default(), &Patch::Merge(&edit))
@@ -344,7 +344,7 @@ async fn conflicts_follow_the_rule() {
     let mut existing = Vec::new();
     for (ns, name) in [("team", "adopt-me"), ("team", "overwrite-me"), ("other", "src")] {
         let mut s = secret(ns, name, "Opaque", &[("token", "hand-made"), ("note", "keep?")]);
-        s.metadata.labels = Some(common::map(&[("owner", "someone")]));
+        s.metadata.labels = Some(harness::map(&[("owner", "someone")]));
         existing.push(h.secrets(ns).create(&PostParams::default(), &s).await.unwrap());
     }
     let [adopt_me, overwrite_me, elsewhere] = <[_; 3]>::try_from(existing).unwrap();

@@ -7,9 +7,9 @@
 #[path = "../benches/support/processes.rs"]
 mod processes;
 
-mod common;
+mod harness;
 
-use common::{apiserver_writes, eventually_within};
+use harness::{apiserver_writes, eventually_within};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};

@@ -3,9 +3,9 @@
 //! RemoteCluster that does not answer, beside a rule in sync, as a tree and as JSON, read with
 //! the tenant's own rights (its namespace only) and with an admin's.
 
-mod common;
+mod harness;
 
-use common::{Harness, eventually, tenant_client};
+use harness::{Harness, eventually, tenant_client};
 use serde_json::{Value, json};
 
 const VALUE: &str = "s3cr3t-value-never-shown";
@@ -68,7 +68,7 @@ fn states(json: &Value, rule: &str) -> Vec<String> {
 #[tokio::test]
 async fn status_shows_each_copy_its_state_since_when_and_why() {
     let h = Harness::start_with(mimeo::controller::ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await;
@@ -96,18 +96,18 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
     .await;
 
     let tenant = tenant_client(&h, "team-a").await;
-    let kubeconfig = common::service_account_kubeconfig(&h.plane, &h.client, "team-a", "tenant").await;
+    let kubeconfig = harness::service_account_kubeconfig(&h.plane, &h.client, "team-a", "tenant").await;
     // The tenant writes its rule itself. The template names a host for every namespace but
     // `broken`, where the plugin fails.
     let hosts = json!({"team-a": "a", "accepts": "b", "taken": "c", "refuses": "d", "far": "e"});
-    common::apply_as(
+    harness::apply_as(
         &tenant,
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hosts", "namespace": "team-a"},
                "data": hosts}),
     )
     .await
     .unwrap();
-    common::apply_as(
+    harness::apply_as(
         &tenant,
         rule(
             "creds",
@@ -122,7 +122,7 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
     )
     .await
     .unwrap();
-    common::apply_as(
+    harness::apply_as(
         &tenant,
         rule(
             "quiet",

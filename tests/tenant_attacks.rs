@@ -4,9 +4,9 @@
 //! as the tenant would make it and must fail with the stated condition; each has its positive
 //! twin, the legitimate use, which must still work.
 
-mod common;
+mod harness;
 
-use common::{Harness, WAIT, apply_as, eventually, secret_value, tenant_client};
+use harness::{Harness, WAIT, apply_as, eventually, secret_value, tenant_client};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -264,7 +264,7 @@ async fn a_kubeconfig_cannot_make_mimeo_send_its_credentials_or_read_its_files()
 
 /// The tenant's own plugin, in a ConfigMap of its namespace (what `configmap://` allows it).
 async fn tenant_plugin(tenant: &Client) -> String {
-    let wasm = std::fs::read(common::plugin_dir().join("misbehave.wasm")).unwrap();
+    let wasm = std::fs::read(harness::plugin_dir().join("misbehave.wasm")).unwrap();
     let plugin: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "plugins", "namespace": TENANT},
         "binaryData": {"misbehave.wasm": k8s_openapi::ByteString(wasm)},
@@ -279,7 +279,7 @@ async fn tenant_plugin(tenant: &Client) -> String {
 
 fn plugin_config() -> ControllerConfig {
     ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     }
 }
@@ -622,7 +622,7 @@ async fn reading_another_cluster_needs_the_owners_consent() {
         "someone else's names are not shown: {message}"
     );
     let ours = Api::<ConfigMap>::namespaced(h.client.clone(), TENANT);
-    common::stays(
+    harness::stays(
         "nothing is copied without consent",
         Duration::from_secs(2),
         || async {
@@ -676,7 +676,7 @@ async fn reading_another_cluster_needs_the_owners_consent() {
 #[tokio::test]
 async fn inputs_in_another_cluster_need_the_owners_consent_too() {
     let (h, tenant) = start(ControllerConfig {
-        plugin_dir: Some(common::plugin_dir()),
+        plugin_dir: Some(harness::plugin_dir()),
         ..Default::default()
     })
     .await;
@@ -719,7 +719,7 @@ async fn inputs_in_another_cluster_need_the_owners_consent_too() {
     assert!(message.contains("mimeo.dev/share-with=tenant-a"), "{message}");
     assert!(!message.contains("private-value"), "{message}");
     let ours = Api::<ConfigMap>::namespaced(h.client.clone(), TENANT);
-    common::stays(
+    harness::stays(
         "nothing is copied without the input's consent",
         Duration::from_secs(2),
         || async { ours.get_opt("settings").await.unwrap().is_none() },
@@ -931,7 +931,7 @@ async fn a_registry_cannot_send_mimeo_to_a_sidecar_or_speak_through_the_status()
     registry
         .push_wasm(
             "plugins/filter-keys:1.0",
-            &std::fs::read(common::plugin_dir().join("filter-keys.wasm")).unwrap(),
+            &std::fs::read(harness::plugin_dir().join("filter-keys.wasm")).unwrap(),
         )
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -1430,7 +1430,7 @@ async fn no_status_event_or_log_line_shows_a_secret() {
         .list(&ListParams::default())
         .await
         .unwrap();
-    let logged = common::logged();
+    let logged = harness::logged();
     assert!(logged.contains("copy not in sync"), "the failures are logged");
     for shown in [CANARY.to_owned(), b64(CANARY)] {
         for event in &events.items {

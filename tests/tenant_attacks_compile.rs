@@ -4,9 +4,9 @@
 //! own under a time limit; a tenant that names many components slow to compile must not make
 //! another tenant's plugin wait for all of them.
 
-mod common;
+mod harness;
 
-use common::{Harness, apply_as, eventually, secret_value, tenant_client};
+use harness::{Harness, apply_as, eventually, secret_value, tenant_client};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -122,7 +122,7 @@ async fn a_tenants_slow_compiles_do_not_queue_ahead_of_another_tenants_plugin() 
     let mut slow_digests = Vec::new();
     for i in 0..SLOW_RULES {
         // Distinct components (one more operation each), so that each is compiled on its own.
-        let wasm = common::slow_to_compile_component(1, 1500, 40_000 + i as u32);
+        let wasm = harness::slow_to_compile_component(1, 1500, 40_000 + i as u32);
         slow_digests.push(mimeo::sync::hash::digest_bytes(&wasm));
         let plugin = put_plugin(&a, "tenant-a", &format!("slow-{i}"), wasm).await;
         apply_as(
@@ -145,7 +145,7 @@ async fn a_tenants_slow_compiles_do_not_queue_ahead_of_another_tenants_plugin() 
     // The other five reach the queue in the time it takes to read their ConfigMaps.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let filter = std::fs::read(common::plugin_dir().join("filter-keys.wasm")).unwrap();
+    let filter = std::fs::read(harness::plugin_dir().join("filter-keys.wasm")).unwrap();
     let filter_digest = mimeo::sync::hash::digest_bytes(&filter);
     let plugin = put_plugin(&b, "tenant-b", "filter", filter).await;
     let applied = Instant::now();

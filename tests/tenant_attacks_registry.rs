@@ -9,9 +9,9 @@
 //! 127.0.0.2. Private addresses (10/8 and the rest) are refused by pure checks, tested in
 //! `src/plugin/oci/address.rs`; nothing here connects to one.
 
-mod common;
+mod harness;
 
-use common::{Harness, WAIT, apply_as, eventually, eventually_within, secret_value, tenant_client};
+use harness::{Harness, WAIT, apply_as, eventually, eventually_within, secret_value, tenant_client};
 use kube::Client;
 use kube::api::Api;
 use mimeo::api::SyncRule;
@@ -97,7 +97,7 @@ async fn wait_rule(
 }
 
 fn plugin_bytes() -> Vec<u8> {
-    std::fs::read(common::plugin_dir().join("filter-keys.wasm")).unwrap()
+    std::fs::read(harness::plugin_dir().join("filter-keys.wasm")).unwrap()
 }
 
 /// A Wasm artifact's manifest for a layer of `size` bytes with `digest`; `name` makes it an
