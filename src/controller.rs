@@ -6,19 +6,13 @@
 //! written and removed only through `write`, under one field manager; the record step writes a
 //! rule's status and events; `inventory`, `remote` and `seal_key` write their own objects.
 
-mod chain_outputs;
 mod echoes;
 pub(crate) mod error;
-mod failed_downloads;
 mod fair_queue;
 pub(crate) mod fleet;
 mod inventory;
-mod inventory_access;
-mod inventory_entries;
 mod named_namespaces;
 mod next_to;
-mod plugin_config_maps;
-mod plugin_files;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;
 mod remote_status;
@@ -125,14 +119,14 @@ pub struct Context {
     next_to: Arc<next_to::NextToWatches>,
     plugins: plugins::Plugins,
     /// The ConfigMaps `configmap://` plugins come from, watched so that a change wakes the rules.
-    plugin_config_maps: plugin_config_maps::PluginConfigMaps,
+    plugin_config_maps: plugins::config_maps::PluginConfigMaps,
     /// The `file://` plugins in use, looked at every few seconds so that a replaced one wakes
     /// its rules.
-    plugin_files: plugin_files::PluginFiles,
+    plugin_files: plugins::files::PluginFiles,
     /// Where `file://` plugins are.
     plugin_dir: Option<std::path::PathBuf>,
     /// What each rule's chain made of each copy, reused while the input is the same.
-    chain_outputs: chain_outputs::ChainOutputs,
+    chain_outputs: plugins::chain_outputs::ChainOutputs,
     /// Failed tries in a row per rule, for their backoff.
     retries: retry::Retries,
     /// What every copy is sealed with.
@@ -264,8 +258,8 @@ fn context(
     seal_key: Arc<SealKey>,
     triggers: Triggers,
 ) -> Result<Arc<Context>, Error> {
-    let plugin_config_maps = plugin_config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
-    let plugin_files = plugin_files::PluginFiles::new(triggers.clone());
+    let plugin_config_maps = plugins::config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
+    let plugin_files = plugins::files::PluginFiles::new(triggers.clone());
     let next_to = next_to::NextToWatches::new(client.clone(), triggers.clone());
     let fleet = Fleet::start(
         client.clone(),

@@ -3,14 +3,17 @@
 //! removes the ones whose entry went or stopped matching. Everything else (rules choosing the
 //! clusters, connecting, status) is the `RemoteCluster`'s ordinary path.
 
-use super::inventory_access::{self, Access, AccessState, FIELD_MANAGER};
-use super::inventory_entries::{EntryWatches, Watched};
+mod access;
+mod entries;
+
 use super::rule_status::{Readiness, ready_condition};
 use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
 use crate::inventory::InventorySettings;
 use crate::inventory::entry::{self, Entry, Kind};
 use crate::sync::kinds::AllowedKind;
 use crate::sync::object_selector::Matcher;
+use access::{Access, AccessState, FIELD_MANAGER};
+use entries::{EntryWatches, Watched};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -189,7 +192,7 @@ async fn reconcile(
         .open_mcp
         .as_ref()
         .is_some_and(|o| o.create_namespaces);
-    let permissions = inventory_access::wanted_permissions(&ctx.allowed_kinds, create_namespaces);
+    let permissions = access::wanted_permissions(&ctx.allowed_kinds, create_namespaces);
     let mut outcomes = Vec::new();
     let mut problems = Vec::new();
     for entry in &selected {
@@ -278,7 +281,7 @@ async fn access_for(
                 .and_then(|o| o.grant_timeout_seconds)
                 .map(|s| Duration::from_secs(s.into()))
                 .unwrap_or(DEFAULT_GRANT_TIMEOUT);
-            inventory_access::openmcp(
+            access::openmcp(
                 &ctx.client,
                 &ctx.access,
                 inventory,
@@ -291,7 +294,7 @@ async fn access_for(
             )
             .await?
         }
-        Kind::ClusterApi => inventory_access::cluster_api(entry),
+        Kind::ClusterApi => access::cluster_api(entry),
         Kind::ClusterProfile => {
             let provider = inventory
                 .spec
@@ -299,7 +302,7 @@ async fn access_for(
                 .as_ref()
                 .map(|p| p.provider.as_str())
                 .unwrap_or_default();
-            inventory_access::cluster_profile(
+            access::cluster_profile(
                 &ctx.client,
                 &ctx.access,
                 &ctx.settings,
@@ -356,7 +359,7 @@ async fn apply_remote_cluster(
         "metadata": {
             "name": name,
             "labels": labels,
-            "ownerReferences": inventory_access::owner_references(inventory, true),
+            "ownerReferences": access::owner_references(inventory, true),
         },
         "spec": spec,
     });
@@ -407,7 +410,7 @@ async fn remove_unwanted(
                 let object = json!({
                     "apiVersion": "mimeo.dev/v1alpha1",
                     "kind": "RemoteCluster",
-                    "metadata": {"name": name, "labels": {}, "ownerReferences": inventory_access::owner_references(inventory, true)},
+                    "metadata": {"name": name, "labels": {}, "ownerReferences": access::owner_references(inventory, true)},
                     "spec": rc.spec,
                 });
                 rcs.patch(
@@ -435,7 +438,7 @@ async fn remove_unwanted(
                 let api = Api::<kube::api::DynamicObject>::namespaced_with(
                     ctx.client.clone(),
                     &request.namespace().unwrap_or_default(),
-                    &inventory_access::access_request_resource(),
+                    &access::access_request_resource(),
                 );
                 tracing::info!(request = %request.name_any(), "the Cluster is gone or no longer selected; deleting mimeo's AccessRequest");
                 ignore_missing(

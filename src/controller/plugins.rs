@@ -6,7 +6,11 @@
 //! the pin is kept until the rule changes or its `refreshInterval` passes, so a restart with a
 //! warm artifact cache asks no registry anything.
 
-use super::failed_downloads::FailedDownloads;
+pub(crate) mod chain_outputs;
+pub(crate) mod config_maps;
+mod failed_downloads;
+pub(crate) mod files;
+
 use super::turns::Turns;
 use crate::api::{PluginPin, PullSecretRef, Transform};
 use crate::locks::lock;
@@ -14,6 +18,7 @@ use crate::plugin::oci::{Credentials, Oci, OciError, OciReference, credentials_f
 use crate::plugin::source::{PluginSource, parse};
 use crate::plugin::{ChainError, ChainOutcome, Loading, Plugin, PluginHost, TransformContext};
 use crate::sync::ownership::RuleKey;
+use failed_downloads::FailedDownloads;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
@@ -537,7 +542,7 @@ impl Plugins {
                 let meta = tokio::fs::metadata(&path)
                     .await
                     .map_err(|e| format!("reading {}: {e}", path.display()))?;
-                let stamp = super::plugin_files::file_stamp(&meta);
+                let stamp = files::file_stamp(&meta);
                 if let Some((_, _, plugin)) = lock(&self.files)
                     .get(&path)
                     .filter(|(mtime, len, _)| (*mtime, *len) == stamp)
