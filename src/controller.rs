@@ -6,12 +6,9 @@
 //! written and removed only through `write`, under one field manager; the record step writes a
 //! rule's status and events; `inventory`, `remote` and `seal_key` write their own objects.
 
-mod echoes;
 pub(crate) mod error;
-mod fair_queue;
 pub(crate) mod fleet;
 mod inventory;
-mod named_namespaces;
 mod next_to;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;

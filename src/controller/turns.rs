@@ -3,8 +3,10 @@
 //! order): the async side, a wake-up per ticket and a guard that ends the turn however the work
 //! ends.
 
-use super::fair_queue::{FairQueue, Ticket};
+mod fair_queue;
+
 use crate::locks::lock;
+use fair_queue::{FairQueue, Ticket};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;

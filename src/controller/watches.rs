@@ -13,9 +13,10 @@
 //! namespaces) when it is reconciled; events are matched against those interests, so an event
 //! wakes exactly the rules it may concern. Caches drop `managedFields`.
 
-use super::echoes::{self, CopyId};
+mod echoes;
+mod named_namespaces;
+
 use super::error::Error;
-use super::named_namespaces::{self, NamespaceEvent};
 use super::retry::CappedBackoff;
 use crate::api::{ClusterInventory, ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
@@ -30,6 +31,7 @@ use crate::sync::ownership::{
 use crate::sync::scope::Scope;
 use crate::sync::seal::{Place, SealKey};
 use crate::sync::targets::NamespaceInfo;
+use echoes::CopyId;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -42,6 +44,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use named_namespaces::NamespaceEvent;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};

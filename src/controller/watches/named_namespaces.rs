@@ -8,7 +8,7 @@
 //! follows it by hand: read the namespace, then watch it from that version (metadata only), and
 //! read it again whenever the watch cannot go on (its version expired, or an error).
 
-use super::retry::CappedBackoff;
+use crate::controller::retry::CappedBackoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, GetParams};
