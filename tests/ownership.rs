@@ -300,42 +300,36 @@ async fn seals_and_values(h: &Harness, namespaces: &[&str]) -> Vec<(Option<Strin
     found
 }
 
-/// The seal key rotated (issue 43): restarted with a new key and the old one retired beside it,
-/// while the source rotates, every copy is still the rule's, current, and sealed anew under the
-/// new key; restarted with the old key dropped, every copy still rotates. An object carrying the
-/// rule's marks and a seal under a key never given is left alone throughout.
-#[tokio::test]
-async fn a_rotated_seal_key_keeps_every_copy() {
-    use mimeo::sync::ownership::RuleKey;
-    use mimeo::sync::seal::{Place, SealKey};
-    let mut h = Harness::start().await;
-    h.namespace("platform", &[], &[]).await;
-    let accept = [("mimeo.dev/accept-from", "platform")];
-    let targets = ["k1", "k2", "k3"];
-    for ns in targets.iter().chain(&["forged"]) {
-        h.namespace(ns, &[("keys", "yes")], &accept).await;
-    }
-    let rule = RuleKey::sync_rule("platform", "creds");
-    let seal_in = |key: &SealKey, ns: &str| {
-        key.seal(
-            &rule,
-            &Place {
-                group: "",
-                kind: "Secret",
-                namespace: Some(ns),
-                name: "creds",
-            },
-        )
+/// The seal `key` gives `SyncRule/platform/creds`'s copy `creds` in `namespace`.
+fn creds_seal(key: &mimeo::sync::seal::SealKey, namespace: &str) -> String {
+    let place = mimeo::sync::seal::Place {
+        group: "",
+        kind: "Secret",
+        namespace: Some(namespace),
+        name: "creds",
     };
-    // Marks of the rule's copy and a seal no key of this installation gave.
-    let stranger = SealKey::generate().unwrap();
-    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "creds", "namespace": "forged",
-                     "labels": {"mimeo.dev/managed-by": "mimeo"},
-                     "annotations": {"mimeo.dev/rule": "SyncRule/platform/creds",
-                                     "mimeo.dev/seal": seal_in(&stranger, "forged")}},
-        "data": {"k": "bWluZQ=="}}))
-        .await;
+    key.seal(
+        &mimeo::sync::ownership::RuleKey::sync_rule("platform", "creds"),
+        &place,
+    )
+}
+
+/// Every copy in `namespaces` sealed under `key` and holding `value`, as [`seals_and_values`]
+/// reads them.
+fn sealed_by(
+    key: &mimeo::sync::seal::SealKey,
+    namespaces: &[&str],
+    value: &str,
+) -> Vec<(Option<String>, Option<String>)> {
+    namespaces
+        .iter()
+        .map(|ns| (Some(creds_seal(key, ns)), Some(value.to_owned())))
+        .collect()
+}
+
+/// `platform/creds` at v1, a rule copying it into every namespace labelled `keys=yes`, and every
+/// copy in `targets` at v1 under the harness's key.
+async fn creds_copied(h: &Harness, targets: &[&str]) {
     h.put_secret("platform", "creds", &[("k", "v1")]).await;
     h.apply(sync_rule(
         "platform",
@@ -344,17 +338,37 @@ async fn a_rotated_seal_key_keeps_every_copy() {
                "targets": [{"namespaceSelector": {"matchLabels": {"keys": "yes"}}}]}),
     ))
     .await;
-    let old = h.seal_key.clone();
-    let sealed_by = |key: &SealKey, value: &str| {
-        targets
-            .iter()
-            .map(|ns| (Some(seal_in(key, ns)), Some(value.to_owned())))
-            .collect::<Vec<_>>()
-    };
     eventually("every copy at v1 under the first key", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&old, "v1")).then_some(())
+        (seals_and_values(h, targets).await == sealed_by(&h.seal_key, targets, "v1")).then_some(())
     })
     .await;
+}
+
+/// The seal key rotated (issue 43): restarted with a new key and the old one retired beside it,
+/// while the source rotates, every copy is still the rule's, current, and sealed anew under the
+/// new key; restarted with the old key dropped, every copy still rotates. An object carrying the
+/// rule's marks and a seal under a key never given is left alone throughout.
+#[tokio::test]
+async fn a_rotated_seal_key_keeps_every_copy() {
+    use mimeo::sync::seal::SealKey;
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    let accept = [("mimeo.dev/accept-from", "platform")];
+    let targets = ["k1", "k2", "k3"];
+    for ns in targets.iter().chain(&["forged"]) {
+        h.namespace(ns, &[("keys", "yes")], &accept).await;
+    }
+    // Marks of the rule's copy and a seal no key of this installation gave.
+    let stranger = SealKey::generate().unwrap();
+    h.apply(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "forged",
+                     "labels": {"mimeo.dev/managed-by": "mimeo"},
+                     "annotations": {"mimeo.dev/rule": "SyncRule/platform/creds",
+                                     "mimeo.dev/seal": creds_seal(&stranger, "forged")}},
+        "data": {"k": "bWluZQ=="}}))
+        .await;
+    let old = h.seal_key.clone();
+    creds_copied(&h, &targets).await;
 
     // Rotated: the new key seals, the old one is retired beside it; the source changes meanwhile.
     h.stop_controller().await;
@@ -363,12 +377,12 @@ async fn a_rotated_seal_key_keeps_every_copy() {
     h.put_secret("platform", "creds", &[("k", "v2")]).await;
     h.start_controller().await;
     eventually("every copy at v2, sealed anew under the new key", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&new, "v2")).then_some(())
+        (seals_and_values(&h, &targets).await == sealed_by(&new, &targets, "v2")).then_some(())
     })
     .await;
     h.put_secret("platform", "creds", &[("k", "v3")]).await;
     eventually("every copy at v3", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&new, "v3")).then_some(())
+        (seals_and_values(&h, &targets).await == sealed_by(&new, &targets, "v3")).then_some(())
     })
     .await;
 
@@ -378,7 +392,7 @@ async fn a_rotated_seal_key_keeps_every_copy() {
     h.start_controller().await;
     h.put_secret("platform", "creds", &[("k", "v4")]).await;
     eventually("every copy at v4 with the old key dropped", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&new, "v4")).then_some(())
+        (seals_and_values(&h, &targets).await == sealed_by(&new, &targets, "v4")).then_some(())
     })
     .await;
     let forged = h.secrets("forged").get("creds").await.unwrap();
@@ -419,8 +433,7 @@ fn mimeo_reseal(h: &Harness, args: &[&str]) -> (i32, String) {
 /// copies anew, every copy is current again, and neither forgery is adopted.
 #[tokio::test]
 async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
-    use mimeo::sync::ownership::RuleKey;
-    use mimeo::sync::seal::{Place, SealKey};
+    use mimeo::sync::seal::SealKey;
     let mut h = Harness::start().await;
     h.namespace("platform", &[], &[]).await;
     let accept = [("mimeo.dev/accept-from", "platform")];
@@ -430,25 +443,13 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
     }
     h.namespace("elsewhere", &[], &accept).await;
     h.namespace("mimeo-admin", &[], &[]).await;
-    let rule = RuleKey::sync_rule("platform", "creds");
-    let seal_in = |key: &SealKey, ns: &str| {
-        key.seal(
-            &rule,
-            &Place {
-                group: "",
-                kind: "Secret",
-                namespace: Some(ns),
-                name: "creds",
-            },
-        )
-    };
     let forgery = |ns: &str| {
         json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "creds", "namespace": ns,
                          "labels": {"mimeo.dev/managed-by": "mimeo"},
                          "annotations": {"mimeo.dev/rule": "SyncRule/platform/creds",
                                          "mimeo.dev/source": "Secret/platform/creds",
-                                         "mimeo.dev/seal": seal_in(&SealKey::generate().unwrap(), ns)}},
+                                         "mimeo.dev/seal": creds_seal(&SealKey::generate().unwrap(), ns)}},
             "data": {"k": "bWluZQ=="}})
     };
     // A tenant of `tenant` forges a copy with kubectl, as people write objects.
@@ -473,25 +474,8 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
     .await
     .unwrap();
 
-    h.put_secret("platform", "creds", &[("k", "v1")]).await;
-    h.apply(sync_rule(
-        "platform",
-        "creds",
-        json!({"source": {"kind": "Secret", "name": "creds"},
-               "targets": [{"namespaceSelector": {"matchLabels": {"keys": "yes"}}}]}),
-    ))
-    .await;
     let old = h.seal_key.clone();
-    let sealed_by = |key: &SealKey, value: &str| {
-        targets
-            .iter()
-            .map(|ns| (Some(seal_in(key, ns)), Some(value.to_owned())))
-            .collect::<Vec<_>>()
-    };
-    eventually("every copy at v1", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&old, "v1")).then_some(())
-    })
-    .await;
+    creds_copied(&h, &targets).await;
 
     // The key lost: mimeo starts with a new one, which an administrator can read.
     h.stop_controller().await;
@@ -515,7 +499,10 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
         (conflicts == 3).then_some(())
     })
     .await;
-    assert_eq!(seals_and_values(&h, &targets).await, sealed_by(&old, "v1"));
+    assert_eq!(
+        seals_and_values(&h, &targets).await,
+        sealed_by(&old, &targets, "v1")
+    );
 
     // Looked at first: the list, and nothing written.
     let (code, text) = mimeo_reseal(&h, &["SyncRule/platform/creds"]);
@@ -535,19 +522,22 @@ async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
         text.contains("3 to reseal, 2 refused, 0 sealed already, 0 failed"),
         "{text}"
     );
-    assert_eq!(seals_and_values(&h, &targets).await, sealed_by(&old, "v1"));
+    assert_eq!(
+        seals_and_values(&h, &targets).await,
+        sealed_by(&old, &targets, "v1")
+    );
 
     // Then applied: the copies are the rule's again and follow the source.
     let (code, text) = mimeo_reseal(&h, &["SyncRule/platform/creds", "--apply"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("3 resealed, 2 refused"), "{text}");
     eventually("every copy at v2 under the new key", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&new, "v2")).then_some(())
+        (seals_and_values(&h, &targets).await == sealed_by(&new, &targets, "v2")).then_some(())
     })
     .await;
     h.put_secret("platform", "creds", &[("k", "v3")]).await;
     eventually("every copy at v3", || async {
-        (seals_and_values(&h, &targets).await == sealed_by(&new, "v3")).then_some(())
+        (seals_and_values(&h, &targets).await == sealed_by(&new, &targets, "v3")).then_some(())
     })
     .await;
     for ns in ["tenant", "elsewhere"] {
