@@ -327,6 +327,18 @@ fn sealed_by(
         .collect()
 }
 
+/// `platform`, and three namespaces plus `also` labelled `keys=yes` that accept its copies; the
+/// three, whose copies the seal-key tests follow.
+async fn creds_namespaces(h: &Harness, also: &str) -> [&'static str; 3] {
+    h.namespace("platform", &[], &[]).await;
+    let targets = ["k1", "k2", "k3"];
+    for ns in targets.iter().chain(&[also]) {
+        h.namespace(ns, &[("keys", "yes")], &[("mimeo.dev/accept-from", "platform")])
+            .await;
+    }
+    targets
+}
+
 /// `platform/creds` at v1, a rule copying it into every namespace labelled `keys=yes`, and every
 /// copy in `targets` at v1 under the harness's key.
 async fn creds_copied(h: &Harness, targets: &[&str]) {
@@ -352,12 +364,7 @@ async fn creds_copied(h: &Harness, targets: &[&str]) {
 async fn a_rotated_seal_key_keeps_every_copy() {
     use mimeo::sync::seal::SealKey;
     let mut h = Harness::start().await;
-    h.namespace("platform", &[], &[]).await;
-    let accept = [("mimeo.dev/accept-from", "platform")];
-    let targets = ["k1", "k2", "k3"];
-    for ns in targets.iter().chain(&["forged"]) {
-        h.namespace(ns, &[("keys", "yes")], &accept).await;
-    }
+    let targets = creds_namespaces(&h, "forged").await;
     // Marks of the rule's copy and a seal no key of this installation gave.
     let stranger = SealKey::generate().unwrap();
     h.apply(json!({"apiVersion": "v1", "kind": "Secret",
@@ -435,13 +442,9 @@ fn mimeo_reseal(h: &Harness, args: &[&str]) -> (i32, String) {
 async fn a_lost_seal_key_is_recovered_by_resealing_the_rules_copies() {
     use mimeo::sync::seal::SealKey;
     let mut h = Harness::start().await;
-    h.namespace("platform", &[], &[]).await;
-    let accept = [("mimeo.dev/accept-from", "platform")];
-    let targets = ["k1", "k2", "k3"];
-    for ns in targets.iter().chain(&["tenant"]) {
-        h.namespace(ns, &[("keys", "yes")], &accept).await;
-    }
-    h.namespace("elsewhere", &[], &accept).await;
+    let targets = creds_namespaces(&h, "tenant").await;
+    h.namespace("elsewhere", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
     h.namespace("mimeo-admin", &[], &[]).await;
     let forgery = |ns: &str| {
         json!({"apiVersion": "v1", "kind": "Secret",
