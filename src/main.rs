@@ -104,6 +104,15 @@ async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The seal key's Secret: the one given, else `mimeo-seal-key` in the pod's namespace (`default`
+/// outside a pod).
+fn seal_key_secret(given: Option<(String, String)>) -> (String, String) {
+    given.unwrap_or_else(|| {
+        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        (namespace, controller::seal_key::DEFAULT_NAME.into())
+    })
+}
+
 /// A client of the current kubeconfig's cluster, as a user's command reads it.
 async fn connect() -> anyhow::Result<kube::Client> {
     kube::Client::try_default().await.map_err(|e| {
@@ -193,10 +202,7 @@ async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
 /// otherwise.
 async fn reseal(args: mimeo::cli::ResealArgs) -> anyhow::Result<ExitCode> {
     let client = connect().await?;
-    let (namespace, name) = args.seal_key_secret.clone().unwrap_or_else(|| {
-        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
-        (namespace, controller::seal_key::DEFAULT_NAME.into())
-    });
+    let (namespace, name) = seal_key_secret(args.seal_key_secret.clone());
     let key = controller::seal_key::load(&client, &namespace, &name).await?;
     let outcome = mimeo::cmd::reseal::reseal(&client, &key, &args.rules, args.apply).await;
     for line in &outcome.lines {
@@ -360,10 +366,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             docker_config_for_sync_rules: args.oci.plugin_registry_config_for_sync_rules,
         },
         seal_key: {
-            let (namespace, name) = args.seal_key_secret.clone().unwrap_or_else(|| {
-                let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
-                (namespace, controller::seal_key::DEFAULT_NAME.into())
-            });
+            let (namespace, name) = seal_key_secret(args.seal_key_secret.clone());
             controller::SealKeySource::Secret { namespace, name }
         },
         inventory: controller::InventorySettings {
