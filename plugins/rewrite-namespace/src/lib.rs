@@ -729,7 +729,7 @@ mod tests {
     }
 
     /// Kyverno's own namespaced CEL samples (`policies-cel/` of the Kyverno fixtures beside the
-    /// repository, read in place, as `tests/kinds.rs` finds them): copied from their namespace to `tenant-a`, only their namespace literals differ.
+    /// repository, read in place, as `tests/sync/kinds.rs` finds them): copied from their namespace to `tenant-a`, only their namespace literals differ.
     #[test]
     fn kyverno_cel_samples() {
         let beside =

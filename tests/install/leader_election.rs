@@ -3,7 +3,7 @@
 //! second and wakes when the Lease expires; the rest is starting up and writing); a leader whose
 //! Lease is taken from it stops at once.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, secret_value};
 use k8s_openapi::api::coordination::v1::Lease;

@@ -2,7 +2,7 @@
 //! a namespace without one, a failure leaves the previous copy as it was, and `configmap://`
 //! plugins follow their ConfigMap.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, chain_counts, eventually, secret_value};
 use mimeo::controller::ControllerConfig;

@@ -3,7 +3,7 @@
 //! the purpose or deleting the `Cluster` removes it; a `SyncRule` still needs consent; a kind the
 //! installation does not allow, does not serve or that is cluster-scoped is a clear condition.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, WAIT, apply_as, eventually, logged, mimeo_diff, stays, tenant_client};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

@@ -4,7 +4,7 @@
 //! names; a tenant's annotations, which must grant it nothing; and the plan's YAML read back by
 //! kubectl's own reader.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

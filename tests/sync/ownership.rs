@@ -2,7 +2,7 @@
 //! a small status, restarts without a write and cleans every copy when deleted; clean-up stays
 //! right across a controller that was down while the world changed. Against a real apiserver.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, eventually_within, secret};
 use k8s_openapi::api::core::v1::Secret;

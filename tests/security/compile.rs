@@ -4,7 +4,7 @@
 //! own under a time limit; a tenant that names many components slow to compile must not make
 //! another tenant's plugin wait for all of them.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, apply_as, eventually, secret_value, tenant_client};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

@@ -4,7 +4,7 @@
 //! `AccessRequest`s with a real ServiceAccount and Role in the target cluster, for Cluster API
 //! the writer of `<name>-kubeconfig`, for ClusterProfiles a provider plugin of the test's own.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, service_account_kubeconfig, stays};
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};

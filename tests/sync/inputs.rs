@@ -3,7 +3,7 @@
 //! copies left as they are, and a tenant cannot read inputs beyond its namespace or the
 //! installation's kinds. The template plugin assembles, `secretType` declares the copy's type.
 
-mod harness;
+use crate::harness;
 
 use base64::Engine as _;
 use harness::{Harness, apply_as, eventually, secret_value, stays, tenant_client};

@@ -2,7 +2,7 @@
 //! that accept the rule) get copies, namespaces created later too; a pattern that does not
 //! compile is a clear condition.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, stays};
 use serde_json::json;

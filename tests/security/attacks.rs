@@ -4,7 +4,7 @@
 //! as the tenant would make it and must fail with the stated condition; each has its positive
 //! twin, the legitimate use, which must still work.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, WAIT, apply_as, eventually, secret_value, tenant_client};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -1166,7 +1166,7 @@ async fn marks_anyone_can_write_do_not_make_a_copy() {
 
 /// 2. A tenant's immutable source, rotated as it must be (deleted and created again) seven times
 /// in a minute: its copy follows each time and is never held as flapping. The twin, a copy
-/// something else keeps deleting, is held: `tests/flap_guard.rs`.
+/// something else keeps deleting, is held: `tests/sync/flap_guard.rs`.
 #[tokio::test]
 async fn rotating_an_immutable_source_is_not_churn() {
     let (h, tenant) = start(ControllerConfig::default()).await;

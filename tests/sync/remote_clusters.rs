@@ -1,7 +1,7 @@
 //! `RemoteCluster` registration against two real control planes: the status says whether the
 //! cluster behind the kubeconfig Secret can be reached, and why not.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually};
 use k8s_openapi::api::core::v1::Secret;

@@ -14,10 +14,10 @@
 //!   `promtool check rules` checks, the dashboard's variables replaced as Grafana would.
 //!
 //! `helm template` renders the ConfigMap and the PrometheusRule only when enabled:
-//! `tests/helm.rs` (`lint_and_template_with_each_switch`). promtool comes from
+//! `tests/install/helm.rs` (`lint_and_template_with_each_switch`). promtool comes from
 //! `tests/support/build-promtool.sh`, which the first test to need it runs (about ten minutes cold).
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, WAIT, eventually_within};
 use mimeo_envtest::ControlPlane;

@@ -3,7 +3,7 @@
 //! RemoteCluster that does not answer, beside a rule in sync, as a tree and as JSON, read with
 //! the tenant's own rights (its namespace only) and with an admin's.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, tenant_client};
 use serde_json::{Value, json};

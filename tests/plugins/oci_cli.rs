@@ -2,7 +2,7 @@
 //! oras: `mimeo plugin push` / `pull` / `inspect` / `test` with `oci://` references, interop with
 //! oras in both directions, basic auth, and the library's cache, digest and size guarantees.
 
-mod harness;
+use crate::harness;
 
 use mimeo::plugin::oci::{Credentials, Oci, OciError, OciReference, OciSettings};
 use mimeo_envtest::{Answer, Asked, Registry, Scripted};

@@ -2,7 +2,7 @@
 //! goes when a new one is stored, and an evicted plugin still loads (it is compiled again). What
 //! it loads is only what it wrote: a planted file is never run.
 
-mod harness;
+use crate::harness;
 
 use mimeo::plugin::{HostSettings, PluginHost};
 use std::path::{Path, PathBuf};

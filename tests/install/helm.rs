@@ -11,9 +11,9 @@
 //!
 //! Also the drift checks CI relies on: the chart's CRDs equal `crds/mimeo.yaml`, its appVersion
 //! equals the crate's version, and the table of values in `docs/install.md` is the one generated
-//! from the comments in `values.yaml` (`MIMEO_UPDATE_DOCS=1 cargo test --test helm` rewrites it).
+//! from the comments in `values.yaml` (`MIMEO_UPDATE_DOCS=1 cargo test --test install helm::` rewrites it).
 
-mod harness;
+use crate::harness;
 
 use harness::eventually;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -322,7 +322,7 @@ fn the_chart_app_version_is_the_crate_version() {
 }
 
 const TABLE_BEGIN: &str = "<!-- BEGIN VALUES: generated from the comments in charts/mimeo/values.yaml; \
-                           MIMEO_UPDATE_DOCS=1 cargo test --test helm rewrites it -->";
+                           MIMEO_UPDATE_DOCS=1 cargo test --test install helm:: rewrites it -->";
 const TABLE_END: &str = "<!-- END VALUES -->";
 
 #[test]
@@ -346,7 +346,7 @@ fn the_values_table_in_the_docs_is_current() {
     }
     panic!(
         "the table of values in docs/install.md is out of date with charts/mimeo/values.yaml: \
-         run `MIMEO_UPDATE_DOCS=1 cargo test --test helm the_values_table` and commit docs/install.md"
+         run `MIMEO_UPDATE_DOCS=1 cargo test --test install the_values_table` and commit docs/install.md"
     );
 }
 

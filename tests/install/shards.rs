@@ -4,10 +4,9 @@
 //! SIGCONT) writing nothing it no longer holds, and a replica joining and leaving while sources
 //! rotate.
 
-#[path = "../benches/support/processes.rs"]
-mod processes;
+use crate::processes;
 
-mod harness;
+use crate::harness;
 
 use harness::{apiserver_writes, eventually_within};
 use k8s_openapi::api::core::v1::Secret;

@@ -9,7 +9,7 @@
 //! 127.0.0.2. Private addresses (10/8 and the rest) are refused by pure checks, tested in
 //! `src/plugin/oci/address.rs`; nothing here connects to one.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, WAIT, apply_as, eventually, eventually_within, secret_value, tenant_client};
 use kube::Client;

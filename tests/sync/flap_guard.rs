@@ -2,7 +2,7 @@
 //! being re-created after a few rounds, and the rule says so (`Ready=False`, `Flapping`, an
 //! event, a metric); a source rotated every half second never trips it.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, secret_value};
 use kube::api::{Api, DeleteParams, ListParams};

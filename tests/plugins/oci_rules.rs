@@ -3,7 +3,7 @@
 //! served from the cache after a restart with the registry gone, every failure as a condition
 //! that writes nothing, and recovery without a restart.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, eventually_within, secret_value};
 use kube::api::{Api, Patch, PatchParams};

@@ -1,7 +1,7 @@
 //! The plugin host with real, compiled plugins: the first-party ones, chains, and a plugin that
 //! misbehaves on purpose in every way the host must contain.
 
-mod harness;
+use crate::harness;
 
 use mimeo::plugin::{ChainOutcome, HostSettings, Outcome, Plugin, PluginError, PluginHost, TransformContext};
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! (from `../shared/fixtures/kyverno`, or `MIMEO_KYVERNO_FIXTURES`): no Kyverno controller runs;
 //! mimeo copies the objects and the apiserver validates them against Kyverno's schema.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually};
 use kube::Client;

@@ -3,7 +3,7 @@
 //! (no consent, a conflict), refusals in the apiserver's and the controller's words, what a
 //! tenant's own permissions allow, and the exit codes of `kubectl diff`.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, eventually, tenant_client};
 use serde_json::{Value, json};

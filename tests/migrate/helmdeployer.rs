@@ -5,7 +5,7 @@
 //! its field manager); beside them a look-alike made with kubectl. Then the same on a target
 //! cluster of its own control plane, read and written through `--cluster-kubeconfig`.
 
-mod harness;
+use crate::harness;
 
 use harness::Harness;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -540,7 +540,7 @@ async fn from_openmcp_helmdeployer_onto_a_target_cluster() {
     let look = b_secrets.get("copied-secret-4").await.unwrap();
     assert_eq!(annotation(&look.metadata, "mimeo.dev/adopt-by"), None);
 
-    // B as the inventory would make it a RemoteCluster (tests/inventories.rs does that through
+    // B as the inventory would make it a RemoteCluster (tests/sync/inventories.rs does that through
     // openMCP's AccessRequests): by hand, with the inventory's label.
     h.namespace("mimeo-system", &[], &[]).await;
     let kubeconfig = b.token_kubeconfig_yaml(b.admin_token());

@@ -1,10 +1,9 @@
 //! Copies into, out of and between other clusters, against two or three real control planes:
 //! mimeo runs against cluster A (the harness) and reaches B and C through `RemoteCluster`s.
 
-#[path = "../benches/support/processes.rs"]
-mod processes;
+use crate::processes;
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, apiserver_writes, eventually, secret_value, stays};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};

@@ -2,7 +2,7 @@
 //! it cannot use, serves health and metrics, and shuts down cleanly on SIGTERM; its `--help`
 //! lists each command on one short line.
 
-mod harness;
+use crate::harness;
 
 use mimeo_envtest::ControlPlane;
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! command's output applied with `mimeo migrate --apply`; then mimeo keeps exactly the copies that tool makes (the
 //! expected set written out here from the tool's semantics), adopting the existing ones in place.
 
-mod harness;
+use crate::harness;
 
 use harness::{Harness, apiserver_writes, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

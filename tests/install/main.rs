@@ -1,0 +1,13 @@
+//! mimeo as it is installed and run: the binary and its flags, the Helm chart, leader election,
+//! shards and what it exports to observe it.
+
+#[path = "../harness/mod.rs"]
+mod harness;
+#[path = "../../benches/support/processes.rs"]
+mod processes;
+
+mod binary;
+mod helm;
+mod leader_election;
+mod observability;
+mod shards;
