@@ -13,32 +13,37 @@
 //! namespaces) when it is reconciled; events are matched against those interests, so an event
 //! wakes exactly the rules it may concern. Caches drop `managedFields`.
 
+mod discovery;
 mod echoes;
+mod interest;
 mod named_namespaces;
+mod relisting;
+mod triggers;
+mod written;
+
+pub use interest::{Interest, NamespaceInterest, SourceInterest, SourceWatchKey};
+pub use triggers::Triggers;
+
+use interest::{CopiesKey, copies_key};
+use relisting::relisting;
 
 use super::error::Error;
 use super::retry::CappedBackoff;
-use crate::api::{ClusterInventory, ClusterSyncRule, RemoteCluster, SyncRule};
 use crate::clusters::{KubeconfigProblem, classify};
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::desired::strip_uncarried;
 use crate::sync::kinds::KindRef;
 use crate::sync::live::LiveCopy;
-use crate::sync::ownership::{
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, RuleKind, recorded_rule, sealed_rule,
-};
+use crate::sync::ownership::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, RuleKey, recorded_rule, sealed_rule};
 use crate::sync::scope::Scope;
 use crate::sync::seal::{Place, SealKey};
 use crate::sync::targets::NamespaceInfo;
 use echoes::CopyId;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
-use kube::core::{ApiResource, ObjectMeta, Selector, SelectorExt};
+use kube::core::{ApiResource, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
@@ -50,16 +55,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
-/// After a CustomResourceDefinition changes, how long to wait before each further wake-up of the
-/// rules here: discovery catches up within a second or two on a quiet apiserver, and more under
-/// load.
-const DISCOVERY_CATCH_UP: [Duration; 4] = [
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(4),
-    Duration::from_secs(8),
-];
-
 /// How long a reconcile waits for a cache of this cluster to fill before it gives up and retries.
 const CACHE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The same for another cluster: its copies are marked and the rule goes on with the others.
@@ -67,10 +62,6 @@ const REMOTE_CACHE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The longest pause between two attempts to re-open a watch on another cluster, so that a
 /// cluster back from an outage is watched again within seconds.
 const REMOTE_WATCH_BACKOFF_CAP: Duration = Duration::from_secs(4);
-/// How long a kind found by discovery is trusted when no CRD watch is there to say it changed
-/// (mimeo limited to namespaces may not watch CustomResourceDefinitions).
-const DISCOVERY_TTL: Duration = Duration::from_secs(60);
-
 /// How log lines name the cluster mimeo runs in.
 const LOCAL: &str = "(this cluster)";
 
@@ -102,167 +93,11 @@ impl Reach {
     }
 }
 
-/// Identifies one shared source watch: a kind in a namespace.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceWatchKey {
-    pub group: String,
-    pub version: String,
-    pub plural: String,
-    pub namespace: String,
-}
-
-impl SourceWatchKey {
-    pub fn new(resource: &ApiResource, namespace: &str) -> Self {
-        SourceWatchKey {
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            plural: resource.plural.clone(),
-            namespace: namespace.to_owned(),
-        }
-    }
-}
-
-/// Which source objects a rule reads.
-#[derive(Clone, Debug)]
-pub struct SourceInterest {
-    pub watch: SourceWatchKey,
-    pub resource: ApiResource,
-    pub name: Option<String>,
-    pub selector: Option<Selector>,
-    /// Names that matched at the last reconcile: a source that stops matching must wake the rule.
-    pub matched: BTreeSet<String>,
-}
-
-impl SourceInterest {
-    fn concerns(&self, object: &DynamicObject) -> bool {
-        let name = object.name_any();
-        match (&self.name, &self.selector) {
-            (Some(wanted), _) => *wanted == name,
-            (None, Some(selector)) => selector.matches(object.labels()) || self.matched.contains(&name),
-            (None, None) => false,
-        }
-    }
-}
-
-/// Which namespaces' comings, goings and label or annotation changes matter to a rule.
-#[derive(Clone, Debug, Default)]
-pub struct NamespaceInterest {
-    pub names: BTreeSet<String>,
-    /// The rule selects namespaces by labels or name pattern, so any namespace may matter.
-    pub any: bool,
-}
-
-/// All a rule watches in one cluster, as declared at its last reconcile.
-#[derive(Clone, Debug, Default)]
-pub struct Interest {
-    pub source: Option<SourceInterest>,
-    /// The rule's inputs: objects by name, watched like sources.
-    pub inputs: Vec<SourceInterest>,
-    /// The kind of the copies the rule holds in this cluster.
-    pub copies: Option<ApiResource>,
-    pub namespaces: NamespaceInterest,
-}
-
 /// The caches a rule's declared interest reads from, once listed.
 pub struct DeclaredCaches {
     pub source: Option<Store<DynamicObject>>,
     /// One per input, in the interest's order.
     pub inputs: Vec<Store<DynamicObject>>,
-}
-
-/// Identifies one copies watch: a kind, over all namespaces.
-type CopiesKey = (String, String, String);
-
-fn copies_key(resource: &ApiResource) -> CopiesKey {
-    (
-        resource.group.clone(),
-        resource.version.clone(),
-        resource.plural.clone(),
-    )
-}
-
-/// Channels into the controllers: sending a rule's reference makes it reconcile.
-#[derive(Clone)]
-pub struct Triggers {
-    /// The `SyncRule` controller's, keyed by namespace when there is one controller per
-    /// namespace of the scope; under `None` when one controller watches all namespaces.
-    sync_rules: Arc<BTreeMap<Option<String>, UnboundedSender<ObjectRef<SyncRule>>>>,
-    cluster_sync_rules: UnboundedSender<ObjectRef<ClusterSyncRule>>,
-    remote_clusters: UnboundedSender<ObjectRef<RemoteCluster>>,
-    /// The `ClusterInventory` controller's: woken by the fleet's `RemoteCluster` watch once its
-    /// cache, which the inventory reads, holds the change.
-    inventories: UnboundedSender<ObjectRef<ClusterInventory>>,
-}
-
-/// The receiving ends, one per controller.
-pub struct TriggerStreams {
-    /// One per `SyncRule` controller: for a namespace of the scope, or (`None`) for all.
-    pub sync_rules: Vec<(Option<String>, UnboundedReceiver<ObjectRef<SyncRule>>)>,
-    pub cluster_sync_rules: UnboundedReceiver<ObjectRef<ClusterSyncRule>>,
-    pub remote_clusters: UnboundedReceiver<ObjectRef<RemoteCluster>>,
-    pub inventories: UnboundedReceiver<ObjectRef<ClusterInventory>>,
-}
-
-impl Triggers {
-    pub fn new(scope: &Scope) -> (Self, TriggerStreams) {
-        let sync_keys: Vec<Option<String>> = match scope.namespaces() {
-            None => vec![None],
-            Some(names) => names.iter().cloned().map(Some).collect(),
-        };
-        let mut sync_senders = BTreeMap::new();
-        let mut sync_receivers = Vec::with_capacity(sync_keys.len());
-        for key in sync_keys {
-            let (tx, rx) = unbounded();
-            sync_senders.insert(key.clone(), tx);
-            sync_receivers.push((key, rx));
-        }
-        let (cluster_tx, cluster_rx) = unbounded();
-        let (remote_tx, remote_rx) = unbounded();
-        let (inventory_tx, inventory_rx) = unbounded();
-        (
-            Triggers {
-                sync_rules: Arc::new(sync_senders),
-                cluster_sync_rules: cluster_tx,
-                remote_clusters: remote_tx,
-                inventories: inventory_tx,
-            },
-            TriggerStreams {
-                sync_rules: sync_receivers,
-                cluster_sync_rules: cluster_rx,
-                remote_clusters: remote_rx,
-                inventories: inventory_rx,
-            },
-        )
-    }
-
-    pub fn fire(&self, rule: &RuleKey) {
-        // A closed channel means the controller is shutting down; nothing to wake then.
-        match (rule.kind, &rule.namespace) {
-            (RuleKind::SyncRule, Some(ns)) => {
-                let sender = self
-                    .sync_rules
-                    .get(&None)
-                    .or_else(|| self.sync_rules.get(&Some(ns.clone())));
-                if let Some(sender) = sender {
-                    let _ = sender.unbounded_send(ObjectRef::new(&rule.name).within(ns));
-                }
-            }
-            (RuleKind::SyncRule, None) => {}
-            (RuleKind::ClusterSyncRule, _) => {
-                let _ = self.cluster_sync_rules.unbounded_send(ObjectRef::new(&rule.name));
-            }
-        }
-    }
-
-    /// Makes a `RemoteCluster`'s status be looked at again.
-    pub fn fire_cluster(&self, name: &str) {
-        let _ = self.remote_clusters.unbounded_send(ObjectRef::new(name));
-    }
-
-    /// Makes a `ClusterInventory` be looked at again.
-    pub fn fire_inventory(&self, name: &str) {
-        let _ = self.inventories.unbounded_send(ObjectRef::new(name));
-    }
 }
 
 /// One shared watch of a kind and the cache it fills.
@@ -295,22 +130,6 @@ type NamespacesStart = (
     Writer<PartialObjectMeta<Namespace>>,
     tokio::sync::watch::Sender<bool>,
 );
-/// A kind found by discovery: its resource, whether it is namespaced, and when it was found.
-type Discovered = (ApiResource, bool, Instant);
-
-/// A write remembered: the kind, the version it replaced, and the copy the apiserver returned.
-type Written = (ApiResource, String, Arc<LiveCopy>);
-
-/// Past this many remembered writes, those the copies cache has caught up with are forgotten.
-const WRITTEN_SWEEP: usize = 1024;
-
-/// Whether the copies cache still holds the version a write of ours replaced (so the written copy
-/// is the truer one): the cache holds that very version. A cache that moved on, or lost the
-/// object, has caught up.
-fn cache_lags(cached_version: Option<&str>, replaced: &str) -> bool {
-    cached_version == Some(replaced)
-}
-
 /// A watch of copies: its cache holds them summed up.
 type CopiesWatch = KindWatch<LiveCopy>;
 /// The watches of one kind's copies, and the kind they share.
@@ -339,21 +158,12 @@ pub struct Watches {
     /// all namespaces, or one per namespace of the scope.
     copies: Mutex<HashMap<CopiesKey, CopiesWatches>>,
     sources: Mutex<HashMap<SourceWatchKey, KindWatch>>,
-    /// Kinds found by discovery: the resource, whether it is namespaced, and when it was found.
-    /// Cleared whenever a CustomResourceDefinition comes, changes or goes; without a CRD watch
-    /// (limited to namespaces), an entry is trusted for [`DISCOVERY_TTL`].
-    discovered: Mutex<HashMap<(String, String), Discovered>>,
-    crd_watch: Mutex<Option<AbortHandle>>,
-    /// Copies written here whose write the copies cache may not have seen yet: the kind, the
-    /// version the cache held before, and the copy the apiserver returned. Swept past
-    /// [`WRITTEN_SWEEP`] entries, so that copies never looked at again (their rule gone) do not
-    /// stay, Secret data and all.
-    written: Mutex<HashMap<CopyId, Written>>,
-    /// The size of `written` at which it is swept next.
-    written_sweep_at: std::sync::atomic::AtomicUsize,
+    discovery: discovery::Discovery,
+    /// Copies written here whose write the copies cache may not have seen yet.
+    written: written::Written,
     /// Writes of ours in flight, and what the copies watch brought of their copies meanwhile.
     in_flight: echoes::InFlight,
-    interests: Mutex<HashMap<RuleKey, Interest>>,
+    interests: interest::Interests,
     seen: Mutex<HashMap<SourceId, (String, Instant)>>,
     tasks: Mutex<Vec<AbortHandle>>,
     /// What tells a copy from an object carrying a copy's marks: only a sealed copy wakes or
@@ -396,9 +206,6 @@ impl Drop for Watches {
                 watch.task.abort();
             }
         }
-        if let Some(task) = self.crd_watch.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            task.abort();
-        }
     }
 }
 
@@ -430,12 +237,10 @@ impl Watches {
             namespaces_start: Mutex::new(Some((ns_writer, ns_listed_tx))),
             copies: Mutex::new(HashMap::new()),
             sources: Mutex::new(HashMap::new()),
-            discovered: Mutex::new(HashMap::new()),
-            crd_watch: Mutex::new(None),
-            written: Mutex::new(HashMap::new()),
-            written_sweep_at: std::sync::atomic::AtomicUsize::new(WRITTEN_SWEEP),
+            discovery: Default::default(),
+            written: Default::default(),
             in_flight: Default::default(),
-            interests: Mutex::new(HashMap::new()),
+            interests: Default::default(),
             seen: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
             seals,
@@ -569,81 +374,20 @@ impl Watches {
     }
 
     /// The API resource of a kind in this cluster and whether it is namespaced, or `None` when
-    /// the cluster does not serve it. Secrets and ConfigMaps are known; other kinds are looked
-    /// up by discovery, and found ones remembered until a CustomResourceDefinition changes.
+    /// the cluster does not serve it ([`discovery`]). Watching CRDs when the scope allows, so
+    /// that what was found is forgotten when they change.
     pub async fn resolve(&self, kind: &KindRef) -> kube::Result<Option<(ApiResource, bool)>> {
-        if let Some(resource) = kind.builtin_resource() {
-            return Ok(Some((resource, true)));
-        }
-        let key = (kind.api_version.clone(), kind.kind.clone());
         let watches_crds = self.scope == Scope::Cluster;
-        if let Some((resource, namespaced, at)) = lock(&self.discovered).get(&key)
-            && (watches_crds || at.elapsed() < DISCOVERY_TTL)
-        {
-            return Ok(Some((resource.clone(), *namespaced)));
-        }
-        if watches_crds {
-            self.watch_crds();
-        }
-        match kube::discovery::pinned_kind(&self.client, &kind.gvk()).await {
-            Ok((resource, capabilities)) => {
-                let namespaced = capabilities.scope == kube::discovery::Scope::Namespaced;
-                lock(&self.discovered).insert(key, (resource.clone(), namespaced, Instant::now()));
-                Ok(Some((resource, namespaced)))
-            }
-            Err(kube::Error::Discovery(_)) => Ok(None),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Watches CustomResourceDefinitions (metadata only) once a rule needs discovery here: a kind
-    /// that appears or goes wakes every rule of this cluster, so a copy waiting for its CRD is
-    /// written without a restart.
-    fn watch_crds(&self) {
-        let mut slot = lock(&self.crd_watch);
-        if slot.is_some() {
-            return;
-        }
-        let api = Api::<PartialObjectMeta<CustomResourceDefinition>>::all(self.client.clone());
-        let stream = watcher(api, watcher::Config::default()).backoff(self.reach.backoff());
-        let weak = self.weak_self();
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                let Some(this) = weak.upgrade() else { break };
-                match event {
-                    Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd)) => {
-                        tracing::debug!(crd = %crd.name_any(), "a CustomResourceDefinition changed; rediscovering");
-                        lock(&this.discovered).clear();
-                        this.wake_every_rule();
-                        // Discovery serves a new kind a moment after its CRD is written (once it
-                        // is Established and the discovery documents are rebuilt): a rule woken
-                        // before then finds it not served yet, and its retries back off up to a
-                        // minute. So the rules are woken again while discovery catches up.
-                        let weak = this.weak_self();
-                        tokio::spawn(async move {
-                            for wait in DISCOVERY_CATCH_UP {
-                                tokio::time::sleep(wait).await;
-                                let Some(this) = weak.upgrade() else { break };
-                                lock(&this.discovered).clear();
-                                this.wake_every_rule();
-                            }
-                        });
+        if watches_crds && kind.builtin_resource().is_none() {
+            let weak = self.weak_self();
+            self.discovery
+                .watch_crds(&self.client, self.reach.backoff(), move || {
+                    if let Some(this) = weak.upgrade() {
+                        this.interests.wake_all(&this.triggers);
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "CustomResourceDefinition watch failed; retrying"),
-                }
-            }
-        });
-        *slot = Some(task.abort_handle());
-    }
-
-    /// Wakes every rule that has an interest here (a kind it waits for may have appeared).
-    fn wake_every_rule(&self) {
-        for rule in lock(&self.interests).keys() {
-            self.triggers.fire(rule);
+                });
         }
+        self.discovery.resolve(&self.client, kind, watches_crds).await
     }
 
     /// Why the watches of this cluster fail, while they do.
@@ -704,19 +448,10 @@ impl Watches {
         name: &str,
     ) -> Option<Arc<LiveCopy>> {
         let cached = self.in_copies_cache(resource, namespace, name)?;
-        let id = copy_id(&resource.plural, namespace, name);
-        let mut written = lock(&self.written);
-        match written.get(&id) {
-            Some((_, replaced, stored)) if cached.resource_version().as_ref() == Some(replaced) => {
-                return Some(stored.clone());
-            }
-            Some(_) => {
-                // The cache has caught up (or someone changed the copy since): it is the truth.
-                written.remove(&id);
-            }
-            None => {}
-        }
-        Some(cached)
+        Some(
+            self.written
+                .truer(&copy_id(&resource.plural, namespace, name), cached),
+        )
     }
 
     /// The object the copies cache holds at a place, as the watch last saw it.
@@ -747,27 +482,16 @@ impl Watches {
             stored.namespace().as_deref(),
             &stored.name_any(),
         );
-        let entries = {
-            let mut written = lock(&self.written);
-            written.insert(
-                id,
-                (
-                    resource.clone(),
-                    replaced_version,
-                    Arc::new(LiveCopy::summed_up(stored)),
-                ),
-            );
-            written.len()
+        let in_cache = |resource: &ApiResource, namespace: Option<&str>, name: &str| {
+            self.in_copies_cache(resource, namespace, name)
         };
-        // Amortised: after a sweep the next comes only once the map has doubled, so a fan-out
-        // of thousands of copies the cache has yet to see is not swept at every write.
-        if entries > self.written_sweep_at.load(std::sync::atomic::Ordering::Relaxed) {
-            let left = self.sweep_written();
-            self.written_sweep_at.store(
-                (2 * left).max(WRITTEN_SWEEP),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        self.written.record(
+            id,
+            resource,
+            replaced_version,
+            LiveCopy::summed_up(stored),
+            &in_cache,
+        );
     }
 
     /// A write of ours to a copy is about to be made: until it comes back, what the copies watch
@@ -794,40 +518,7 @@ impl Watches {
             copy.metadata.namespace.as_deref(),
             copy.metadata.name.as_deref().unwrap_or_default(),
         );
-        {
-            let mut written = lock(&self.written);
-            let stored = written
-                .get(&id)
-                .is_some_and(|(_, _, stored)| stored.metadata.resource_version.as_deref() == Some(version));
-            if stored {
-                written.remove(&id);
-                return true;
-            }
-        }
-        self.in_flight.hold(&id, recorded_rule(&copy.metadata), version)
-    }
-
-    /// Forgets the writes the copies cache has caught up with (or whose copy it no longer holds);
-    /// returns how many are left.
-    fn sweep_written(&self) -> usize {
-        let entries: Vec<(CopyId, ApiResource, String)> = lock(&self.written)
-            .iter()
-            .map(|(id, (resource, replaced, _))| (id.clone(), resource.clone(), replaced.clone()))
-            .collect();
-        let settled: Vec<CopyId> = entries
-            .into_iter()
-            .filter(|((_, namespace, name), resource, replaced)| {
-                let namespace = (!namespace.is_empty()).then_some(namespace.as_str());
-                let cached = self.in_copies_cache(resource, namespace, name);
-                !cache_lags(cached.and_then(|c| c.resource_version()).as_deref(), replaced)
-            })
-            .map(|(id, ..)| id)
-            .collect();
-        let mut written = lock(&self.written);
-        for id in &settled {
-            written.remove(id);
-        }
-        written.len()
+        self.written.is_echo(&id, version) || self.in_flight.hold(&id, recorded_rule(&copy.metadata), version)
     }
 
     /// Every cached copy that records `rule` as its maker.
@@ -865,7 +556,7 @@ impl Watches {
             .map(|s| (s.watch.clone(), s.resource.clone()))
             .collect();
         let copies = interest.copies.clone();
-        lock(&self.interests).insert(rule.clone(), interest);
+        self.interests.declare(rule, interest);
         let acquired = wanted.map(|(key, resource)| self.acquire(key, resource));
         let inputs: Vec<_> = inputs
             .into_iter()
@@ -897,17 +588,12 @@ impl Watches {
     /// Updates the names a selector-based rule matched, so that a source leaving the selector
     /// still wakes the rule.
     pub fn set_matched(&self, rule: &RuleKey, matched: BTreeSet<String>) {
-        if let Some(source) = lock(&self.interests)
-            .get_mut(rule)
-            .and_then(|i| i.source.as_mut())
-        {
-            source.matched = matched;
-        }
+        self.interests.set_matched(rule, matched);
     }
 
     /// Forgets a rule (deleted): its source watch stops if no other rule needs it.
     pub fn forget(&self, rule: &RuleKey) {
-        lock(&self.interests).remove(rule);
+        self.interests.forget(rule);
         self.stop_unused_watches();
     }
 
@@ -1061,19 +747,7 @@ impl Watches {
     }
 
     fn stop_unused_watches(&self) {
-        let (used, used_copies): (BTreeSet<SourceWatchKey>, BTreeSet<CopiesKey>) = {
-            let interests = lock(&self.interests);
-            (
-                interests
-                    .values()
-                    .flat_map(|i| i.source.iter().chain(&i.inputs).map(|s| s.watch.clone()))
-                    .collect(),
-                interests
-                    .values()
-                    .filter_map(|i| i.copies.as_ref().map(copies_key))
-                    .collect(),
-            )
-        };
+        let (used, used_copies) = self.interests.in_use();
         lock(&self.copies).retain(|key, (resource, watches)| {
             let keep = used_copies.contains(key);
             if !keep {
@@ -1110,57 +784,23 @@ impl Watches {
     }
 
     fn on_source(&self, key: &SourceWatchKey, object: &DynamicObject) {
-        let interests = lock(&self.interests);
-        for (rule, interest) in interests.iter() {
-            if interest
-                .source
-                .iter()
-                .chain(&interest.inputs)
-                .any(|s| &s.watch == key && s.concerns(object))
-            {
-                self.triggers.fire(rule);
-            }
-        }
+        self.interests.wake_for_source(&self.triggers, key, object);
     }
 
     fn on_sources_relisted(&self, key: &SourceWatchKey) {
-        let interests = lock(&self.interests);
-        for (rule, interest) in interests.iter() {
-            if interest
-                .source
-                .iter()
-                .chain(&interest.inputs)
-                .any(|s| &s.watch == key)
-            {
-                self.triggers.fire(rule);
-            }
-        }
+        self.interests.wake_readers(&self.triggers, key);
     }
 
     fn on_copies_relisted(&self, kind: &ApiResource) {
-        let key = copies_key(kind);
-        let interests = lock(&self.interests);
-        for (rule, interest) in interests.iter() {
-            if interest.copies.as_ref().is_some_and(|c| copies_key(c) == key) {
-                self.triggers.fire(rule);
-            }
-        }
+        self.interests.wake_holders(&self.triggers, kind);
     }
 
     fn on_namespace(&self, namespace: &str) {
-        let interests = lock(&self.interests);
-        for (rule, interest) in interests.iter() {
-            if interest.namespaces.any || interest.namespaces.names.contains(namespace) {
-                self.triggers.fire(rule);
-            }
-        }
+        self.interests.wake_for_namespace(&self.triggers, namespace);
     }
 
     fn on_namespaces_relisted(&self) {
-        let interests = lock(&self.interests);
-        for rule in interests.keys() {
-            self.triggers.fire(rule);
-        }
+        self.interests.wake_all(&self.triggers);
     }
 }
 
@@ -1206,43 +846,6 @@ impl Drop for WriteInFlight {
         }
     }
 }
-
-/// A watch that starts over from a full list after any error. kube's watcher resumes from the
-/// last version it saw where it can, and then nothing says when it has caught up: the cache it
-/// fills would pass for current all along (issue 43: after a cluster's apiserver restarted, a
-/// cache that had not seen a copy took its place for empty, and two creates were refused as
-/// AlreadyExists). Started over, the cache keeps what it held until the list is done (the
-/// reflector swaps at `InitDone`), and is current from then on. Each start is `start()`.
-fn relisting<K>(
-    start: impl Fn() -> BoxStream<'static, WatchEvent<K>> + Send + 'static,
-) -> impl Stream<Item = WatchEvent<K>> + Send + 'static
-where
-    K: Send + 'static,
-{
-    let current: Option<BoxStream<'static, WatchEvent<K>>> = None;
-    let ahead: Option<WatchEvent<K>> = None;
-    futures::stream::unfold((start, current, ahead), |(start, current, ahead)| async move {
-        if let Some(event) = ahead {
-            return Some((event, (start, current, None)));
-        }
-        let mut stream = current.unwrap_or_else(&start);
-        match stream.next().await? {
-            // A start whose list fails is no start: its `Init` is held back, or it would reset
-            // the backoff (as kube's own watcher does) and a cluster that is down would be asked
-            // again every 250 ms.
-            Ok(watcher::Event::Init) => match stream.next().await? {
-                Err(e) => Some((Err(e), (start, None, None))),
-                next => Some((Ok(watcher::Event::Init), (start, Some(stream), Some(next)))),
-            },
-            // The next poll, past the backoff, starts afresh.
-            Err(e) => Some((Err(e), (start, None, None))),
-            event => Some((event, (start, Some(stream), None))),
-        }
-    })
-}
-
-/// What a watch brings: an event, or why it failed.
-type WatchEvent<K> = Result<watcher::Event<K>, watcher::Error>;
 
 /// A copies watch event with its object summed up, `managedFields` dropped.
 fn summed_up(event: watcher::Event<DynamicObject>) -> watcher::Event<LiveCopy> {
@@ -1301,91 +904,4 @@ where
         }
     });
     task.abort_handle()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// issue 43, 6: after an error the watch starts over from a list, whose end says that its
-    /// cache is current again (resumed from its last version, it would say nothing); a start
-    /// whose list fails says only that it failed.
-    #[tokio::test]
-    async fn a_failed_watch_starts_over_from_a_list() {
-        use watcher::Event::{Apply, Init, InitApply, InitDone};
-        let starts = Arc::new(Mutex::new(std::collections::VecDeque::from([
-            vec![
-                Ok(Init),
-                Ok(InitApply("a")),
-                Ok(InitDone),
-                Ok(Apply("b")),
-                Err(watcher::Error::NoResourceVersion),
-                Ok(Apply("after the error, from the watch that failed")),
-            ],
-            vec![Ok(Init), Err(watcher::Error::NoResourceVersion)],
-            vec![Ok(Init), Ok(InitApply("a")), Ok(InitApply("b")), Ok(InitDone)],
-        ])));
-        let next = starts.clone();
-        let seen: Vec<String> = relisting(move || {
-            let script = next.lock().unwrap().pop_front().unwrap_or_default();
-            futures::stream::iter(script)
-                .chain(futures::stream::pending())
-                .boxed()
-        })
-        .take(10)
-        .map(|event| event.map_or_else(|_| "error".to_owned(), |e| format!("{e:?}")))
-        .collect()
-        .await;
-        assert_eq!(
-            seen,
-            [
-                "Init",
-                "InitApply(\"a\")",
-                "InitDone",
-                "Apply(\"b\")",
-                "error",
-                "error",
-                "Init",
-                "InitApply(\"a\")",
-                "InitApply(\"b\")",
-                "InitDone",
-            ]
-        );
-        assert!(starts.lock().unwrap().is_empty(), "started three times");
-    }
-
-    #[test]
-    fn a_written_copy_is_kept_only_while_the_cache_lags() {
-        assert!(
-            cache_lags(Some("7"), "7"),
-            "the cache still holds what the write replaced"
-        );
-        assert!(
-            !cache_lags(Some("8"), "7"),
-            "the cache has the write, or a later change"
-        );
-        assert!(!cache_lags(None, "7"), "the copy is gone from the cache");
-    }
-
-    #[test]
-    fn a_sync_rule_is_woken_through_its_namespace_controller() {
-        let scope = Scope::from_namespaces(["a", "b"]).unwrap();
-        let (triggers, mut streams) = Triggers::new(&scope);
-        let keys: Vec<Option<String>> = streams.sync_rules.iter().map(|(k, _)| k.clone()).collect();
-        assert_eq!(keys, [Some("a".to_owned()), Some("b".to_owned())]);
-        triggers.fire(&RuleKey::sync_rule("b", "r"));
-        triggers.fire(&RuleKey::sync_rule("c", "r"));
-        let received: Vec<Vec<ObjectRef<SyncRule>>> = streams
-            .sync_rules
-            .iter_mut()
-            .map(|(_, rx)| std::iter::from_fn(|| rx.try_recv().ok()).collect())
-            .collect();
-        assert_eq!(received, [vec![], vec![ObjectRef::new("r").within("b")]]);
-
-        let (triggers, mut streams) = Triggers::new(&Scope::Cluster);
-        triggers.fire(&RuleKey::sync_rule("c", "r"));
-        let (key, rx) = &mut streams.sync_rules[0];
-        assert_eq!(*key, None);
-        assert_eq!(rx.try_recv().ok(), Some(ObjectRef::new("r").within("c")));
-    }
 }
