@@ -12,13 +12,11 @@ mod inventory;
 mod next_to;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;
-mod remote_status;
 mod retry;
 pub(crate) mod rule;
 mod rule_status;
 pub mod seal_key;
 mod turns;
-mod used_by;
 mod watches;
 // Public for the integration tests that race a first write against another writer.
 pub mod write;
@@ -373,7 +371,7 @@ fn remote_cluster_loop(
     )
     .reconcile_on(triggers)
     .graceful_shutdown_on(stopped)
-    .run(remote_status::reconcile, remote_status::error_policy, ctx.clone())
+    .run(fleet::status::reconcile, fleet::status::error_policy, ctx.clone())
     .for_each(|result| async move {
         if let Err(e) = result {
             tracing::debug!(error = %e, "RemoteCluster controller");

@@ -5,6 +5,9 @@
 //! (by name), so a rotated credential replaces the client at once. A cluster whose requests fail
 //! to connect is marked down: one prober per cluster then retries with capped exponential
 //! backoff and wakes the cluster's rules when it answers again, so no rule polls a dead cluster.
+//! The `RemoteCluster` status loop is in [`status`].
+
+pub(crate) mod status;
 
 use super::error::Error;
 use super::retry::CappedBackoff;

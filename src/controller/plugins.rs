@@ -10,6 +10,7 @@ pub(crate) mod chain_outputs;
 pub(crate) mod config_maps;
 mod failed_downloads;
 pub(crate) mod files;
+mod used_by;
 
 use super::turns::Turns;
 use crate::api::{PluginPin, PullSecretRef, Transform};

@@ -2,8 +2,8 @@
 //! rule uses it, so that a replaced component, or a ConfigMap created or fixed after the rule,
 //! reaches the rule's copies at once rather than at its next retry or resync.
 
+use super::used_by::UsedBy;
 use crate::api::Transform;
-use crate::controller::used_by::UsedBy;
 use crate::controller::watches::Triggers;
 use crate::locks::lock;
 use crate::plugin::source::{PluginSource, parse};

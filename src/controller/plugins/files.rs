@@ -4,8 +4,8 @@
 //! next reconcile. A poll and not inotify: mounted ConfigMaps change by symlink swaps that
 //! inotify on the file does not see, and a few `stat`s every two seconds cost nothing.
 
+use super::used_by::UsedBy;
 use crate::api::Transform;
-use crate::controller::used_by::UsedBy;
 use crate::controller::watches::Triggers;
 use crate::locks::lock;
 use crate::plugin::source::{PluginSource, parse};

@@ -1,12 +1,12 @@
 //! `RemoteCluster` status: reads the kubeconfig Secret, reaches the cluster, and reports
 //! `Ready` with the server version and how many rules use it, or why it cannot be reached.
 
-use super::Context;
-use super::error::{Error, short_message};
-use super::fleet::{kubeconfig_ref, read_kubeconfig};
-use super::rule_status::{Readiness, ready_condition};
+use super::{kubeconfig_ref, read_kubeconfig};
 use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
+use crate::controller::Context;
+use crate::controller::error::{Error, short_message};
+use crate::controller::rule_status::{Readiness, ready_condition};
 use crate::sync::ownership::FIELD_MANAGER;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
