@@ -240,7 +240,7 @@ pub struct RemoteRbacArgs {
     #[arg(
         long,
         value_name = "NAMESPACE/NAME",
-        default_value = crate::remote_rbac::DEFAULT_SERVICE_ACCOUNT,
+        default_value = crate::clusters::remote_rbac::DEFAULT_SERVICE_ACCOUNT,
         conflicts_with = "user"
     )]
     pub service_account: String,
@@ -254,8 +254,8 @@ pub struct RemoteRbacArgs {
 }
 
 impl RemoteRbacArgs {
-    pub fn options(&self) -> Result<crate::remote_rbac::RbacOptions, crate::remote_rbac::RbacError> {
-        use crate::remote_rbac::{Identity, RbacOptions, Use};
+    pub fn options(&self) -> Result<crate::clusters::remote_rbac::RbacOptions, crate::clusters::remote_rbac::RbacError> {
+        use crate::clusters::remote_rbac::{Identity, RbacOptions, Use};
         let identity = match &self.user {
             Some(user) => Identity::User(user.clone()),
             None => Identity::service_account(&self.service_account)?,

@@ -12,6 +12,7 @@
 
 pub mod fence;
 mod in_flight;
+pub mod remote_rbac;
 
 use crate::error_text::with_causes;
 use crate::metrics::CountRequests;

@@ -6,10 +6,10 @@
 
 /// The custom resources users write; the CRDs are generated from them.
 pub mod api;
-/// The command line's flags and arguments (clap), parsed by `main.rs`.
+/// The command line's flags and arguments (clap), parsed by the binary (`src/bin/mimeo/`).
 pub mod cli;
 /// Clients of the cluster mimeo runs in and of `RemoteCluster`s: requests counted, bounded and
-/// fenced by the shards held.
+/// fenced by the shards held, and the RBAC a `RemoteCluster`'s identity needs in its cluster.
 pub mod clusters;
 /// The commands besides `run`, each whole: `diff`, `status`, `migrate`, `reseal`.
 pub mod cmd;
@@ -26,9 +26,6 @@ pub mod metrics;
 /// The WebAssembly plugin host (wasmtime) and the OCI registry client; nothing of wasmtime
 /// leaves it.
 pub mod plugin;
-/// The RBAC a `RemoteCluster`'s identity needs in its cluster: `mimeo remote rbac` and the
-/// access mimeo asks inventories for.
-pub mod remote_rbac;
 /// How replicas share the work: alone, a leader's Lease, or shards of the rules.
 pub mod replicas;
 /// `/metrics`, `/healthz` and `/readyz`.

@@ -444,7 +444,7 @@ async fn openmcp_clusters_get_copies_through_access_requests() {
         .get("mimeo-fleet-platform-w1")
         .cloned()
         .unwrap();
-    let expected = mimeo::remote_rbac::objects(&mimeo::remote_rbac::RbacOptions {
+    let expected = mimeo::clusters::remote_rbac::objects(&mimeo::clusters::remote_rbac::RbacOptions {
         kinds: mimeo::sync::kinds::default_allowed_kinds()
             .iter()
             .map(|k| {
@@ -454,7 +454,7 @@ async fn openmcp_clusters_get_copies_through_access_requests() {
                     format!("{}.{}", k.kind, k.group)
                 }
             })
-            .filter(|k| mimeo::remote_rbac::resolve_kind(k).is_ok())
+            .filter(|k| mimeo::clusters::remote_rbac::resolve_kind(k).is_ok())
             .collect(),
         create_namespaces: true,
         ..Default::default()

@@ -6,7 +6,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, TypeMeta};
-use mimeo::remote_rbac::{self, Identity, RbacOptions, Use};
+use mimeo::clusters::remote_rbac::{self, Identity, RbacOptions, Use};
 use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
 use std::process::Command;

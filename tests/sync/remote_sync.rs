@@ -726,8 +726,8 @@ async fn clusters_refuse_what_they_must_and_credentials_rotate() {
 }
 
 /// Applies the objects `mimeo remote rbac` prints to a cluster.
-async fn apply_rbac(client: &Client, options: &mimeo::remote_rbac::RbacOptions) {
-    for object in mimeo::remote_rbac::objects(options).unwrap() {
+async fn apply_rbac(client: &Client, options: &mimeo::clusters::remote_rbac::RbacOptions) {
+    for object in mimeo::clusters::remote_rbac::objects(options).unwrap() {
         let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
             api_version: object["apiVersion"].as_str().unwrap().into(),
             kind: object["kind"].as_str().unwrap().into(),
@@ -759,7 +759,7 @@ fn kubeconfig_as(other: &Other, user: &str) -> String {
 /// identity holds exactly the source grants, gives its sources.
 #[tokio::test]
 async fn the_printed_rbac_is_enough() {
-    use mimeo::remote_rbac::{Identity, RbacOptions, Use};
+    use mimeo::clusters::remote_rbac::{Identity, RbacOptions, Use};
     let h = Harness::start().await;
     let b = other().await;
     h.namespace("mimeo-system", &[], &[]).await;

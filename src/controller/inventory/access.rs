@@ -4,12 +4,12 @@
 //! credential mimeo keeps in a Secret of its own namespace.
 
 use crate::api::{ClusterInventory, KubeconfigSecretRef};
+use crate::clusters::remote_rbac::{self, RbacOptions, Use};
 use crate::inventory::InventorySettings;
 use crate::inventory::cluster_profile::access_provider;
 use crate::inventory::entry::Entry;
 use crate::inventory::provider_file::{ProviderFile, invocation, kubeconfig, run};
 use crate::inventory::{cluster_api, openmcp};
-use crate::remote_rbac::{self, RbacOptions, Use};
 use crate::sync::kinds::AllowedKind;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;

@@ -1,0 +1,100 @@
+//! The `mimeo` binary: parses the command line and hands each command to its module here, which
+//! reads its arguments, makes the clients it needs, calls the library and says how it went (the
+//! exit code, and errors as `anyhow` at this edge). What each command decides is in the
+//! library's `cmd` (and, for `run`, `controller` and `replicas`).
+
+mod diff;
+mod migrate;
+mod plugin;
+mod remote;
+mod reseal;
+mod run;
+mod status;
+
+use anyhow::Context;
+use clap::Parser;
+use mimeo::cli::{Cli, Command, PluginCommand, RemoteCommand};
+use std::process::ExitCode;
+
+/// jemalloc, set to hand freed pages back to the system within about a second (a background
+/// thread purges them; it sleeps while nothing is left to purge). A pass over thousands of
+/// copies allocates and frees tens of MiB; glibc's malloc kept them in its per-thread arenas,
+/// so the resident set stayed at the pass's peak: at 10,000 copies 114.9 MiB with glibc, 88.8
+/// with this (`cargo bench --bench scale -- --sources 100`).
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings, read when it starts (`_RJEM_MALLOC_CONF` in the environment overrides).
+/// `retain:false` unmaps what it purges: a plugin's compile runs in a child of this binary
+/// under a data limit (`RLIMIT_DATA`, counting address space), and the JavaScript example's
+/// compile, 450 MB resident, ran out of a 1024 MiB limit with the address space jemalloc keeps
+/// by default.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false\0";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<ExitCode> {
+    // Before any TLS client (kube's or the registry's) is built.
+    mimeo::plugin::oci::install_crypto_provider();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => {
+            let yaml = mimeo::api::crds_yaml().context("rendering the CRDs as YAML")?;
+            print!("{yaml}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run(args) => run::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Plugin(PluginCommand::Test(args)) => plugin::test(args).await,
+        Command::Plugin(PluginCommand::Inspect(args)) => plugin::inspect(args).await,
+        Command::Plugin(PluginCommand::Push(args)) => plugin::push(args).await,
+        Command::Plugin(PluginCommand::Pull(args)) => plugin::pull(args).await,
+        Command::Plugin(PluginCommand::CompileIntoCache(args)) => {
+            mimeo::plugin::compile_into_cache(
+                &args.host_settings(),
+                &args.digest,
+                args.max_compile_mib << 20,
+                args.max_compile_cpu_secs,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate(args) => migrate::migrate(args).await,
+        Command::Diff(args) => Ok(diff::diff(args).await),
+        Command::Reseal(args) => reseal::reseal(args).await,
+        Command::Status(args) => status::status(args).await,
+        Command::Remote(RemoteCommand::Rbac(args)) => remote::rbac(args),
+    }
+}
+
+/// The seal key's Secret: the one given, else `mimeo-seal-key` in the pod's namespace (`default`
+/// outside a pod).
+fn seal_key_secret(given: Option<(String, String)>) -> (String, String) {
+    given.unwrap_or_else(|| {
+        let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+        (namespace, mimeo::controller::seal_key::DEFAULT_NAME.into())
+    })
+}
+
+/// A client of the current kubeconfig's cluster, as a user's command reads it.
+async fn connect() -> anyhow::Result<kube::Client> {
+    kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "connecting to the cluster: {}",
+            mimeo::clusters::explain_client_error(&e)
+        )
+    })
+}
+
+/// A client for each openMCP `Cluster` given with `--cluster-kubeconfig`, by `namespace/name`.
+async fn cluster_clients(
+    given: &[mimeo::cli::ClusterKubeconfig],
+) -> anyhow::Result<std::collections::BTreeMap<String, kube::Client>> {
+    let mut clients = std::collections::BTreeMap::new();
+    for (cluster, path) in mimeo::cli::cluster_kubeconfigs(given).map_err(anyhow::Error::msg)? {
+        let client = mimeo::cmd::migrate::read::cluster_client(&cluster, &path).await?;
+        clients.insert(cluster, client);
+    }
+    Ok(clients)
+}

@@ -1,0 +1,158 @@
+//! `mimeo run`: the controller, its HTTP server, and how this replica shares the work.
+
+use crate::seal_key_secret;
+use anyhow::Context;
+use mimeo::cli::RunArgs;
+use mimeo::controller::{self, ControllerConfig};
+use mimeo::metrics::Metrics;
+use mimeo::replicas;
+use mimeo::server::{self, Readiness};
+use mimeo::sync::scope::Scope;
+use std::sync::Arc;
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
+    let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
+    let oci = args.oci.settings()?;
+    let metrics = Arc::new(Metrics::new());
+    let client = mimeo::clusters::local_client(&metrics.requests_layer(None))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "connecting to the cluster (kubeconfig or in-cluster): {}",
+                mimeo::clusters::explain_client_error(&e)
+            )
+        })?;
+    let readiness = Readiness::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let (bound, serve) = server::bind(args.http_addr, metrics.clone(), readiness.clone(), stopped())
+        .await
+        .with_context(|| format!("binding {}", args.http_addr))?;
+    tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(serve);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing the reconciles in flight");
+        let _ = stop_tx.send(true);
+        // Kubernetes kills the pod 30 s after SIGTERM; finish before that on our own terms.
+        tokio::time::sleep(GRACE).await;
+        tracing::error!(grace = ?GRACE, "graceful shutdown did not finish in time; exiting");
+        std::process::exit(1);
+    });
+    let config = ControllerConfig {
+        scope,
+        instance: std::env::var("POD_NAME").ok(),
+        plugin_dir: args.plugins.plugin_dir.clone(),
+        plugin_host: args.plugins.host_settings(
+            std::env::current_exe().context("finding mimeo's own binary, which compiles plugins")?,
+        ),
+        allowed_kinds: args.allow_kinds,
+        next_to_kinds: args.next_to_kinds.clone(),
+        oci,
+        oci_policy: controller::OciPolicy {
+            require_digest: args.oci.plugin_require_digest,
+            allowed_registries: args.oci.plugin_allowed_registries.clone(),
+            docker_config: match &args.oci.plugin_registry_config {
+                Some(path) => Some(read_registry_config(path)?),
+                None => None,
+            },
+            docker_config_for_sync_rules: args.oci.plugin_registry_config_for_sync_rules,
+        },
+        seal_key: {
+            let (namespace, name) = seal_key_secret(args.seal_key_secret.clone());
+            controller::SealKeySource::Secret { namespace, name }
+        },
+        inventory: controller::InventorySettings {
+            providers_file: args.cluster_profile_providers.clone(),
+            exec_timeout: std::time::Duration::from_secs(args.cluster_profile_exec_timeout_secs),
+            namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into()),
+        },
+        shards: match args.leader.shards {
+            1 => replicas::shards::Shards::default(),
+            count => replicas::shards::Shards::new(count),
+        },
+    };
+    let mode = replica_mode(&args.leader);
+    replicas::run(client, mode, config, metrics, readiness, stopped).await?;
+    let _ = server.await;
+    Ok(())
+}
+
+/// How this replica shares the work, from its flags.
+fn replica_mode(leader: &mimeo::cli::LeaderArgs) -> replicas::Mode {
+    let namespace = leader
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".to_owned());
+    let duration = std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1));
+    if leader.shards > 1 {
+        return replicas::Mode::Shards(replicas::shards::ShardSettings {
+            count: leader.shards,
+            namespace,
+            prefix: format!("{}-shard", leader.leader_elect_lease_name),
+            identity: identity(),
+            duration,
+        });
+    }
+    if !leader.leader_elect {
+        return replicas::Mode::Alone;
+    }
+    replicas::Mode::Leader {
+        namespace,
+        name: leader.leader_elect_lease_name.clone(),
+        identity: identity(),
+        duration,
+    }
+}
+
+/// The controller's registry credentials, refused at start-up unless they read as a Docker config.
+fn read_registry_config(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("reading the registry config {}", path.display()))?;
+    let parsed: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|_| anyhow::anyhow!("the registry config {} is not JSON", path.display()))?;
+    if !parsed.get("auths").is_some_and(|a| a.is_object()) {
+        anyhow::bail!(
+            "the registry config {} has no \"auths\" object: write it as a Docker config",
+            path.display()
+        );
+    }
+    Ok(bytes)
+}
+
+/// This replica's name in the Lease: the pod's name in a cluster, else host and process.
+fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME") {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "mimeo".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// How long a graceful shutdown may take.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// SIGTERM (what Kubernetes sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
