@@ -23,10 +23,18 @@ pub struct Cli {
 pub enum Command {
     /// Print the CustomResourceDefinitions mimeo serves, as YAML.
     Crds,
+    /// Install or upgrade what `run` needs in the cluster: the CRDs, and the seal key.
+    ///
+    /// Applies mimeo's CRDs (server-side, as field manager `mimeo`, taking over fields another
+    /// manager set), waits until each is Established, and creates the seal key Secret when it
+    /// is missing. Safe to run any number of times, also over an older mimeo's CRDs with rules
+    /// in use: it removes nothing. Exit status 0 when all of it holds, 1 with what failed. This
+    /// is what openMCP's init Job runs; it needs rights on CRDs that `run` does not.
+    Init(InitArgs),
     /// Run the controller.
     ///
     /// Runs against the current kubeconfig, or the in-cluster service account.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show rules and their copies as a tree: each copy's state, since when and why.
     ///
     /// Reads with your own kubeconfig and permissions: the rule and its status, and the metadata
@@ -254,7 +262,9 @@ pub struct RemoteRbacArgs {
 }
 
 impl RemoteRbacArgs {
-    pub fn options(&self) -> Result<crate::clusters::remote_rbac::RbacOptions, crate::clusters::remote_rbac::RbacError> {
+    pub fn options(
+        &self,
+    ) -> Result<crate::clusters::remote_rbac::RbacOptions, crate::clusters::remote_rbac::RbacError> {
         use crate::clusters::remote_rbac::{Identity, RbacOptions, Use};
         let identity = match &self.user {
             Some(user) => Identity::User(user.clone()),
@@ -557,17 +567,106 @@ impl PluginLimitArgs {
     }
 }
 
+/// The flags the openmcp-operator gives every platform service's `init` and `run`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PlatformArgs {
+    /// The openMCP environment this installation belongs to, as the openmcp-operator names it;
+    /// logged at start.
+    #[arg(long, env = "MIMEO_ENVIRONMENT", value_name = "NAME")]
+    pub environment: Option<String>,
+    /// The log level as openMCP names it: DEBUG, INFO or ERROR (any case; empty means INFO).
+    /// When given, it replaces --log-level.
+    #[arg(long, env = "MIMEO_VERBOSITY", value_name = "LEVEL", value_parser = parse_verbosity)]
+    pub verbosity: Option<Verbosity>,
+    /// The name of the openMCP PlatformService that installed mimeo; logged at start.
+    #[arg(long, env = "MIMEO_PROVIDER_NAME", value_name = "NAME")]
+    pub provider_name: Option<String>,
+}
+
+/// openMCP's log levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verbosity {
+    Debug,
+    Info,
+    /// Errors only: no INFO line, and no warning either.
+    Error,
+}
+
+impl Verbosity {
+    /// The log filter this level stands for.
+    pub fn filter(self) -> &'static str {
+        match self {
+            Verbosity::Debug => "debug",
+            Verbosity::Info => "info",
+            Verbosity::Error => "error",
+        }
+    }
+}
+
+fn parse_verbosity(text: &str) -> Result<Verbosity, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "debug" => Ok(Verbosity::Debug),
+        "info" | "" => Ok(Verbosity::Info),
+        "error" => Ok(Verbosity::Error),
+        _ => Err(format!("{text:?}: expected DEBUG, INFO or ERROR")),
+    }
+}
+
+/// The logging flags of `init` and `run`.
 #[derive(Args, Debug, Clone)]
-pub struct RunArgs {
+pub struct LogArgs {
     /// Log filter: a level (`info`, `debug`) or per-target directives (`mimeo=debug,kube=info`).
     #[arg(long, env = "MIMEO_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
     /// Log format: `json` for machines, `pretty` for humans, `auto` picks pretty on a terminal.
     #[arg(long, env = "MIMEO_LOG_FORMAT", value_enum, default_value = "auto")]
     pub log_format: LogFormat,
+}
+
+impl LogArgs {
+    /// The log filter: openMCP's --verbosity when given, else --log-level.
+    pub fn filter<'a>(&'a self, platform: &PlatformArgs) -> &'a str {
+        match platform.verbosity {
+            Some(level) => level.filter(),
+            None => &self.log_level,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub platform: PlatformArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+    /// The Secret (`NAMESPACE/NAME`) holding the key mimeo seals its copies with, created with a
+    /// random key when missing and never replaced; as `run --seal-key-secret`. [default:
+    /// `$POD_NAMESPACE/mimeo-seal-key`, else `default/mimeo-seal-key`]
+    #[arg(long, env = "MIMEO_SEAL_KEY_SECRET", value_name = "NAMESPACE/NAME", value_parser = parse_secret_ref)]
+    pub seal_key_secret: Option<(String, String)>,
+    /// How long to wait for each CRD to be Established.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub wait_seconds: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub platform: PlatformArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, env = "MIMEO_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, as the openmcp-operator says it
+    /// (`:8080` is every address); when given, it replaces --http-addr.
+    #[arg(long, env = "MIMEO_METRICS_BIND_ADDRESS", value_name = "[HOST]:PORT", value_parser = parse_bind_address)]
+    pub metrics_bind_address: Option<SocketAddr>,
+    /// Serve /metrics over HTTPS. mimeo serves plain HTTP only: `false` is accepted (what the
+    /// openmcp-operator passes), `true` is refused.
+    #[arg(long, env = "MIMEO_METRICS_SECURE", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub metrics_secure: Option<bool>,
     /// Limit mimeo to this namespace: repeat it, or separate namespaces with commas. mimeo then
     /// reads and writes only there (Roles suffice): it reconciles their SyncRules, writes copies
     /// only into them, and reads no ClusterSyncRules or RemoteClusters. Default: the whole
@@ -636,7 +735,10 @@ pub struct RunArgs {
 #[derive(Args, Debug, Clone)]
 pub struct LeaderArgs {
     /// Hold a coordination.k8s.io Lease before reconciling; replicas without it stand by.
-    #[arg(long, env = "MIMEO_LEADER_ELECT")]
+    /// `--leader-elect` alone is `--leader-elect=true`.
+    #[arg(long, env = "MIMEO_LEADER_ELECT", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_value = "false", default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub leader_elect: bool,
     /// The namespace of the Lease [default: env POD_NAMESPACE, else default].
     #[arg(long, env = "MIMEO_LEADER_ELECT_NAMESPACE", value_name = "NS")]
@@ -904,6 +1006,24 @@ pub fn cluster_kubeconfigs(given: &[ClusterKubeconfig]) -> Result<BTreeMap<Strin
 }
 
 /// `NAMESPACE/NAME`, both non-empty.
+impl RunArgs {
+    /// Where the HTTP server listens: --metrics-bind-address when given, else --http-addr.
+    pub fn listen_address(&self) -> SocketAddr {
+        self.metrics_bind_address.unwrap_or(self.http_addr)
+    }
+}
+
+/// A listen address as Go's `net.Listen` takes it: `HOST:PORT` with an IP address, or `:PORT`
+/// for every address.
+fn parse_bind_address(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.replace("localhost:", "127.0.0.1:"),
+    };
+    full.parse()
+        .map_err(|_| format!("{text:?}: expected :PORT (every address) or IP:PORT"))
+}
+
 fn parse_secret_ref(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
@@ -1021,6 +1141,53 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(["mimeo", "run", wrong]).is_err(), "{wrong}");
         }
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(["mimeo", "run"].iter().chain(args)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        *args
+    }
+
+    /// The flags as the openmcp-operator writes them, and the chart's `--leader-elect` alone.
+    #[test]
+    fn the_openmcp_operators_flags_parse() {
+        let args = run_args(&[
+            "--environment=prod",
+            "--verbosity=ERROR",
+            "--provider-name=mimeo",
+            "--leader-elect=true",
+            "--metrics-bind-address=:8081",
+            "--metrics-secure=false",
+        ]);
+        assert_eq!(args.platform.environment.as_deref(), Some("prod"));
+        assert_eq!(args.log.filter(&args.platform), "error");
+        assert_eq!(args.platform.provider_name.as_deref(), Some("mimeo"));
+        assert!(args.leader.leader_elect);
+        assert_eq!(args.listen_address(), "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(args.metrics_secure, Some(false));
+
+        assert!(run_args(&["--leader-elect"]).leader.leader_elect);
+        assert!(!run_args(&["--leader-elect=false"]).leader.leader_elect);
+        assert!(!run_args(&[]).leader.leader_elect);
+        let args = run_args(&["--log-level=debug", "--http-addr=127.0.0.1:9000"]);
+        assert_eq!(
+            args.log.filter(&args.platform),
+            "debug",
+            "--log-level without --verbosity"
+        );
+        assert_eq!(args.listen_address(), "127.0.0.1:9000".parse().unwrap());
+        for (given, filter) in [("debug", "debug"), ("Info", "info"), ("", "info")] {
+            let args = run_args(&[&format!("--verbosity={given}")]);
+            assert_eq!(args.log.filter(&args.platform), filter, "{given:?}");
+        }
+        assert_eq!(
+            run_args(&["--metrics-bind-address=127.0.0.1:9100"]).listen_address(),
+            "127.0.0.1:9100".parse().unwrap()
+        );
+        assert!(Cli::try_parse_from(["mimeo", "run", "--leader-elect", "true"]).is_err());
     }
 
     #[test]

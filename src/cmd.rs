@@ -1,6 +1,7 @@
 //! Commands besides `run`, each whole in its own module.
 
 pub mod diff;
+pub mod init;
 pub mod migrate;
 pub mod reseal;
 pub mod status;

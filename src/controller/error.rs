@@ -13,8 +13,8 @@ pub enum Error {
     #[error("cleaning up copies: {0}")]
     Cleanup(String),
     #[error(
-        "the mimeo CRDs are not installed in this cluster ({0}): install them with \
-         `mimeo crds | kubectl apply --server-side -f -`"
+        "the mimeo CRDs are not installed in this cluster ({0}): install them with `mimeo init` \
+         or `mimeo crds | kubectl apply --server-side -f -`"
     )]
     CrdsMissing(String),
     #[error("starting the plugin host: {0}")]

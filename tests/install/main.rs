@@ -10,4 +10,5 @@ mod binary;
 mod helm;
 mod leader_election;
 mod observability;
+mod platform;
 mod shards;

@@ -4,6 +4,7 @@
 //! library's `cmd` (and, for `run`, `controller` and `replicas`).
 
 mod diff;
+mod init;
 mod migrate;
 mod plugin;
 mod remote;
@@ -46,7 +47,8 @@ async fn main() -> anyhow::Result<ExitCode> {
             print!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run(args) => run::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Init(args) => init::init(args).await,
+        Command::Run(args) => run::run(*args).await.map(|()| ExitCode::SUCCESS),
         Command::Plugin(PluginCommand::Test(args)) => plugin::test(args).await,
         Command::Plugin(PluginCommand::Inspect(args)) => plugin::inspect(args).await,
         Command::Plugin(PluginCommand::Push(args)) => plugin::push(args).await,
@@ -97,4 +99,16 @@ async fn cluster_clients(
         clients.insert(cluster, client);
     }
     Ok(clients)
+}
+
+/// Says who installed mimeo, when openMCP's operator did (its flags name the environment and the
+/// PlatformService).
+fn log_platform(platform: &mimeo::cli::PlatformArgs) {
+    if platform.environment.is_some() || platform.provider_name.is_some() {
+        tracing::info!(
+            environment = platform.environment.as_deref().unwrap_or_default(),
+            provider = platform.provider_name.as_deref().unwrap_or_default(),
+            "installed as an openMCP platform service"
+        );
+    }
 }

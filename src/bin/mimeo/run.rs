@@ -11,7 +11,16 @@ use mimeo::sync::scope::Scope;
 use std::sync::Arc;
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    mimeo::telemetry::init(&args.log_level, args.log_format).map_err(anyhow::Error::msg)?;
+    if args.metrics_secure == Some(true) {
+        anyhow::bail!(
+            "--metrics-secure=true: mimeo serves /metrics over plain HTTP only; pass \
+             --metrics-secure=false (as the openmcp-operator does) or leave it out, and keep the \
+             port inside the cluster"
+        );
+    }
+    mimeo::telemetry::init(args.log.filter(&args.platform), args.log.log_format)
+        .map_err(anyhow::Error::msg)?;
+    crate::log_platform(&args.platform);
     let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
     let oci = args.oci.settings()?;
     let metrics = Arc::new(Metrics::new());
@@ -31,9 +40,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let (bound, serve) = server::bind(args.http_addr, metrics.clone(), readiness.clone(), stopped())
+    let address = args.listen_address();
+    let (bound, serve) = server::bind(address, metrics.clone(), readiness.clone(), stopped())
         .await
-        .with_context(|| format!("binding {}", args.http_addr))?;
+        .with_context(|| format!("binding {address}"))?;
     tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
     let server = tokio::spawn(serve);
     tokio::spawn(async move {
