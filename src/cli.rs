@@ -762,10 +762,24 @@ pub struct LeaderArgs {
     pub leader_elect_lease_seconds: u64,
     /// Split the rules into this many shards, each a Lease named after --leader-elect-lease-name
     /// (`<name>-shard-<N>-<i>`, shard i of N), and let every replica work on its share of them:
-    /// all replicas are active. With 1 (the default), one replica works, as --leader-elect says.
-    #[arg(long, env = "MIMEO_SHARDS", default_value_t = 1, value_name = "N",
+    /// all replicas are active. With 1, one replica works, as --leader-elect says. Unset: 8
+    /// with --leader-elect (the replicas find each other, however many run), else 1.
+    #[arg(long, env = "MIMEO_SHARDS", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub shards: u32,
+    pub shards: Option<u32>,
+}
+
+impl LeaderArgs {
+    /// How many shards the rules are split into: --shards when given; with --leader-elect alone,
+    /// [`crate::replicas::shards::DEFAULT_COUNT`], so that any number of replicas all work
+    /// without being told how many there are; else one.
+    pub fn shard_count(&self) -> u32 {
+        match (self.shards, self.leader_elect) {
+            (Some(count), _) => count,
+            (None, true) => crate::replicas::shards::DEFAULT_COUNT,
+            (None, false) => 1,
+        }
+    }
 }
 
 /// How the controller fetches `oci://` plugins, and what it allows of them.

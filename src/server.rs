@@ -37,7 +37,13 @@ impl Readiness {
             None => "ok".to_owned(),
             Some(shards) => {
                 let held: Vec<String> = shards.held_now().iter().map(u32::to_string).collect();
-                format!("ok: shards [{}] of {}", held.join(","), shards.count())
+                let aside = match shards.standing_aside_for() {
+                    Some(theirs) => format!(
+                        " (standing aside: a replica that started first splits the rules into {theirs})"
+                    ),
+                    None => String::new(),
+                };
+                format!("ok: shards [{}] of {}{aside}", held.join(","), shards.count())
             }
         }
     }

@@ -34,6 +34,11 @@ pub const MEMBER_LABEL: &str = "mimeo.dev/shards";
 /// The annotation on every replica's own Lease: how many shards it splits the rules into.
 pub const COUNT_ANNOTATION: &str = "mimeo.dev/shard-count";
 
+/// How many shards the rules are split into when replicas are to find each other without being
+/// told how many run (`--leader-elect` without `--shards`): up to this many replicas share the
+/// work. Each shard is a Lease renewed every third of its duration by whoever holds it.
+pub const DEFAULT_COUNT: u32 = 8;
+
 /// How the shards are kept.
 #[derive(Clone, Debug)]
 pub struct ShardSettings {
@@ -65,6 +70,8 @@ pub struct Shards {
     count: u32,
     held: Arc<Mutex<BTreeMap<u32, Hold>>>,
     changed: Arc<tokio::sync::watch::Sender<BTreeSet<u32>>>,
+    /// While this replica stands aside: the shard count of the replica that came before it.
+    aside: Arc<Mutex<Option<u32>>>,
 }
 
 impl std::fmt::Debug for Shards {
@@ -86,6 +93,7 @@ impl Default for Shards {
                 },
             )]))),
             changed: Arc::new(tokio::sync::watch::Sender::new(BTreeSet::from([0]))),
+            aside: Default::default(),
         }
     }
 }
@@ -97,7 +105,22 @@ impl Shards {
             count: count.max(1),
             held: Default::default(),
             changed: Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new())),
+            aside: Default::default(),
         }
+    }
+
+    /// While this replica stands aside because a replica that came before it splits the rules
+    /// into another number of shards: that number.
+    pub fn standing_aside_for(&self) -> Option<u32> {
+        *self.aside.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records whether this replica stands aside; says whether that changed.
+    fn stand_aside(&self, theirs: Option<u32>) -> bool {
+        let mut aside = self.aside.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *aside != theirs;
+        *aside = theirs;
+        changed
     }
 
     pub fn count(&self) -> u32 {
@@ -237,13 +260,14 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
     let live = match members.beat_and_count().await {
         Ok(Count::Live(live)) => live,
         Ok(Count::Disagree(theirs)) => {
-            // A rollout that changes the shard count: the same rule is in another shard for
-            // them, so neither side may write until one side is gone.
-            if !shards.held_now().is_empty() {
+            // A stray replica, or a rollout that changes the shard count: the same rule is in
+            // another shard for the replicas that came first, so this one writes nothing until
+            // they are gone, and they go on.
+            if shards.stand_aside(Some(theirs)) {
                 tracing::error!(
                     ours = settings.count,
                     theirs,
-                    "another live replica splits the rules into another number of shards; holding none until it is gone"
+                    "a replica that started before this one splits the rules into another number of shards; standing aside (writing nothing) until it is gone"
                 );
             }
             for shard in 0..settings.count {
@@ -257,6 +281,12 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
             1
         }
     };
+    if shards.stand_aside(None) {
+        tracing::info!(
+            shards = settings.count,
+            "no replica splits the rules otherwise any more; taking a share of the shards"
+        );
+    }
     let mut held = BTreeSet::new();
     let mut free = BTreeSet::new();
     let mut lapsed = false;
@@ -337,6 +367,9 @@ struct Members {
     name: String,
     settings: ShardSettings,
     seen: HashMap<String, Option<Observed>>,
+    /// When this replica's own Lease was made: of two replicas that split the rules differently,
+    /// the one that came later stands aside.
+    joined: Option<Timestamp>,
 }
 
 impl Members {
@@ -346,13 +379,18 @@ impl Members {
             name: member_name(&settings.prefix, &settings.identity),
             settings: settings.clone(),
             seen: HashMap::new(),
+            joined: None,
         }
     }
 
     /// Renews this replica's Lease and counts the live replicas, this one included. A replica
-    /// Lease seen unchanged for a whole duration is a dead replica's, and is deleted.
+    /// Lease seen unchanged for a whole duration is a dead replica's, and is deleted. A live
+    /// replica that splits the rules into another number of shards is not counted: if it came
+    /// first, this one stands aside ([`Count::Disagree`]); if it came later, it stands aside, and
+    /// this one goes on as if it were not there, so that a stray replica or a rollout that
+    /// changes the count never stops the replicas already writing.
     async fn beat_and_count(&mut self) -> Result<Count, LeaderError> {
-        self.beat().await?;
+        self.joined = self.beat().await?.or(self.joined);
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}={}", self.settings.prefix)))
@@ -373,13 +411,18 @@ impl Members {
             let observed = self.seen.entry(name.clone()).or_default();
             match decide(Some((spec, &version)), "", observed, now, self.settings.duration) {
                 Decision::Wait(_) => {
-                    live += 1;
                     let theirs = lease
                         .annotations()
                         .get(COUNT_ANNOTATION)
                         .and_then(|c| c.parse::<u32>().ok());
-                    if let Some(theirs) = theirs.filter(|c| *c != self.settings.count) {
-                        disagree = Some(theirs);
+                    match theirs.filter(|c| *c != self.settings.count) {
+                        None => live += 1,
+                        Some(theirs) => {
+                            let their_joining = lease.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                            if came_first((their_joining, &name), (self.joined, &self.name)) {
+                                disagree = Some(theirs);
+                            }
+                        }
                     }
                 }
                 _ => {
@@ -403,7 +446,8 @@ impl Members {
         })
     }
 
-    async fn beat(&self) -> Result<(), LeaderError> {
+    /// Renews this replica's Lease (made when missing); returns when it was made.
+    async fn beat(&self) -> Result<Option<Timestamp>, LeaderError> {
         let now = MicroTime(Timestamp::now());
         let seconds = self.settings.duration.as_secs().max(1) as i32;
         let current = self.api.get_opt(&self.name).await.map_err(|e| self.error(e))?;
@@ -412,10 +456,7 @@ impl Members {
                 let spec = lease.spec.get_or_insert_default();
                 spec.renew_time = Some(now);
                 spec.lease_duration_seconds = Some(seconds);
-                self.api
-                    .replace(&self.name, &PostParams::default(), &lease)
-                    .await
-                    .map(|_| ())
+                self.api.replace(&self.name, &PostParams::default(), &lease).await
             }
             None => {
                 let lease = Lease {
@@ -439,10 +480,12 @@ impl Members {
                         ..Default::default()
                     }),
                 };
-                self.api.create(&PostParams::default(), &lease).await.map(|_| ())
+                self.api.create(&PostParams::default(), &lease).await
             }
         };
-        result.map_err(|e| self.error(e))
+        result
+            .map(|lease| lease.metadata.creation_timestamp.map(|t| t.0))
+            .map_err(|e| self.error(e))
     }
 
     /// Deletes this replica's Lease on a clean shutdown, so that the others' share grows at once.
@@ -457,6 +500,13 @@ impl Members {
             source,
         }
     }
+}
+
+/// Whether replica `a` joined before replica `b`, each by when its Lease was made and then by
+/// its Lease's name, so that the two agree on it. A time not known yet counts as latest.
+fn came_first(a: (Option<Timestamp>, &str), b: (Option<Timestamp>, &str)) -> bool {
+    let key = |(at, name): (Option<Timestamp>, &str)| (at.is_none(), at, name.to_owned());
+    key(a) < key(b)
 }
 
 /// A replica's own Lease: `<prefix>-member-<identity>`, cut to a valid name.
@@ -537,6 +587,22 @@ mod tests {
             "the same shards, and every rule looked at again"
         );
         assert_eq!(*changes.borrow_and_update(), BTreeSet::from([0]));
+    }
+
+    /// Of two replicas that split the rules differently, both agree which came first: the later
+    /// one stands aside, and the first goes on.
+    #[test]
+    fn the_replica_that_came_later_stands_aside() {
+        let early: Timestamp = "2026-12-06T10:00:00Z".parse().unwrap();
+        let late: Timestamp = "2026-12-06T10:05:00Z".parse().unwrap();
+        assert!(came_first((Some(early), "b"), (Some(late), "a")));
+        assert!(!came_first((Some(late), "a"), (Some(early), "b")));
+        assert!(
+            came_first((Some(early), "a"), (Some(early), "b")),
+            "the same second: by name"
+        );
+        assert!(!came_first((Some(early), "b"), (Some(early), "a")));
+        assert!(came_first((Some(late), "z"), (None, "a")), "not made yet: last");
     }
 
     #[test]

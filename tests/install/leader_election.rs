@@ -1,7 +1,7 @@
-//! Two `mimeo run --leader-elect` processes against one real apiserver: exactly one writes; when
-//! it is killed (SIGKILL) the other takes over within the lease duration plus 3 s (it looks every
-//! second and wakes when the Lease expires; the rest is starting up and writing); a leader whose
-//! Lease is taken from it stops at once.
+//! Two `mimeo run --leader-elect --shards=1` processes (one Lease) against one real apiserver:
+//! exactly one writes; when it is killed (SIGKILL) the other takes over within the lease duration
+//! plus 3 s (it looks every second and wakes when the Lease expires; the rest is starting up and
+//! writing); a leader whose Lease is taken from it stops at once.
 
 use crate::harness;
 
@@ -30,6 +30,7 @@ impl Replica {
                 "--http-addr=127.0.0.1:0",
                 "--log-format=json",
                 "--leader-elect",
+                "--shards=1",
                 "--leader-elect-namespace=default",
                 &format!("--leader-elect-lease-seconds={LEASE_SECONDS}"),
                 &format!("--plugin-cache-dir={}", dir.join(name).join("plugins").display()),

@@ -10,5 +10,6 @@ mod binary;
 mod helm;
 mod leader_election;
 mod observability;
+mod openmcp_operator;
 mod platform;
 mod shards;

@@ -416,6 +416,7 @@ impl Controller {
                 "--log-format=json",
                 &format!("--http-addr=127.0.0.1:{port}"),
                 "--leader-elect",
+                "--shards=1",
                 &format!("--leader-elect-namespace={NAMESPACE}"),
                 &format!("--plugin-dir={}", plugins.display()),
                 &format!("--plugin-cache-dir={}", dir.path().join("plugins").display()),

@@ -79,19 +79,49 @@ struct Replicas {
 
 impl Replicas {
     fn start(&self, name: &str) -> Mimeo {
+        self.start_with(name, &[&format!("--shards={SHARDS}")])
+    }
+
+    /// A replica with `flags` besides the Lease's namespace and duration.
+    fn start_with(&self, name: &str, flags: &[&str]) -> Mimeo {
         let dir = self.root.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
+        let mut extra: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        extra.push("--leader-elect-namespace=default".into());
+        extra.push(format!("--leader-elect-lease-seconds={LEASE_SECONDS}"));
         Mimeo::start_with(
             std::path::Path::new(env!("CARGO_BIN_EXE_mimeo")),
             &self.kubeconfig,
             &dir,
-            &[
-                format!("--shards={SHARDS}"),
-                "--leader-elect-namespace=default".into(),
-                format!("--leader-elect-lease-seconds={LEASE_SECONDS}"),
-            ],
+            &extra,
             &[("POD_NAME", name)],
         )
+    }
+}
+
+/// The namespaces, the sources at `v0` and the [`RULES`] rules, each into both [`TARGETS`].
+async fn seed(client: &Client) {
+    for (ns, annotations) in [
+        ("platform", json!({})),
+        ("t1", json!({"mimeo.dev/accept-from": "platform"})),
+        ("t2", json!({"mimeo.dev/accept-from": "platform"})),
+    ] {
+        apply(
+            client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "annotations": annotations}}),
+        )
+        .await;
+    }
+    for r in 0..RULES {
+        put_source(client, r, "v0").await;
+        apply(
+            client,
+            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                   "metadata": {"name": format!("r{r:02}"), "namespace": "platform"},
+                   "spec": {"source": {"kind": "Secret", "name": format!("s{r:02}")},
+                            "targets": TARGETS.iter().map(|t| json!({"namespace": t})).collect::<Vec<_>>()}}),
+        )
+        .await;
     }
 }
 
@@ -103,6 +133,18 @@ async fn shards_of(replica: &Mimeo) -> Option<String> {
             .map(|(_, b)| b.to_owned())
             .unwrap_or_default()
     })
+}
+
+/// The shards a replica's `/readyz` says it holds, and whether it stands aside.
+async fn held_by(replica: &Mimeo) -> Option<(Vec<u32>, bool)> {
+    let said = shards_of(replica).await?;
+    let list = said.split_once('[')?.1.split_once(']')?.0;
+    let held = list
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    Some((held, said.contains("standing aside")))
 }
 
 /// Rotates every source to `value`; waits until every copy holds it; returns the copy writes the
@@ -134,28 +176,7 @@ async fn three_active_replicas_share_the_rules_and_survive_a_kill_and_a_freeze()
         .await
         .unwrap();
     let client = plane.client().await.unwrap();
-    for (ns, annotations) in [
-        ("platform", json!({})),
-        ("t1", json!({"mimeo.dev/accept-from": "platform"})),
-        ("t2", json!({"mimeo.dev/accept-from": "platform"})),
-    ] {
-        apply(
-            &client,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "annotations": annotations}}),
-        )
-        .await;
-    }
-    for r in 0..RULES {
-        put_source(&client, r, "v0").await;
-        apply(
-            &client,
-            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
-                   "metadata": {"name": format!("r{r:02}"), "namespace": "platform"},
-                   "spec": {"source": {"kind": "Secret", "name": format!("s{r:02}")},
-                            "targets": TARGETS.iter().map(|t| json!({"namespace": t})).collect::<Vec<_>>()}}),
-        )
-        .await;
-    }
+    seed(&client).await;
     let root = tempfile::tempdir().unwrap();
     let kubeconfig = root.path().join("kubeconfig");
     std::fs::write(&kubeconfig, plane.kubeconfig_yaml()).unwrap();
@@ -537,4 +558,124 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
     for replica in &mut replicas {
         replica.stop();
     }
+}
+
+/// issue 45: replicas told only `--leader-elect=true`, as the openmcp-operator starts them, find
+/// each other and split the rules: one alone takes every shard at once, three share them, a
+/// killed one's share is taken over, and a stray replica started later with another `--shards`
+/// stands aside while the others go on writing.
+#[tokio::test]
+async fn replicas_told_only_to_elect_share_the_rules_and_a_latecomer_that_splits_otherwise_stands_aside() {
+    const DEFAULT_COUNT: u32 = mimeo::replicas::shards::DEFAULT_COUNT;
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    plane
+        .install_crds(&[std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")])
+        .await
+        .unwrap();
+    let client = plane.client().await.unwrap();
+    seed(&client).await;
+    let root = tempfile::tempdir().unwrap();
+    let kubeconfig = root.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, plane.kubeconfig_yaml()).unwrap();
+    let replicas = Replicas { kubeconfig, root };
+    let elect = ["--leader-elect=true"];
+    let copies = (RULES * TARGETS.len()) as u64;
+
+    // Alone, it waits for nobody: every shard at once, every copy made.
+    let started = Instant::now();
+    let mut a = replicas.start_with("replica-a", &elect);
+    a.wait_ready().await;
+    eventually_within(
+        "every shard held by the one replica",
+        Duration::from_secs(60),
+        || async {
+            let (held, _) = held_by(&a).await?;
+            (held.len() == DEFAULT_COUNT as usize).then_some(())
+        },
+    )
+    .await;
+    eventually_within("every first copy", Duration::from_secs(60), || async {
+        (copies_with(&client, "v0").await == RULES * TARGETS.len()).then_some(())
+    })
+    .await;
+    println!("one replica, started to every copy: {:?}", started.elapsed());
+
+    // Three: each shard held once, by one of them, each its fair share.
+    let mut b = replicas.start_with("replica-b", &elect);
+    let mut c = replicas.start_with("replica-c", &elect);
+    b.wait_ready().await;
+    c.wait_ready().await;
+    let joined = Instant::now();
+    let shares = eventually_within(
+        "the shards split between three",
+        Duration::from_secs(90),
+        || async {
+            let mut all = Vec::new();
+            let mut shares = Vec::new();
+            for replica in [&a, &b, &c] {
+                let (held, _) = held_by(replica).await?;
+                shares.push(held.len());
+                all.extend(held);
+            }
+            all.sort();
+            let each: Vec<u32> = (0..DEFAULT_COUNT).collect();
+            (all == each && shares.iter().all(|n| *n >= 2)).then_some(shares)
+        },
+    )
+    .await;
+    println!(
+        "three replicas split the shards {shares:?} in {:?}",
+        joined.elapsed()
+    );
+    let (writes, _) = rotate(&client, "v1").await;
+    assert_eq!(writes, copies, "each copy written once with three replicas");
+
+    // One killed: its share is taken over by the two left.
+    c.signal("KILL");
+    c.reap();
+    let killed = Instant::now();
+    let (writes, took) = rotate(&client, "v2").await;
+    assert_eq!(writes, copies, "each copy written once across the takeover");
+    let over = eventually_within(
+        "the killed replica's shards taken over",
+        Duration::from_secs(60),
+        || async {
+            let mut all = Vec::new();
+            for replica in [&a, &b] {
+                all.extend(held_by(replica).await?.0);
+            }
+            all.sort();
+            (all == (0..DEFAULT_COUNT).collect::<Vec<_>>()).then(|| killed.elapsed())
+        },
+    )
+    .await;
+    println!("after a SIGKILL: every copy in {took:?}, every shard held again after {over:?}");
+
+    // A stray replica that splits the rules into 3, started later: it stands aside at once, and
+    // the two others keep every shard and keep writing.
+    let mut stray = replicas.start_with("replica-stray", &["--leader-elect=true", "--shards=3"]);
+    stray.wait_ready().await;
+    eventually_within(
+        "the stray replica stands aside",
+        Duration::from_secs(30),
+        || async {
+            let (held, aside) = held_by(&stray).await?;
+            (held.is_empty() && aside).then_some(())
+        },
+    )
+    .await;
+    for value in ["v3", "v4"] {
+        let (writes, _) = rotate(&client, value).await;
+        assert_eq!(
+            writes, copies,
+            "each copy written once beside a stray replica ({value})"
+        );
+    }
+    for replica in [&a, &b] {
+        let (_, aside) = held_by(replica).await.unwrap();
+        assert!(!aside, "a replica that came first stood aside");
+    }
+    stray.stop();
+    a.stop();
+    b.stop();
 }

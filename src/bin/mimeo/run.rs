@@ -83,7 +83,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             exec_timeout: std::time::Duration::from_secs(args.cluster_profile_exec_timeout_secs),
             namespace: std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into()),
         },
-        shards: match args.leader.shards {
+        shards: match args.leader.shard_count() {
             1 => replicas::shards::Shards::default(),
             count => replicas::shards::Shards::new(count),
         },
@@ -102,9 +102,10 @@ fn replica_mode(leader: &mimeo::cli::LeaderArgs) -> replicas::Mode {
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .unwrap_or_else(|| "default".to_owned());
     let duration = std::time::Duration::from_secs(leader.leader_elect_lease_seconds.max(1));
-    if leader.shards > 1 {
+    let count = leader.shard_count();
+    if count > 1 {
         return replicas::Mode::Shards(replicas::shards::ShardSettings {
-            count: leader.shards,
+            count,
             namespace,
             prefix: format!("{}-shard", leader.leader_elect_lease_name),
             identity: identity(),
