@@ -734,8 +734,10 @@ pub struct RunArgs {
 /// Leader election, so that of several replicas only one writes.
 #[derive(Args, Debug, Clone)]
 pub struct LeaderArgs {
-    /// Hold a coordination.k8s.io Lease before reconciling; replicas without it stand by.
-    /// `--leader-elect` alone is `--leader-elect=true`.
+    /// Share the work between replicas through coordination.k8s.io Leases: with --shards=1, one
+    /// Lease, whose holder works while the others stand by; without --shards, 8 shards of the
+    /// rules, which every replica takes its share of. `--leader-elect` alone is
+    /// `--leader-elect=true`.
     #[arg(long, env = "MIMEO_LEADER_ELECT", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_value = "false", default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
