@@ -5,7 +5,7 @@
 // attributes to clippy; they are distinct columns and rules.
 #![allow(clippy::duplicated_attributes)]
 
-use super::ObjectSelector;
+use super::object_selector::ObjectSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;

@@ -20,14 +20,17 @@ mod cache;
 mod challenge;
 mod credentials;
 mod distribution;
+mod error;
 mod manifest;
 mod network;
 mod reference;
+mod settings;
 mod slots;
 mod streamed;
 mod trust;
 
 pub use address::RegistryReach;
+pub use error::OciError;
 pub use network::{Network, NetworkError};
 
 pub use credentials::{Credentials, credentials_from_docker_config};
@@ -35,6 +38,7 @@ pub use manifest::{
     CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, LAYER_MEDIA_TYPES, MANIFEST_MEDIA_TYPE, accepts_layer_media_type,
 };
 pub use reference::{OciReference, is_loopback};
+pub use settings::OciSettings;
 pub use trust::{CaArgument, RegistryTrust, TrustError};
 
 use crate::sync::hash::digest_bytes;
@@ -45,10 +49,8 @@ use oci_client::manifest::{OciImageManifest, OciManifest};
 use oci_wasm::{ToConfig, WasmConfig};
 use slots::DownloadSlots;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// The annotation naming the WIT interface a plugin implements, e.g. `mimeo:transform@0.1.0`.
 pub const ANNOTATION_INTERFACE: &str = "dev.mimeo.interface";
@@ -74,158 +76,6 @@ pub fn plugin_annotations(interface_version: &str, info: &super::PluginInfo) -> 
         }
     }
     annotations
-}
-
-/// Why an artifact could not be resolved, fetched or pushed.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum OciError {
-    #[error("invalid OCI reference {0}")]
-    InvalidReference(String),
-    #[error("registry {registry} is unreachable: {message}")]
-    Unreachable { registry: String, message: String },
-    #[error("registry {registry} refused the credentials (or their absence): {message}")]
-    Unauthorized { registry: String, message: String },
-    #[error("{reference} was not found in the registry")]
-    NotFound { reference: String },
-    #[error("{reference} is not a Wasm plugin artifact: found {found}")]
-    WrongMediaType { reference: String, found: String },
-    #[error("digest mismatch: expected {expected}, got {actual}")]
-    DigestMismatch { expected: String, actual: String },
-    #[error("the artifact is {size} bytes, more than the {limit} allowed")]
-    TooLarge { size: u64, limit: u64 },
-    /// The registry sent a layer of another size than its manifest gives it.
-    #[error("the registry sent {received} bytes of a layer its manifest gives {declared} bytes")]
-    LayerSizeMismatch { declared: u64, received: String },
-    #[error("artifact cache: {0}")]
-    Cache(String),
-    #[error("registry: {0}")]
-    Registry(String),
-    #[error("registry credentials: {0}")]
-    InvalidCredentials(String),
-    #[error("not a pushable component: {0}")]
-    InvalidArtifact(String),
-    /// The registry's challenge named a token service mimeo does not ask: see [`address`].
-    #[error(
-        "registry {registry} named the token service {realm}, which mimeo does not ask: {why}. A token \
-         service must be HTTPS unless the registry is reached over plain HTTP, off loopback, \
-         link-local and cloud metadata addresses unless the registry is there too, and off private \
-         addresses outside the networks the platform allowed (--registry-allowed-network): fix the \
-         registry's token configuration, or use another registry"
-    )]
-    TokenRealmRefused {
-        registry: String,
-        realm: String,
-        why: String,
-    },
-    /// The registry redirected mimeo (or sent an upload) where [`address`] does not allow.
-    #[error(
-        "registry {registry} sent mimeo to {location}, which mimeo does not follow: {why}. Redirects \
-         must stay HTTPS unless the registry is reached over plain HTTP, off loopback, link-local \
-         and cloud metadata addresses unless the registry is there too, off private addresses \
-         outside the networks the platform allowed (--registry-allowed-network), and be few"
-    )]
-    RedirectRefused {
-        registry: String,
-        location: String,
-        why: String,
-    },
-}
-
-impl OciError {
-    /// A CamelCase reason for a status condition or an Event.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            OciError::InvalidReference(_) => "InvalidReference",
-            OciError::Unreachable { .. } => "RegistryUnreachable",
-            OciError::Unauthorized { .. } => "RegistryUnauthorized",
-            OciError::NotFound { .. } => "ArtifactNotFound",
-            OciError::WrongMediaType { .. } => "WrongMediaType",
-            OciError::DigestMismatch { .. } => "DigestMismatch",
-            OciError::TooLarge { .. } => "ArtifactTooLarge",
-            OciError::LayerSizeMismatch { .. } => "ArtifactSizeMismatch",
-            OciError::Cache(_) => "ArtifactCacheFailed",
-            OciError::Registry(_) => "RegistryError",
-            OciError::InvalidCredentials(_) => "InvalidCredentials",
-            OciError::InvalidArtifact(_) => "InvalidArtifact",
-            OciError::TokenRealmRefused { .. } => "TokenRealmRefused",
-            OciError::RedirectRefused { .. } => "RegistryRedirectRefused",
-        }
-    }
-
-    /// Whether trying again later may help (the registry, the network or the disk), as opposed to
-    /// an artifact or reference that stays wrong until someone changes it.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            OciError::Unreachable { .. } | OciError::Registry(_) | OciError::Cache(_)
-        )
-    }
-
-    /// Whether the artifact itself is wrong, whatever the network or the time: the bytes a
-    /// pinned digest names do not hash to it, or are not the size they are said to be, or too
-    /// large. Downloading it again would fetch the same bytes, so a rule does not, until it
-    /// changes.
-    pub fn is_lasting(&self) -> bool {
-        matches!(
-            self,
-            OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } | OciError::TooLarge { .. }
-        )
-    }
-}
-
-/// Where fetched artifacts are kept, how large they may be, and how registries are reached.
-#[derive(Clone, Debug)]
-pub struct OciSettings {
-    /// Content-addressed store of raw artifacts.
-    pub cache_dir: PathBuf,
-    /// Bounded; least-recently-used eviction.
-    pub cache_max_bytes: u64,
-    /// A layer (or manifest) over this is refused: [`OciError::TooLarge`].
-    pub max_artifact_bytes: u64,
-    /// `host[:port]` reached over plain HTTP; so are loopback hosts (127.0.0.0/8, ::1, localhost)
-    /// unless `trust` gives them a CA of their own.
-    pub insecure_registries: Vec<String>,
-    /// CAs trusted for HTTPS registries beside the system's roots.
-    pub trust: RegistryTrust,
-    /// The longest one registry exchange may take, connecting included: resolving a tag, reading
-    /// a manifest, reading a layer, or a whole push. Waiting for a download slot is not counted.
-    pub timeout: Duration,
-    /// Where registries may send mimeo beyond the defaults, and which token services get
-    /// credentials.
-    pub reach: RegistryReach,
-    /// Registry downloads (a tag resolved, a manifest and its layer fetched) at once, in all.
-    pub download_concurrency: usize,
-    /// Of those, at most this many for the rules of one namespace.
-    pub downloads_per_namespace: usize,
-}
-
-impl OciSettings {
-    /// Whether `registry` is reached over plain HTTP: an insecure or loopback one, unless it was
-    /// given a CA of its own.
-    pub fn plain_http(&self, registry: &str) -> bool {
-        !self.trust.has_own_ca(registry)
-            && (is_loopback(registry)
-                || self
-                    .insecure_registries
-                    .iter()
-                    .any(|r| r.eq_ignore_ascii_case(registry)))
-    }
-}
-
-impl Default for OciSettings {
-    fn default() -> Self {
-        OciSettings {
-            cache_dir: crate::plugin::private_dir::default_cache_dir("oci-cache"),
-            cache_max_bytes: 1 << 30,
-            max_artifact_bytes: 100 << 20,
-            insecure_registries: vec![],
-            trust: RegistryTrust::default(),
-            timeout: Duration::from_secs(60),
-            reach: RegistryReach::default(),
-            download_concurrency: 4,
-            downloads_per_namespace: 2,
-        }
-    }
 }
 
 /// A component fetched from a registry (or the cache).
@@ -654,6 +504,7 @@ fn scrub(error: OciError, credentials: &Credentials) -> OciError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn reasons_are_distinct_camel_case() {

@@ -17,7 +17,7 @@
 //! limit the least recently used go first, but never the one just stored or read. Blocking: call
 //! it off the async runtime.
 
-use super::OciError;
+use super::error::OciError;
 use super::manifest::check_manifest;
 use super::reference::is_digest;
 use crate::plugin::private_dir;

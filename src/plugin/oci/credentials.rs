@@ -1,7 +1,7 @@
 //! Registry credentials, and reading them from a Docker config (`~/.docker/config.json`, or a
 //! `kubernetes.io/dockerconfigjson` Secret's `.dockerconfigjson`).
 
-use super::OciError;
+use super::error::OciError;
 use base64::Engine as _;
 use serde::Deserialize;
 use std::collections::BTreeMap;

@@ -23,7 +23,10 @@
 
 use super::address::{Origin, Refusal, find_refusal, shorten, shown_url};
 use super::challenge::{Challenge, parse_challenge, parse_token, scope};
-use super::{Credentials, OciError, OciReference, OciSettings};
+use super::credentials::Credentials;
+use super::error::OciError;
+use super::reference::OciReference;
+use super::settings::OciSettings;
 use crate::error_text::with_causes;
 use bytes::Bytes;
 use futures::StreamExt;

@@ -1,7 +1,7 @@
 //! What a fetched manifest must look like to be a plugin: pure checks on its bytes.
 
-use super::OciError;
 use super::address::shorten;
+use super::error::OciError;
 use super::reference::is_digest;
 use serde::Deserialize;
 use std::collections::BTreeMap;

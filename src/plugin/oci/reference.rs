@@ -1,7 +1,7 @@
 //! `oci://` plugin references: parsed strictly, so a typo fails when a rule is written rather than
 //! as a confusing registry error later.
 
-use super::OciError;
+use super::error::OciError;
 use std::fmt;
 use std::str::FromStr;
 

@@ -3,7 +3,7 @@
 //! nothing of it needs to be held in memory to be checked. Pure: fed chunks, it says whether to go
 //! on.
 
-use super::OciError;
+use super::error::OciError;
 use sha2::{Digest, Sha256};
 
 pub(super) struct LayerCheck {
