@@ -4,12 +4,14 @@
 //! (enums, `x-kubernetes-validations` CEL rules with messages a person understands) wherever the
 //! apiserver can enforce it, so a bad rule is refused at `kubectl apply` rather than failing later.
 
+mod config;
 mod crds;
 mod inventory;
 mod object_selector;
 mod remote_cluster;
 mod rule;
 
+pub use config::{MimeoConfig, MimeoConfigSpec, MimeoConfigStatus, PluginSettings, RegistrySettings};
 pub use crds::{all_crds, crds_yaml};
 pub use inventory::{
     ClusterApiInventory, ClusterInventory, ClusterInventorySpec, ClusterInventoryStatus,

@@ -578,7 +578,8 @@ pub struct PlatformArgs {
     /// When given, it replaces --log-level.
     #[arg(long, env = "MIMEO_VERBOSITY", value_name = "LEVEL", value_parser = parse_verbosity)]
     pub verbosity: Option<Verbosity>,
-    /// The name of the openMCP PlatformService that installed mimeo; logged at start.
+    /// The name of the openMCP PlatformService that installed mimeo, logged at start; `run` reads
+    /// and follows the MimeoConfig of this name, whose settings win over the flags'.
     #[arg(long, env = "MIMEO_PROVIDER_NAME", value_name = "NAME")]
     pub provider_name: Option<String>,
 }

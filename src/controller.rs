@@ -6,9 +6,11 @@
 //! written and removed only through `write`, under one field manager; the record step writes a
 //! rule's status and events; `inventory`, `remote` and `seal_key` write their own objects.
 
+pub mod configuration;
 pub(crate) mod error;
 pub(crate) mod fleet;
 mod inventory;
+mod live_kinds;
 mod next_to;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;
@@ -64,6 +66,9 @@ pub struct ControllerConfig {
     /// The kinds `targets[].nextTo` may follow (mimeo must be able to list and watch them);
     /// empty, none.
     pub next_to_kinds: Vec<AllowedKind>,
+    /// The configuration object to follow, if any ([`configuration`]): it may change the kinds
+    /// while mimeo runs.
+    pub configuration: Option<configuration::ConfigSource>,
     /// How `oci://` plugins are fetched and where they are kept.
     pub oci: OciSettings,
     /// What the installation allows of `oci://` plugins, and its own registry credentials.
@@ -108,8 +113,8 @@ pub struct Context {
     >,
     scope: Scope,
     fleet: Arc<Fleet>,
-    allowed_kinds: Vec<AllowedKind>,
-    next_to_kinds: Vec<AllowedKind>,
+    /// The kinds rules may sync and `nextTo` may follow, as they are now.
+    kinds: live_kinds::LiveKinds,
     /// The watches of the kinds `targets[].nextTo` follows.
     next_to: Arc<next_to::NextToWatches>,
     plugins: plugins::Plugins,
@@ -202,6 +207,22 @@ pub async fn run(
     };
 
     report(&ctx, fleet.clone(), readiness);
+    match (&config.configuration, &config.scope) {
+        (Some(source), Scope::Cluster) => {
+            tokio::spawn(configuration::follow(
+                client.clone(),
+                source.clone(),
+                ctx.kinds.clone(),
+                ctx.shards.clone(),
+                stopped(),
+            ));
+        }
+        (Some(source), Scope::Namespaces(_)) => tracing::warn!(
+            config = %source.name,
+            "limited to namespaces, mimeo reads no cluster-scoped object: the configuration object is not followed"
+        ),
+        (None, _) => {}
+    }
 
     // One SyncRule controller over all namespaces, or one per namespace of the scope: a Role
     // grants list and watch in one namespace only.
@@ -228,7 +249,7 @@ pub async fn run(
             let inventory_loop = inventory::run(
                 client.clone(),
                 config.inventory.clone(),
-                ctx.allowed_kinds.clone(),
+                ctx.kinds.clone(),
                 ctx.fleet.remote_clusters(),
                 streams.inventories,
                 config.shards.clone(),
@@ -263,11 +284,13 @@ fn context(
         triggers,
         seal_key.clone(),
     );
-    let allowed_kinds = if config.allowed_kinds.is_empty() {
-        default_allowed_kinds()
-    } else {
-        config.allowed_kinds.clone()
-    };
+    let kinds = live_kinds::LiveKinds::new(crate::config::Kinds {
+        allowed: match config.allowed_kinds.is_empty() {
+            true => default_allowed_kinds(),
+            false => config.allowed_kinds.clone(),
+        },
+        next_to: config.next_to_kinds.clone(),
+    });
     let host = PluginHost::new(config.plugin_host.clone()).map_err(|e| Error::PluginHost(e.to_string()))?;
     let reporter = Reporter {
         controller: "mimeo".into(),
@@ -282,8 +305,7 @@ fn context(
         scope: config.scope.clone(),
         fleet,
         in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
-        allowed_kinds,
-        next_to_kinds: config.next_to_kinds.clone(),
+        kinds,
         next_to,
         plugins: plugins::Plugins::new(
             host,
@@ -317,6 +339,7 @@ fn rule_loop<R: RuleResource>(
     Controller::for_stream(changes, rules)
         .reconcile_on(triggers)
         .reconcile_all_on(shards)
+        .reconcile_all_on(ctx.kinds.changes())
         .graceful_shutdown_on(stopped)
         .run(reconcile::reconcile::<R>, reconcile::error_policy::<R>, ctx)
         .for_each(|result| async move {

@@ -13,6 +13,8 @@ pub mod cli;
 pub mod clusters;
 /// The commands besides `run`, each whole: `diff`, `status`, `migrate`, `reseal`.
 pub mod cmd;
+/// The configuration object over the flags: what it changes, at once or at the next start.
+pub mod config;
 /// The running controller: shared watches, the rule pipeline, the only door for writes, status.
 pub mod controller;
 /// Error text for people, with the chain of causes on one line.

@@ -1,6 +1,6 @@
 //! The CustomResourceDefinitions, generated from the Rust types.
 
-use super::{ClusterInventory, ClusterSyncRule, RemoteCluster, SyncRule};
+use super::{ClusterInventory, ClusterSyncRule, MimeoConfig, RemoteCluster, SyncRule};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
@@ -11,6 +11,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         ClusterSyncRule::crd(),
         RemoteCluster::crd(),
         ClusterInventory::crd(),
+        MimeoConfig::crd(),
     ]
 }
 

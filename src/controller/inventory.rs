@@ -6,11 +6,11 @@
 mod access;
 mod entries;
 
+use super::live_kinds::LiveKinds;
 use super::rule_status::{Readiness, ready_condition};
 use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
 use crate::inventory::InventorySettings;
 use crate::inventory::entry::{self, Entry, Kind};
-use crate::sync::kinds::AllowedKind;
 use crate::sync::object_selector::Matcher;
 use access::{Access, AccessState, FIELD_MANAGER};
 use entries::{EntryWatches, Watched};
@@ -39,7 +39,7 @@ const LEAVE_TIMEOUT: Duration = Duration::from_secs(120);
 struct InventoryContext {
     client: Client,
     settings: InventorySettings,
-    allowed_kinds: Vec<AllowedKind>,
+    kinds: LiveKinds,
     watches: EntryWatches,
     remote_clusters: Store<RemoteCluster>,
     access: AccessState,
@@ -62,7 +62,7 @@ enum InventoryError {
 pub async fn run(
     client: Client,
     settings: InventorySettings,
-    allowed_kinds: Vec<AllowedKind>,
+    kinds: LiveKinds,
     remote_clusters: Store<RemoteCluster>,
     remote_cluster_wakes: impl futures::Stream<Item = ObjectRef<ClusterInventory>> + Send + 'static,
     shards: crate::replicas::shards::Shards,
@@ -93,7 +93,7 @@ pub async fn run(
         watches: EntryWatches::new(client.clone(), wake, controller.store()),
         client,
         settings,
-        allowed_kinds,
+        kinds: kinds.clone(),
         remote_clusters,
         access: AccessState::default(),
         shards: shards.clone(),
@@ -102,6 +102,8 @@ pub async fn run(
         .reconcile_on(woken)
         .reconcile_on(remote_cluster_wakes)
         .reconcile_all_on(super::shards_changed(&shards))
+        // The kinds decide the rights asked for in AccessRequests.
+        .reconcile_all_on(kinds.changes())
         .graceful_shutdown_on(stopped)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -192,7 +194,7 @@ async fn reconcile(
         .open_mcp
         .as_ref()
         .is_some_and(|o| o.create_namespaces);
-    let permissions = access::wanted_permissions(&ctx.allowed_kinds, create_namespaces);
+    let permissions = access::wanted_permissions(&ctx.kinds.get().allowed, create_namespaces);
     let mut outcomes = Vec::new();
     let mut problems = Vec::new();
     for entry in &selected {

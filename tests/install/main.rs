@@ -7,6 +7,7 @@ mod harness;
 mod processes;
 
 mod binary;
+mod configuration;
 mod helm;
 mod leader_election;
 mod observability;

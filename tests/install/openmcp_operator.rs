@@ -430,6 +430,129 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
     .await;
     assert_eq!(code, 200);
     assert!(body.contains("mimeo_"), "{body}");
+
+    // The configuration object the operator's --provider-name names: it narrows the kinds, a
+    // ConfigMap rule is refused, then allowed while mimeo runs; an invalid object is reported and
+    // the copy goes on following its source.
+    let mimeo_configs = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("mimeo.dev", "v1alpha1", "MimeoConfig"),
+            "mimeoconfigs",
+        ),
+    );
+    let configure = |spec: serde_json::Value| {
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "MimeoConfig", "metadata": {"name": "mimeo"}, "spec": spec})
+            .to_string()
+    };
+    harness::kubectl(
+        plane_kubeconfig,
+        &["apply", "-f", "-"],
+        configure(json!({"allowedKinds": ["Secret"]})).as_bytes(),
+    );
+    harness::kubectl(
+        plane_kubeconfig,
+        &[
+            "create",
+            "configmap",
+            "ca",
+            "-n",
+            "apps",
+            "--from-literal=ca.crt=one",
+        ],
+        b"",
+    );
+    harness::kubectl(
+        plane_kubeconfig,
+        &["apply", "-f", "-"],
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+               "metadata": {"name": "ca", "namespace": "apps"},
+               "spec": {"source": {"kind": "ConfigMap", "name": "ca"},
+                        "targets": [{"namespace": "apps", "name": "ca-copy"}]}})
+        .to_string()
+        .as_bytes(),
+    );
+    let rules = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        "apps",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("mimeo.dev", "v1alpha1", "SyncRule"),
+            "syncrules",
+        ),
+    );
+    eventually_within(
+        "the ConfigMap rule refused by the configuration object",
+        WAIT,
+        || async {
+            let rule = rules.get("ca").await.ok()?;
+            let reasons = rule.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["reason"] == "KindNotAllowed");
+            reasons.then_some(())
+        },
+    )
+    .await;
+    harness::kubectl(
+        plane_kubeconfig,
+        &["apply", "-f", "-"],
+        configure(json!({"allowedKinds": ["Secret", "ConfigMap"]})).as_bytes(),
+    );
+    let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), "apps");
+    eventually_within(
+        "the ConfigMap copied once allowed, without a restart",
+        WAIT,
+        || async {
+            config_maps
+                .get_opt("ca-copy")
+                .await
+                .ok()?
+                .and_then(|c| c.data?.get("ca.crt").cloned())
+        },
+    )
+    .await;
+    harness::kubectl(
+        plane_kubeconfig,
+        &["apply", "-f", "-"],
+        configure(json!({"allowedKinds": ["Secret", "ConfigMap"], "registries": {"allowed": ["https://registry.example.com"]}}))
+            .as_bytes(),
+    );
+    eventually_within("the invalid configuration reported", WAIT, || async {
+        let object = mimeo_configs.get("mimeo").await.ok()?;
+        object.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "False" && c["reason"] == "Invalid")
+            .then_some(())
+    })
+    .await;
+    harness::kubectl(
+        plane_kubeconfig,
+        &[
+            "patch",
+            "configmap",
+            "ca",
+            "-n",
+            "apps",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"ca.crt":"two"}}"#,
+        ],
+        b"",
+    );
+    eventually_within("the copy still follows its source", WAIT, || async {
+        config_maps
+            .get_opt("ca-copy")
+            .await
+            .ok()?
+            .and_then(|c| c.data?.get("ca.crt").cloned())
+            .filter(|v| v == "two")
+    })
+    .await;
+    assert!(
+        pods.iter().all(|pod| !pod.log().contains("panicked")),
+        "a replica panicked"
+    );
     drop(pods);
 
     // A new verbosity: the operator runs init again, then the Deployment with ERROR, whose log

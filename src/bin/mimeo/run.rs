@@ -2,7 +2,9 @@
 
 use crate::seal_key_secret;
 use anyhow::Context;
+use mimeo::api::MimeoConfig;
 use mimeo::cli::RunArgs;
+use mimeo::controller::configuration::ConfigSource;
 use mimeo::controller::{self, ControllerConfig};
 use mimeo::metrics::Metrics;
 use mimeo::replicas;
@@ -22,7 +24,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     crate::log_platform(&args.platform);
     let scope = Scope::from_namespaces(args.watch_namespaces.iter().map(String::as_str))?;
-    let oci = args.oci.settings()?;
+    // Refused before connecting to anything: the flags' own registry settings.
+    args.oci.settings()?;
     let metrics = Arc::new(Metrics::new());
     let client = mimeo::clusters::local_client(&metrics.requests_layer(None))
         .await
@@ -32,6 +35,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 mimeo::clusters::explain_client_error(&e)
             )
         })?;
+    let (args, configuration) = configured(&client, args).await;
+    let oci = args.oci.settings()?;
     let readiness = Readiness::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -62,8 +67,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         plugin_host: args.plugins.host_settings(
             std::env::current_exe().context("finding mimeo's own binary, which compiles plugins")?,
         ),
-        allowed_kinds: args.allow_kinds,
+        allowed_kinds: args.allow_kinds.clone(),
         next_to_kinds: args.next_to_kinds.clone(),
+        configuration,
         oci,
         oci_policy: controller::OciPolicy {
             require_digest: args.oci.plugin_require_digest,
@@ -92,6 +98,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     replicas::run(client, mode, config, metrics, readiness, stopped).await?;
     let _ = server.await;
     Ok(())
+}
+
+/// The flags with the configuration object named after --provider-name laid over them, as the
+/// object is now, and the object to follow. Without one, or when it cannot be read or applied,
+/// the flags (said in the log; the object's status says why once mimeo runs).
+async fn configured(client: &kube::Client, args: RunArgs) -> (RunArgs, Option<ConfigSource>) {
+    let Some(name) = args.platform.provider_name.clone() else {
+        return (args, None);
+    };
+    let api = kube::Api::<MimeoConfig>::all(client.clone());
+    let started = match args.watch_namespaces.is_empty() {
+        false => args.clone(),
+        true => match api.get_opt(&name).await {
+            Ok(Some(object)) => match mimeo::config::apply(&object.spec, &args) {
+                Ok(applied) => {
+                    tracing::info!(config = %name, "settings from the configuration object over the flags");
+                    applied
+                }
+                Err(problem) => {
+                    tracing::error!(config = %name, %problem, "the configuration object is invalid: starting on the flags");
+                    args.clone()
+                }
+            },
+            Ok(None) => {
+                tracing::info!(config = %name, "no configuration object of this name yet: starting on the flags");
+                args.clone()
+            }
+            Err(e) => {
+                tracing::warn!(config = %name, error = %e, "reading the configuration object failed: starting on the flags");
+                args.clone()
+            }
+        },
+    };
+    let source = ConfigSource {
+        name,
+        flags: args,
+        started: started.clone(),
+    };
+    (started, Some(source))
 }
 
 /// How this replica shares the work, from its flags.

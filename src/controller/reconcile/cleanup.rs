@@ -28,7 +28,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     let key = rule.key();
     let spec = rule.rule_spec();
     ctx.fleet.wait_ready().await?;
-    let kind = validate::check(spec, &ctx.allowed_kinds).ok();
+    let kind = validate::check(spec, &ctx.kinds.get().allowed).ok();
     if kind.is_none() {
         // Its kind is not one this installation copies (any more): mimeo watches no copies of it
         // and may lack the rights to remove them; only those a running watch holds are removed.

@@ -282,7 +282,8 @@ fn checked_kind(
     spec: &RuleSpec,
     previous: Option<&RuleStatus>,
 ) -> Result<KindRef, Stop> {
-    rule_problem(key, spec, &ctx.allowed_kinds, &ctx.next_to_kinds, &ctx.scope).map_err(|problem| {
+    let kinds = ctx.kinds.get();
+    rule_problem(key, spec, &kinds.allowed, &kinds.next_to, &ctx.scope).map_err(|problem| {
         ctx.fleet.forget(key);
         ctx.next_to.forget(key);
         let ready = Readiness::not_ready(problem.reason, problem.message);
