@@ -6,7 +6,7 @@
 //! manager, and fails on an object that is not there. The entries for an openMCP `Cluster`
 //! are written through the client the user gave for it; without one they are not applied.
 
-use super::{Plan, PlannedAdoption, accept_from_with};
+use super::plan::{Plan, PlannedAdoption, accept_from_with};
 use crate::sync::ownership::{ACCEPT_FROM_ANNOTATION, ADOPT_BY_ANNOTATION};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};

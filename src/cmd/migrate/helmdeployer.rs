@@ -10,7 +10,8 @@
 //! carries `openmcp.cloud/managed-by: <provider>.HelmDeployer` and the source's namespace and name
 //! as labels, written by the operator's own client (field manager `openmcp-operator`).
 
-use super::{Inventory, Migration, Object, Place, Provenance, Tool, rule_name};
+use super::model::{Inventory, Migration, Object, Place, Provenance, Tool};
+use super::rules::rule_name;
 use crate::api::ObjectSelector;
 use crate::sync::object_selector::{Matcher, ObjectFacts, purposes_of};
 use serde_json::{Value, json};
@@ -35,16 +36,7 @@ const SELECTOR_FIELDS: [&str; 4] = [
     "matchIdentities",
 ];
 
-/// HelmDeployer's objects on the platform cluster, as JSON.
-#[derive(Clone, Debug, Default)]
-pub struct HelmDeployer {
-    /// Whether `helmdeployments.helm.open-control-plane.io` is served.
-    pub served: bool,
-    pub configs: Vec<Value>,
-    pub deployments: Vec<Value>,
-    /// openMCP `Cluster`s (`clusters.openmcp.cloud`).
-    pub clusters: Vec<Value>,
-}
+pub use super::model::HelmDeployer;
 
 /// The namespaces HelmDeployer copies into on its target clusters: every deployment's
 /// `spec.namespace` (those whose copies are dropped too; reading one more does no harm).
@@ -635,7 +627,7 @@ fn cluster_inventory(name: &str, parts: InventoryParts) -> Value {
            "metadata": {"name": name, "labels": {"mimeo.dev/migrated-from": Tool::HelmDeployer.name()}},
            "spec": {"namespaces": parts.namespaces, "selector": parts.selector, "openMCP": {},
                     "remoteClusters": {"allowedNamespaces": {"matchExpressions": [
-                        {"key": super::NAME_LABEL, "operator": "In", "values": parts.rule_namespaces}]}}}})
+                        {"key": super::selector::NAME_LABEL, "operator": "In", "values": parts.rule_namespaces}]}}}})
 }
 
 #[cfg(test)]

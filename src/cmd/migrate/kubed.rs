@@ -2,10 +2,9 @@
 //! copies it into every other namespace (empty value) or those its label selector selects;
 //! `kubed.appscode.com/sync-contexts` names kubeconfig contexts of other clusters to copy it to.
 
+use super::model::{Inventory, Migration, Object, Provenance, Tool};
+use super::rules::{entries, places, selected, selector_target, sync_rule};
 use super::selector::Selector;
-use super::{
-    Inventory, Migration, Object, Provenance, Tool, entries, places, selected, selector_target, sync_rule,
-};
 use serde_json::json;
 
 const SYNC: &str = "kubed.appscode.com/sync";

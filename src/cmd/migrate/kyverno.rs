@@ -5,8 +5,9 @@
 //! Anything else a rule could do (other triggers, preconditions, variables in names, wildcards in
 //! `exclude`) is reported, not guessed.
 
+use super::model::{Inventory, Migration, Place, Tool};
+use super::rules::rule_name;
 use super::selector::Selector;
-use super::{Inventory, Migration, Place, Tool, rule_name};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
@@ -198,7 +199,7 @@ fn targets_except(namespaces: &Selector, except: &str) -> Vec<Value> {
 }
 
 /// A copy's evidence: Kyverno labels what it generates with the policy and rule that generated it.
-fn generated_by<'a>(policy: &'a str, rule: &'a str) -> impl Fn(&super::Object) -> Option<String> + 'a {
+fn generated_by<'a>(policy: &'a str, rule: &'a str) -> impl Fn(&super::model::Object) -> Option<String> + 'a {
     move |copy| {
         (copy.labels.get(POLICY_LABEL).map(String::as_str) == Some(policy)
             && copy.labels.get(RULE_LABEL).map(String::as_str) == Some(rule))
@@ -264,7 +265,7 @@ fn rules_for(
             .collect(),
     };
     let evidence = generated_by(policy, rule_label);
-    let provenance = super::Provenance {
+    let provenance = super::model::Provenance {
         evidence: &evidence,
         asked_by: format!("generate in ClusterPolicy {policy}, rule {rule_label}"),
         written_in: String::new(),
@@ -281,7 +282,7 @@ fn rules_for(
 fn clone_rule(
     g: &Generator,
     migration: &mut Migration,
-    provenance: &super::Provenance,
+    provenance: &super::model::Provenance,
     generate: &Value,
     clone: &serde_json::Map<String, Value>,
 ) {
@@ -343,7 +344,7 @@ fn clone_rule(
 fn clone_list_rules(
     g: &Generator,
     migration: &mut Migration,
-    provenance: &super::Provenance,
+    provenance: &super::model::Provenance,
     list: &serde_json::Map<String, Value>,
 ) {
     let Some(namespace) = list.get("namespace").and_then(Value::as_str) else {
@@ -379,7 +380,7 @@ fn clone_list_rules(
         .filter_map(Value::as_str)
     {
         let (api_version, kind) = entry.rsplit_once('/').unwrap_or(("v1", entry));
-        let sources: Vec<&super::Object> = g
+        let sources: Vec<&super::model::Object> = g
             .inventory
             .objects
             .iter()

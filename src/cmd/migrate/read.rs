@@ -5,7 +5,7 @@
 //! namespaces it copies into and the metadata of their Secrets, the only kind it copies there.
 
 use super::helmdeployer::HelmDeployer;
-use super::{Inventory, Namespace, Object};
+use super::model::{Inventory, Namespace, Object};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace as KubeNamespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;

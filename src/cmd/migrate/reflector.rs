@@ -9,8 +9,9 @@
 //! namespace; patterns and selector of one annotation pair are alternatives (either may match);
 //! the source's own namespace never gets a mirror.
 
+use super::model::{Inventory, Migration, Object, Place, Provenance, Tool};
+use super::rules::{entries, places, sync_rule};
 use super::selector::Selector;
-use super::{Inventory, Migration, Object, Place, Provenance, Tool, entries, places, sync_rule};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -180,7 +181,11 @@ fn auto(inventory: &Inventory, migration: &mut Migration, source: &Object, allow
         );
     }
     let mut rule = sync_rule(Tool::Reflector, source, targets, None);
-    rule["metadata"]["name"] = json!(super::rule_name(&["reflector", &source.kind, &source.name]));
+    rule["metadata"]["name"] = json!(super::rules::rule_name(&[
+        "reflector",
+        &source.kind,
+        &source.name
+    ]));
     let wanted = format!("{}/{}", source.namespace, source.name);
     let provenance = Provenance {
         evidence: &reflects(&wanted),
@@ -238,7 +243,7 @@ fn mirrors(inventory: &Inventory, migration: &mut Migration, source: &Object, al
         return;
     }
     let mut rule = sync_rule(Tool::Reflector, source, targets, None);
-    rule["metadata"]["name"] = json!(super::rule_name(&[
+    rule["metadata"]["name"] = json!(super::rules::rule_name(&[
         "reflector-mirrors",
         &source.kind,
         &source.name

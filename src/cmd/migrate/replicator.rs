@@ -6,10 +6,9 @@
 //! and `$` where missing (so `a|b` is `^a|b$`, as there); the source's own namespace never gets a
 //! copy; a copy carries the source's labels unless `strip-labels` is `true`.
 
+use super::model::{Inventory, Migration, Object, Provenance, Tool};
+use super::rules::{entries, places, selected, selector_target, sync_rule};
 use super::selector::Selector;
-use super::{
-    Inventory, Migration, Object, Provenance, Tool, entries, places, selected, selector_target, sync_rule,
-};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -263,7 +262,7 @@ fn pull(inventory: &Inventory, migration: &mut Migration) {
             })
             .collect();
         let mut rule = sync_rule(Tool::Replicator, source, targets, None);
-        rule["metadata"]["name"] = json!(super::rule_name(&["replicator-pull", &kind, &name]));
+        rule["metadata"]["name"] = json!(super::rules::rule_name(&["replicator-pull", &kind, &name]));
         // The copy asked for its source itself, in its own namespace.
         let wanted = format!("{namespace}/{name}");
         let pulled = |copy: &Object| {
@@ -281,7 +280,7 @@ fn pull(inventory: &Inventory, migration: &mut Migration) {
                 asked_by: format!("replicate-from on {} {}/{}", copy.kind, copy.namespace, copy.name),
                 written_in: copy.namespace.clone(),
             };
-            let place = super::Place {
+            let place = super::model::Place {
                 kind: kind.clone(),
                 namespace: copy.namespace.clone(),
                 name: copy.name.clone(),

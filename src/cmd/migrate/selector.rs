@@ -5,6 +5,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use std::collections::BTreeMap;
 
+/// The label every namespace carries with its own name.
+pub(super) const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 /// One requirement of a selector.
 #[derive(Clone, Debug, PartialEq)]
 enum Requirement {
@@ -42,7 +45,7 @@ impl Selector {
 
     /// Namespaces named one of `names`, by the label each namespace carries with its name.
     pub fn names(names: Vec<String>) -> Selector {
-        Selector(vec![Requirement::In(super::NAME_LABEL.to_owned(), names)])
+        Selector(vec![Requirement::In(NAME_LABEL.to_owned(), names)])
     }
 
     /// What both select.
@@ -53,17 +56,15 @@ impl Selector {
     /// Never `name` (by its name label).
     pub fn except(&self, name: &str) -> Selector {
         let mut out = self.clone();
-        out.0.push(Requirement::NotIn(
-            super::NAME_LABEL.to_owned(),
-            vec![name.to_owned()],
-        ));
+        out.0
+            .push(Requirement::NotIn(NAME_LABEL.to_owned(), vec![name.to_owned()]));
         out
     }
 
     /// The names this selector allows, when it is only a list of names (`name in (...)`).
     pub fn only_names(&self) -> Option<&[String]> {
         match self.0.as_slice() {
-            [Requirement::In(key, names)] if key == super::NAME_LABEL => Some(names),
+            [Requirement::In(key, names)] if key == NAME_LABEL => Some(names),
             _ => None,
         }
     }
