@@ -8,199 +8,34 @@
 //! anything is written. Guests get WASI with nothing behind it: no files, no network, no
 //! environment, no arguments.
 
+mod bindings;
 mod compiler;
 mod engine;
+mod error;
 mod guest_stderr;
 pub mod oci;
 mod output;
 pub(crate) mod private_dir;
+mod settings;
 pub mod source;
 mod state;
 
-pub use compiler::{CompilerProcess, SUBCOMMAND as COMPILE_SUBCOMMAND, compile_into_cache};
+pub use bindings::SUPPORTED_INTERFACES;
+pub use compiler::{SUBCOMMAND as COMPILE_SUBCOMMAND, compile_into_cache};
+pub use error::PluginError;
 pub use output::check_output;
+pub use settings::{CompilerProcess, HostSettings};
 
 use crate::locks::lock;
 use crate::sync::hash::digest_bytes;
 use engine::Compiled;
 use state::HostState;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-mod bindings {
-    // Exports are async: a call runs as a future under a deadline that holds even while the
-    // guest waits in a WASI call (a sleep, a poll), where epoch interruption cannot reach it.
-    pub mod v0_1 {
-        wasmtime::component::bindgen!({
-            world: "plugin", path: "wit/v0.1.0/transform.wit", exports: { default: async }
-        });
-    }
-    pub mod v0_2 {
-        wasmtime::component::bindgen!({
-            world: "plugin", path: "wit/transform.wit", exports: { default: async }
-        });
-    }
-
-    /// A component linked for the interface version it implements.
-    pub enum Pre {
-        V0_1(v0_1::PluginPre<super::HostState>),
-        V0_2(v0_2::PluginPre<super::HostState>),
-    }
-
-    /// The exports of one instance, of either version.
-    pub enum Exports<'a> {
-        V0_1(&'a v0_1::exports::mimeo::transform::transformer::Guest),
-        V0_2(&'a v0_2::exports::mimeo::transform::transformer::Guest),
-    }
-}
-
-use bindings::{Exports, Pre, v0_1, v0_2};
-
-/// The interface versions this host runs, oldest first; the newest is the one `wit/transform.wit`
-/// holds and the SDK builds against.
-pub const SUPPORTED_INTERFACES: &[&str] = &["0.1.0", "0.2.0"];
-/// The exported interface a plugin must implement, without its version.
-const TRANSFORMER_EXPORT: &str = "mimeo:transform/transformer";
-
-/// Limits and places, set when the controller starts.
-#[derive(Clone, Debug)]
-pub struct HostSettings {
-    /// Where compiled artifacts are kept between runs.
-    pub cache_dir: PathBuf,
-    /// Most disk the compiled artifacts may use; the least recently used go first. One artifact
-    /// larger than this is still kept while it is the newest.
-    pub cache_max_bytes: u64,
-    /// How long one call may run.
-    pub deadline: Duration,
-    /// How much linear memory one call may use, over all its memories.
-    pub max_memory_bytes: usize,
-    /// How large a plugin's output may be.
-    pub max_output_bytes: usize,
-    /// How many calls may run at once (sizes the instance pool).
-    pub concurrency: u32,
-    /// How many plugins may be compiled at once; each compile also takes `compiler`'s memory.
-    pub compile_concurrency: u32,
-    /// Compile in a child process under a time and memory limit (the controller); `None`
-    /// compiles in this process (the `plugin` commands, run by the plugin's own author).
-    pub compiler: Option<CompilerProcess>,
-}
-
-impl Default for HostSettings {
-    fn default() -> Self {
-        HostSettings {
-            cache_dir: private_dir::default_cache_dir("plugin-cache"),
-            cache_max_bytes: 512 << 20,
-            deadline: Duration::from_millis(100),
-            max_memory_bytes: 64 << 20,
-            max_output_bytes: 4 << 20,
-            concurrency: 4,
-            compile_concurrency: 1,
-            compiler: None,
-        }
-    }
-}
-
-/// Why a plugin could not be loaded or did not deliver.
-#[derive(Debug, thiserror::Error)]
-pub enum PluginError {
-    #[error("not a WebAssembly component{0}")]
-    NotAComponent(String),
-    #[error("the component does not export {TRANSFORMER_EXPORT}: it is not a mimeo plugin (exports: {0})")]
-    NotAPlugin(String),
-    #[error("the plugin implements mimeo:transform@{found}; this mimeo runs {known}")]
-    UnsupportedInterface { found: String, known: String },
-    #[error("compiling the plugin failed: {0}")]
-    Compile(String),
-    /// The same words every time, so that a rule's status does not change while it is refused.
-    #[error(
-        "compiling the plugin took longer than {0:?} (--plugin-compile-timeout-secs); mimeo does not try this component again until it restarts"
-    )]
-    CompileTimeout(Duration),
-    #[error(
-        "compiling the plugin needed more than {} MiB of memory (--plugin-compile-memory-mib); mimeo does not try this component again until it restarts", .0 >> 20
-    )]
-    CompileOutOfMemory(u64),
-    #[error(
-        "compiling the plugin used more than {} s of CPU time (--plugin-compile-cpu-secs); mimeo does not try this component again until it restarts", .0.as_secs()
-    )]
-    CompileCpuTime(Duration),
-    #[error("the plugin needs imports this host does not provide: {0}")]
-    Link(String),
-    #[error("the plugin ran past its deadline of {0:?}")]
-    Timeout(Duration),
-    #[error("the plugin tried to use more than {0} bytes of memory")]
-    OutOfMemory(usize),
-    /// `cause` names what stopped the guest and what it said (on stderr) as it went; `frames`
-    /// are wasmtime's raw backtrace, for `mimeo plugin test --verbose` and debug logs.
-    #[error("the plugin trapped: {cause}")]
-    Trap { cause: String, frames: String },
-    #[error("the plugin returned {0} bytes, more than the {1} allowed")]
-    OutputTooLarge(usize, usize),
-    #[error("the plugin returned invalid JSON: {0}")]
-    InvalidOutput(String),
-    #[error("the plugin broke a rule: {0}")]
-    Violation(String),
-    #[error("the plugin reported an error: {0}")]
-    Failed(String),
-    #[error("the plugin refused its config: {0}")]
-    InvalidConfig(String),
-    #[error("plugin host: {0}")]
-    Host(String),
-}
-
-impl PluginError {
-    /// What went wrong in mimeo's own words, with none of the text the plugin (or the component
-    /// it came in) chose: Events are readable by many who may not read a copy's source, and a
-    /// plugin holds the source's data, so this is all an Event may say about a plugin's failure.
-    pub fn summary(&self) -> String {
-        match self {
-            PluginError::NotAComponent(_) => "the plugin is not a WebAssembly component".into(),
-            PluginError::NotAPlugin(_) => "the component is not a mimeo plugin".into(),
-            PluginError::UnsupportedInterface { .. } => {
-                "the plugin implements an interface version this mimeo does not run".into()
-            }
-            PluginError::Compile(_) => "compiling the plugin failed".into(),
-            PluginError::Link(_) => "the plugin needs imports this host does not provide".into(),
-            PluginError::Timeout(_)
-            | PluginError::OutOfMemory(_)
-            | PluginError::OutputTooLarge(..)
-            | PluginError::CompileTimeout(_)
-            | PluginError::CompileOutOfMemory(_)
-            | PluginError::CompileCpuTime(_) => self.to_string(),
-            PluginError::Trap { .. } => "the plugin trapped".into(),
-            PluginError::InvalidOutput(_) => "the plugin returned invalid JSON".into(),
-            PluginError::Violation(_) => "the plugin broke a rule of what it may change".into(),
-            PluginError::Failed(_) => "the plugin reported an error".into(),
-            PluginError::InvalidConfig(_) => "the plugin refused its config".into(),
-            PluginError::Host(_) => "the plugin host failed".into(),
-        }
-    }
-
-    /// A short label for metrics.
-    pub fn label(&self) -> &'static str {
-        match self {
-            PluginError::NotAComponent(_) => "not_a_component",
-            PluginError::NotAPlugin(_) => "not_a_plugin",
-            PluginError::UnsupportedInterface { .. } => "unsupported_interface",
-            PluginError::Compile(_) => "compile",
-            PluginError::CompileTimeout(_) => "compile_timeout",
-            PluginError::CompileOutOfMemory(_) => "compile_out_of_memory",
-            PluginError::CompileCpuTime(_) => "compile_cpu_time",
-            PluginError::Link(_) => "link",
-            PluginError::Timeout(_) => "timeout",
-            PluginError::OutOfMemory(_) => "out_of_memory",
-            PluginError::Trap { .. } => "trap",
-            PluginError::OutputTooLarge(..) => "output_too_large",
-            PluginError::InvalidOutput(_) => "invalid_output",
-            PluginError::Violation(_) => "violation",
-            PluginError::Failed(_) => "failed",
-            PluginError::InvalidConfig(_) => "invalid_config",
-            PluginError::Host(_) => "host",
-        }
-    }
-}
+use bindings::{v0_1, v0_2};
+use engine::{Exports, Pre};
 
 /// What a plugin says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,9 +10,9 @@
 //! the time limit the child is killed. The CPU limit is apart from the time limit because
 //! Cranelift compiles functions in parallel: within its time a child could keep every core busy.
 
-use super::{HostSettings, PluginError};
+use super::error::PluginError;
+use super::settings::{CompilerProcess, HostSettings};
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,20 +22,6 @@ pub const SUBCOMMAND: &str = "compile-into-cache";
 const STDERR_TAIL: usize = 2048;
 /// How often the parent looks whether the child has ended.
 const POLL: Duration = Duration::from_millis(10);
-
-/// Where and under what limits components are compiled.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CompilerProcess {
-    /// The mimeo binary to run (the controller's own).
-    pub program: PathBuf,
-    /// How long one compile may take.
-    pub timeout: Duration,
-    /// Most memory the compiling process may allocate.
-    pub max_memory_bytes: u64,
-    /// Most CPU time the compiling process may use, over all its threads (whole seconds, at
-    /// least one: what `RLIMIT_CPU` counts in).
-    pub max_cpu_time: Duration,
-}
 
 impl CompilerProcess {
     /// Runs the child on `bytes`; on success the signed artifact for `digest` is in the cache.
@@ -153,7 +139,7 @@ pub fn compile_into_cache(
     std::io::stdin()
         .read_to_end(&mut bytes)
         .map_err(|e| PluginError::Host(format!("reading the component: {e}")))?;
-    if super::digest_bytes(&bytes) != digest {
+    if crate::sync::hash::digest_bytes(&bytes) != digest {
         return Err(PluginError::Host(
             "the component read does not have the digest given".into(),
         ));

@@ -9,10 +9,11 @@
 //! or renamed, is never loaded as native code. A file's mtime is its last use; after a new artifact is stored, the
 //! least recently used go until the rest fit in `cache_max_bytes`, never the one just stored.
 
-use super::bindings::{Pre, v0_1, v0_2};
+use super::bindings::{SUPPORTED_INTERFACES, TRANSFORMER_EXPORT, v0_1, v0_2};
+use super::error::PluginError;
 use super::private_dir;
+use super::settings::{CompilerProcess, HostSettings};
 use super::state::{HostState, Limiter};
-use super::{HostSettings, PluginError, SUPPORTED_INTERFACES, TRANSFORMER_EXPORT};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,18 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// A component linked for the interface version it implements.
+pub(super) enum Pre {
+    V0_1(v0_1::PluginPre<HostState>),
+    V0_2(v0_2::PluginPre<HostState>),
+}
+
+/// The exports of one instance, of either version.
+pub(super) enum Exports<'a> {
+    V0_1(&'a v0_1::exports::mimeo::transform::transformer::Guest),
+    V0_2(&'a v0_2::exports::mimeo::transform::transformer::Guest),
+}
 
 /// How often the epoch advances: the granularity of deadlines.
 const TICK: Duration = Duration::from_millis(5);
@@ -52,7 +65,7 @@ pub(super) struct Engine {
     cache_key: [u8; 32],
     cache_max_bytes: u64,
     /// The settings a compiler process is started with, and its limits; `None` compiles here.
-    compiler: Option<(HostSettings, super::CompilerProcess)>,
+    compiler: Option<(HostSettings, CompilerProcess)>,
     ticker: Ticker,
     /// Drives the timers of calls: each call's deadline, and the clocks a guest waits on.
     timers: Timers,
