@@ -13,6 +13,7 @@ mod process;
 pub mod requests;
 
 pub use requests::CountRequests;
+use requests::{ClusterVerbLabels, RequestLabels};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -100,21 +101,6 @@ struct PluginLabels {
 struct PluginErrorLabels {
     plugin: String,
     reason: String,
-}
-
-/// A request to an apiserver: its cluster, verb and status code.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RequestLabels {
-    remote_cluster: String,
-    verb: &'static str,
-    code: String,
-}
-
-/// Requests to one apiserver with one verb, for their latency.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ClusterVerbLabels {
-    remote_cluster: String,
-    verb: &'static str,
 }
 
 /// A rule's copies counted by cluster (`None`: the cluster mimeo runs in) and state.

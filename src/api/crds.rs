@@ -1,6 +1,9 @@
 //! The CustomResourceDefinitions, generated from the Rust types.
 
-use super::{ClusterInventory, ClusterSyncRule, MimeoConfig, RemoteCluster, SyncRule};
+use super::config::MimeoConfig;
+use super::inventory::ClusterInventory;
+use super::remote_cluster::RemoteCluster;
+use super::rule::{ClusterSyncRule, SyncRule};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 

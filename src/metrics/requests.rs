@@ -6,8 +6,8 @@
 //! tracing): a request kube retried on its own counts once. It reads the method, the path and one
 //! header; never a body, a query value other than `watch`, or a name in the path.
 
-use super::{ClusterVerbLabels, RequestLabels};
 use http::{HeaderMap, Method, Request, Response};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -16,6 +16,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
+
+/// A request to an apiserver: its cluster, verb and status code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub(crate) remote_cluster: String,
+    pub(crate) verb: &'static str,
+    pub(crate) code: String,
+}
+
+/// Requests to one apiserver with one verb, for their latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ClusterVerbLabels {
+    pub(crate) remote_cluster: String,
+    pub(crate) verb: &'static str,
+}
 
 /// The status label of a request that got no response (connection refused, reset, timed out),
 /// as client-go's `rest_client_requests_total` writes it.
