@@ -7,6 +7,8 @@
 //! rule's status and events; `inventory`, `remote` and `seal_key` write their own objects.
 
 pub mod configuration;
+mod context;
+pub use context::Context;
 pub(crate) mod error;
 pub(crate) mod fleet;
 mod inventory;
@@ -97,46 +99,6 @@ impl Default for SealKeySource {
             name: seal_key::DEFAULT_NAME.into(),
         }
     }
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    pub client: Client,
-    /// Rule reconciles running now: a shutdown waits for these, not for the controllers' streams.
-    pub(crate) in_flight: Arc<tokio::sync::watch::Sender<usize>>,
-    pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
-    /// The status each rule was last given, so that a rule cached from before that write does
-    /// not get it written again.
-    statuses: std::sync::Mutex<
-        std::collections::HashMap<crate::sync::ownership::RuleKey, rule_status::LastWritten>,
-    >,
-    scope: Scope,
-    fleet: Arc<Fleet>,
-    /// The kinds rules may sync and `nextTo` may follow, as they are now.
-    kinds: live_kinds::LiveKinds,
-    /// The watches of the kinds `targets[].nextTo` follows.
-    next_to: Arc<next_to::NextToWatches>,
-    plugins: plugins::Plugins,
-    /// The ConfigMaps `configmap://` plugins come from, watched so that a change wakes the rules.
-    plugin_config_maps: plugins::config_maps::PluginConfigMaps,
-    /// The `file://` plugins in use, looked at every few seconds so that a replaced one wakes
-    /// its rules.
-    plugin_files: plugins::files::PluginFiles,
-    /// Where `file://` plugins are.
-    plugin_dir: Option<std::path::PathBuf>,
-    /// What each rule's chain made of each copy, reused while the input is the same.
-    chain_outputs: plugins::chain_outputs::ChainOutputs,
-    /// Failed tries in a row per rule, for their backoff.
-    retries: retry::Retries,
-    /// What every copy is sealed with.
-    pub(crate) seal_key: Arc<SealKey>,
-    /// Copies that churn, and those held for it.
-    flaps: std::sync::Mutex<crate::sync::flap_guard::FlapGuard<reconcile::FlapKey>>,
-    /// The shards this replica holds: it reconciles and writes for their rules alone.
-    pub(crate) shards: crate::replicas::shards::Shards,
-    /// Turns to make and write a rule's copies (`reconcile::WRITE_TURNS`).
-    write_turns: Arc<turns::Turns>,
 }
 
 /// Fails with a clear message when the CRDs are not installed. Limited to namespaces, mimeo
@@ -335,7 +297,7 @@ fn rule_loop<R: RuleResource>(
     stopped: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> impl Future<Output = ()> {
     let (rules, changes) = rule_changes(api);
-    let shards = shards_changed(&ctx.shards);
+    let shards = ctx.shards.changes();
     Controller::for_stream(changes, rules)
         .reconcile_on(triggers)
         .reconcile_all_on(shards)
@@ -368,17 +330,6 @@ fn report(ctx: &Context, fleet: Arc<Fleet>, readiness: Readiness) {
             readiness.set_ready();
         }
     });
-}
-
-/// A tick each time the shards this replica holds change: every rule is looked at again, and
-/// those of shards it no longer holds are let go.
-fn shards_changed(
-    shards: &crate::replicas::shards::Shards,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(shards.subscribe(), |mut held| async move {
-        held.changed().await.ok()?;
-        Some(((), held))
-    })
 }
 
 /// The `RemoteCluster` status controller: the fleet's `RemoteCluster` watch fills its cache and

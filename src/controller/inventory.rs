@@ -101,7 +101,7 @@ pub async fn run(
     controller
         .reconcile_on(woken)
         .reconcile_on(remote_cluster_wakes)
-        .reconcile_all_on(super::shards_changed(&shards))
+        .reconcile_all_on(shards.changes())
         // The kinds decide the rights asked for in AccessRequests.
         .reconcile_all_on(kinds.changes())
         .graceful_shutdown_on(stopped)

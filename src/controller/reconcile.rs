@@ -23,39 +23,26 @@ pub(crate) mod gather;
 mod holders;
 pub(crate) mod inputs;
 pub(crate) mod make;
+pub(crate) mod places;
 mod record;
+mod requests;
 pub(crate) mod stop;
 
-use super::Context;
-use super::error::{Error, short_message, without_values};
-use super::fleet::ClusterHandle;
+use super::context::Context;
+use super::error::Error;
 use super::rule::RuleResource;
-use crate::api::{CopyState, CopyStatus};
-use crate::clusters;
 use crate::clusters::fence::{self, Fence};
-use crate::error_text::with_causes;
 use crate::locks::lock;
-use crate::sync::desired::CopyTarget;
-use crate::sync::ownership::{FINALIZER, RuleKey};
-use crate::sync::plan::{OwnedCopy, PlaceKey, Plan, owned, place};
-use crate::sync::scope::Scope;
-use kube::core::ApiResource;
+use crate::sync::ownership::FINALIZER;
+use crate::sync::plan::{Plan, place};
+use cleanup::let_go;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
-use std::collections::BTreeSet;
-use std::future::Future;
+use places::flap_key;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stop::Stop;
 
-/// How soon a rule whose copies sit in a cluster that does not answer looks again on its own:
-/// the cluster's prober and the kubeconfig Secret's watch wake it sooner, so this is only a
-/// backstop. Failures of other kinds back off per rule (`retry`), from a second.
-const RETRY_UNREACHABLE: Duration = Duration::from_secs(60);
-/// How long one request to another cluster may take.
-const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Requests in flight at once for one rule: reads of places, and writes.
-const WRITE_CONCURRENCY: usize = 16;
 /// Rules without plugins that make and write their copies at once, in one replica. Each holds
 /// its desired copies until they are written; with every rule at once, 1,000 rules of 100 copies
 /// held all 100,000 while their writes waited on the apiserver (a peak of 1.1 GiB). At 100,000
@@ -99,30 +86,6 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
         }
         Err(e) => Err(Error::Finalizer(Box::new(e))),
     }
-}
-
-/// Lets go of a rule whose shard this replica does not hold now: its watches and clusters, its
-/// last status, its backoff and its metrics. What its chain made is kept a while
-/// (`ChainOutputs::let_go`): a hold that lapsed is renewed within seconds, and the renewal looks
-/// at every rule again, which would otherwise run every chain of the rules let go meanwhile
-/// once more for every copy.
-fn let_go(ctx: &Context, key: &RuleKey) {
-    ctx.fleet.forget(key);
-    ctx.next_to.forget(key);
-    ctx.plugin_config_maps
-        .uses(key, std::collections::BTreeSet::new());
-    ctx.plugin_files.uses(key, std::collections::BTreeSet::new());
-    ctx.chain_outputs.let_go(key, Instant::now());
-    lock(&ctx.statuses).remove(key);
-    ctx.retries.succeeded(key);
-    ctx.metrics.set_copies(&key.to_string(), None);
-}
-
-/// Forgets everything this replica keeps for a rule that is gone: what [`let_go`] lets go, and
-/// what its chain made.
-fn forget(ctx: &Context, key: &RuleKey) {
-    let_go(ctx, key);
-    ctx.chain_outputs.forget(key);
 }
 
 /// Counts a reconcile out when it ends, however it ends (a cancelled future included).
@@ -227,112 +190,4 @@ fn hold_flapping(ctx: &Context, gathered: &gather::Gathered<'_>, plan: &mut Plan
         let held = flaps.held(&flap_key(&gathered.key, target, &gathered.resource), now)?;
         Some(held.describe(now))
     });
-}
-
-/// Runs a request against a cluster; one to another cluster gets a deadline, so a cluster that
-/// swallows packets cannot hold up the rule.
-async fn remote_call<T>(
-    cluster: &Option<String>,
-    request: impl Future<Output = kube::Result<T>>,
-) -> kube::Result<T> {
-    if cluster.is_none() {
-        return request.await;
-    }
-    match tokio::time::timeout(REMOTE_REQUEST_TIMEOUT, request).await {
-        Ok(result) => result,
-        Err(_) => Err(kube::Error::Service(
-            format!("no answer within {} s", REMOTE_REQUEST_TIMEOUT.as_secs()).into(),
-        )),
-    }
-}
-
-/// The state and message for a failed request. In another cluster, rejected credentials give
-/// `Unauthorized` and a request that did not get through gives `Unreachable` (and marks the
-/// cluster down, so that its prober takes over).
-fn failure(ctx: &Context, cluster: &Option<String>, doing: &str, error: &kube::Error) -> (CopyState, String) {
-    let (state, message) = failure_as_said(ctx, cluster, doing, error);
-    (state, short_message(&without_values(&message)))
-}
-
-/// [`failure`] before its message is cut and cleared of values.
-fn failure_as_said(
-    ctx: &Context,
-    cluster: &Option<String>,
-    doing: &str,
-    error: &kube::Error,
-) -> (CopyState, String) {
-    let Some(name) = cluster else {
-        return (CopyState::Failed, format!("{doing}: {error}"));
-    };
-    match error {
-        kube::Error::Api(e) if e.code == 401 || e.code == 403 => {
-            let problem = clusters::classify(error);
-            (
-                CopyState::Unauthorized,
-                format!("RemoteCluster {name}: {doing}: {}", problem.message),
-            )
-        }
-        kube::Error::Api(_) => (
-            CopyState::Failed,
-            format!("RemoteCluster {name}: {doing}: {error}"),
-        ),
-        _ => {
-            let error = with_causes(error);
-            ctx.fleet.report_unreachable(name, &error);
-            (
-                CopyState::Unreachable,
-                format!("RemoteCluster {name} does not answer: {doing}: {error}"),
-            )
-        }
-    }
-}
-
-/// A copy as the flap guard names it: its rule, its place, and its resource (group and plural,
-/// not the version).
-pub(super) type FlapKey = (RuleKey, CopyTarget, String);
-
-fn flap_key(rule: &RuleKey, target: &CopyTarget, resource: &ApiResource) -> FlapKey {
-    (
-        rule.clone(),
-        target.clone(),
-        format!("{}/{}", resource.group, resource.plural),
-    )
-}
-
-/// What `key` owns in `cluster`: its cached copies there and the `known` ones, by identity
-/// (`plan::owned`); those in `unsealed` places were made before seals. Copies in namespaces
-/// outside `scope` are not among them.
-fn owned_copies(
-    cluster: &ClusterHandle,
-    key: &RuleKey,
-    (resource, namespaced): (&ApiResource, bool),
-    known: &[&CopyStatus],
-    unsealed: &BTreeSet<PlaceKey>,
-    scope: &Scope,
-) -> Vec<OwnedCopy> {
-    let in_scope =
-        |ns: &Option<String>| cluster.name.is_some() || ns.as_deref().is_none_or(|ns| scope.contains(ns));
-    let trusted = |ns: &Option<String>, name: &str| {
-        unsealed.contains(&(cluster.name.clone(), ns.clone(), name.to_owned()))
-    };
-    owned(
-        cluster.watches.copies_of(key),
-        known,
-        resource,
-        namespaced,
-        trusted,
-        in_scope,
-    )
-}
-
-/// Where a copy is, for messages: `namespace/name`, prefixed with `cluster:` in another cluster.
-fn place_of(target: &CopyTarget) -> String {
-    let local = match &target.namespace {
-        Some(ns) => format!("{ns}/{}", target.name),
-        None => target.name.clone(),
-    };
-    match &target.cluster {
-        Some(cluster) => format!("{cluster}:{local}"),
-        None => local,
-    }
 }

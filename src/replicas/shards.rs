@@ -164,6 +164,15 @@ impl Shards {
         (0..self.count).filter(|s| self.holds(*s)).collect()
     }
 
+    /// A tick each time the shards held change: every rule is looked at again, and those of
+    /// shards no longer held are let go.
+    pub fn changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.subscribe(), |mut held| async move {
+            held.changed().await.ok()?;
+            Some(((), held))
+        })
+    }
+
     /// Changes of the shards held, for waking the rules of a shard taken or given up.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<BTreeSet<u32>> {
         self.changed.subscribe()

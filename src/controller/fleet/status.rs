@@ -4,7 +4,7 @@
 use super::{kubeconfig_ref, read_kubeconfig};
 use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule_status::{Readiness, ready_condition};
 use crate::sync::ownership::FIELD_MANAGER;

@@ -6,10 +6,11 @@
 use super::events::EventLog;
 use super::gather::{Gathered, Reachable};
 use super::make::live_object;
-use super::{WRITE_CONCURRENCY, failure, flap_key, owned_copies, place_of, remote_call};
+use super::places::{flap_key, owned_copies, place_of};
+use super::requests::{WRITE_CONCURRENCY, failure, remote_call};
 use crate::api::{ConflictPolicy, CopyState, CopyStatus, RuleSpec};
 use crate::clusters::fence::Fence;
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::fleet::ClusterHandle;
 use crate::controller::watches::Watches;
 use crate::controller::write;

@@ -3,14 +3,16 @@
 //! in full: a partial view would let the finalizer go with copies left behind.
 
 use super::carry_out::remove_owned;
-use super::{WRITE_CONCURRENCY, owned_copies, place_of, remote_call};
+use super::places::{owned_copies, place_of};
+use super::requests::{WRITE_CONCURRENCY, remote_call};
 use crate::api::{CopyState, CopyStatus, RuleSpec};
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::fleet::ClusterHandle;
 use crate::controller::rule::RuleResource;
 use crate::controller::rule_status::{KnownCopies, known_copies};
 use crate::controller::watches::Interest;
+use crate::locks::lock;
 use crate::sync::desired::CopyTarget;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::RuleKey;
@@ -21,6 +23,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Removes the rule's copies per its deletion policy and forgets the rule everywhere; a copy
 /// that cannot be removed keeps the finalizer on, to be tried again.
@@ -67,7 +70,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
     for handle in &clusters {
         handle.watches.forget(&key);
     }
-    super::forget(ctx, &key);
+    forget(ctx, &key);
     Ok(Action::await_change())
 }
 
@@ -170,4 +173,28 @@ fn cluster_name(handle: &ClusterHandle) -> String {
         Some(name) => format!("RemoteCluster {name}"),
         None => "this cluster".to_owned(),
     }
+}
+
+/// Lets go of a rule whose shard this replica does not hold now: its watches and clusters, its
+/// last status, its backoff and its metrics. What its chain made is kept a while
+/// (`ChainOutputs::let_go`): a hold that lapsed is renewed within seconds, and the renewal looks
+/// at every rule again, which would otherwise run every chain of the rules let go meanwhile
+/// once more for every copy.
+pub(super) fn let_go(ctx: &Context, key: &RuleKey) {
+    ctx.fleet.forget(key);
+    ctx.next_to.forget(key);
+    ctx.plugin_config_maps
+        .uses(key, std::collections::BTreeSet::new());
+    ctx.plugin_files.uses(key, std::collections::BTreeSet::new());
+    ctx.chain_outputs.let_go(key, Instant::now());
+    lock(&ctx.statuses).remove(key);
+    ctx.retries.succeeded(key);
+    ctx.metrics.set_copies(&key.to_string(), None);
+}
+
+/// Forgets everything this replica keeps for a rule that is gone: what [`let_go`] lets go, and
+/// what its chain made.
+pub(super) fn forget(ctx: &Context, key: &RuleKey) {
+    let_go(ctx, key);
+    ctx.chain_outputs.forget(key);
 }

@@ -1,7 +1,7 @@
 //! The events of one reconcile: gathered as copies are written and removed, published at its
 //! end under a cap, the routine ones summed up.
 
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::error::short_message;
 use crate::controller::rule::RuleResource;
 use crate::sync::desired::CopyTarget;

@@ -4,10 +4,10 @@
 
 use super::holders;
 use super::inputs::{self, ReadInputs};
+use super::requests::{RETRY_UNREACHABLE, failure};
 use super::stop::{Next, Refusal, Stop, refused};
-use super::{RETRY_UNREACHABLE, failure};
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, Target};
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::fleet::{ClusterHandle, ClusterProblem};
 use crate::controller::plugins::config_maps::config_maps_of;

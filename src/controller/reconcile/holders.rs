@@ -2,7 +2,7 @@
 //! followed by the shared watch of that kind, and matched against the target's selector.
 
 use crate::api::{CopyStatus, NextTo, RuleSpec};
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::sync::next_to::{Holders, cluster_scoped, kept_namespaces, kind_of, not_served, unreadable};
 use crate::sync::ownership::RuleKey;
 use crate::sync::rule_problem::RuleProblem;

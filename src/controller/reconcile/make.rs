@@ -4,9 +4,9 @@
 
 use super::gather::{Gathered, Reachable};
 use super::inputs::ReadInputs;
-use super::{WRITE_CONCURRENCY, failure, remote_call};
+use super::requests::{WRITE_CONCURRENCY, failure, remote_call};
 use crate::clusters::fence::Fence;
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::error::short_message;
 use crate::controller::fleet::ClusterHandle;
 use crate::controller::plugins::Chain;

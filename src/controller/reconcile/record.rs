@@ -4,11 +4,12 @@
 use super::carry_out::Outcome;
 use super::events::EventLog;
 use super::gather::Gathered;
+use super::places::place_of;
+use super::requests::RETRY_UNREACHABLE;
 use super::stop::{Next, Refusal};
-use super::{RETRY_UNREACHABLE, place_of};
 use crate::api::{CopyState, CopyStatus, RuleStatus};
 use crate::clusters::fence::Fence;
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::rule::RuleResource;
 use crate::controller::rule_status::{
