@@ -836,3 +836,28 @@ pub fn copy_state_in(
         .any(|c| c.cluster.as_deref() == cluster && c.synced > 0)
         .then_some(mimeo::api::CopyState::Synced)
 }
+
+/// A plain HTTP/1.0 GET of `path` at `address` (`127.0.0.1:PORT`): the status code and the body,
+/// or `None` when nothing answers there.
+pub fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

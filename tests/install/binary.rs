@@ -5,35 +5,12 @@
 use crate::harness;
 
 use mimeo_envtest::ControlPlane;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn mimeo() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mimeo"))
-}
-
-/// A plain HTTP GET on loopback: (status code, body).
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Every command list of `--help` (the top level's and each group's) gives a command one line
@@ -77,7 +54,7 @@ async fn refuses_to_start_without_crds() {
             "--log-format",
             "json",
             "--http-addr",
-            &format!("127.0.0.1:{}", free_port()),
+            &format!("127.0.0.1:{}", harness::free_port()),
         ])
         .env("KUBECONFIG", plane.kubeconfig_path())
         .output()
@@ -129,7 +106,7 @@ fn refuses_registry_cas_it_cannot_use() {
 #[tokio::test]
 async fn serves_health_and_metrics_and_stops_on_sigterm() {
     let h = harness::Harness::without_controller().await;
-    let port = free_port();
+    let port = harness::free_port();
     let mut child = mimeo()
         .args([
             "run",
@@ -152,14 +129,17 @@ async fn serves_health_and_metrics_and_stops_on_sigterm() {
 
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some((200, body)) = get(port, "/readyz") {
+        if let Some((200, body)) = harness::http_get(&format!("127.0.0.1:{port}"), "/readyz") {
             assert_eq!(body, "ok");
             break;
         }
         assert!(Instant::now() < deadline, "mimeo did not become ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(get(port, "/healthz").map(|(code, _)| code), Some(200));
+    assert_eq!(
+        harness::http_get(&format!("127.0.0.1:{port}"), "/healthz").map(|(code, _)| code),
+        Some(200)
+    );
     // Warnings with a message of their own: a copy not in sync, a cluster not ready.
     h.namespace("platform", &[], &[]).await;
     h.namespace("tenant", &[], &[]).await;
@@ -178,7 +158,7 @@ async fn serves_health_and_metrics_and_stops_on_sigterm() {
     .await;
     h.wait_ready("platform", "creds", "False", "NotAccepted").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (code, metrics) = get(port, "/metrics").unwrap();
+    let (code, metrics) = harness::http_get(&format!("127.0.0.1:{port}"), "/metrics").unwrap();
     assert_eq!(code, 200);
     for name in [
         "mimeo_copies{state=\"Synced\"}",

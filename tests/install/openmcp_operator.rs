@@ -20,8 +20,6 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use mimeo_envtest::ControlPlane;
 use serde_json::json;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -279,28 +277,6 @@ impl Kubelet {
     }
 }
 
-/// A plain HTTP GET: (status code, body).
-fn get(address: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn copy_value(client: &Client, namespace: &str, name: &str) -> Option<String> {
     let secret = Api::<Secret>::namespaced(client.clone(), namespace)
         .get_opt(name)
@@ -309,9 +285,17 @@ async fn copy_value(client: &Client, namespace: &str, name: &str) -> Option<Stri
     harness::secret_value(&secret, "token")
 }
 
+/// The shards each replica at `addresses` holds, when together they hold each shard once.
+fn every_shard_held(addresses: &[String]) -> Option<Vec<Vec<u32>>> {
+    let shares: Vec<Vec<u32>> = addresses.iter().map(|a| held(a)).collect::<Option<_>>()?;
+    let mut all: Vec<u32> = shares.concat();
+    all.sort();
+    (all == (0..mimeo::replicas::shards::DEFAULT_COUNT).collect::<Vec<_>>()).then_some(shares)
+}
+
 /// The shards a replica's `/readyz` says it holds.
 fn held(address: &str) -> Option<Vec<u32>> {
-    let (code, body) = get(address, "/readyz")?;
+    let (code, body) = harness::http_get(address, "/readyz")?;
     if code != 200 {
         return None;
     }
@@ -378,7 +362,7 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
         ],
         b"",
     );
-    let metrics_port = free_port();
+    let metrics_port = harness::free_port();
     let created = Instant::now();
     platform_services(&admin)
         .create(
@@ -425,7 +409,7 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
     println!("PlatformService created to the first copy: {first_copy:?}; run {args:?}");
     let address = format!("127.0.0.2:{metrics_port}");
     let (code, body) = eventually_within("metrics on the operator's port", WAIT, || async {
-        get(&address, "/metrics")
+        harness::http_get(&address, "/metrics")
     })
     .await;
     assert_eq!(code, 200);
@@ -615,11 +599,7 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
         .map(|i| format!("127.0.0.{}:{metrics_port}", 2 + i))
         .collect();
     let shares = eventually_within("every replica holds a share", WAIT, || async {
-        let shares: Vec<Vec<u32>> = addresses.iter().map(|a| held(a)).collect::<Option<_>>()?;
-        let mut all: Vec<u32> = shares.concat();
-        all.sort();
-        let every = (0..mimeo::replicas::shards::DEFAULT_COUNT).collect::<Vec<_>>();
-        (all == every && shares.iter().all(|s| !s.is_empty())).then_some(shares)
+        every_shard_held(&addresses).filter(|shares| shares.iter().all(|s| !s.is_empty()))
     })
     .await;
     println!("three replicas, shards held: {shares:?}");
@@ -627,10 +607,7 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
     drop(last);
     let killed = Instant::now();
     let over = eventually_within("the killed replica's shards taken over", WAIT, || async {
-        let shares: Vec<Vec<u32>> = addresses[..2].iter().map(|a| held(a)).collect::<Option<_>>()?;
-        let mut all: Vec<u32> = shares.concat();
-        all.sort();
-        (all == (0..mimeo::replicas::shards::DEFAULT_COUNT).collect::<Vec<_>>()).then(|| killed.elapsed())
+        every_shard_held(&addresses[..2]).map(|_| killed.elapsed())
     })
     .await;
     harness::kubectl(

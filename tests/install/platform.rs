@@ -10,8 +10,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -211,28 +210,6 @@ async fn init_without_rights_on_crds_says_what_failed() {
     assert!(!said.contains("panicked"), "{said}");
 }
 
-/// A plain HTTP GET on loopback: (status code, body).
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Some((code, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `run` with the operator's flags (ERROR verbosity) copies a Secret, serves metrics on the
 /// operator's port, and logs no INFO line.
 #[tokio::test]
@@ -244,7 +221,7 @@ async fn run_takes_the_operators_flags() {
     let output = init(plane.kubeconfig_path(), &[]);
     assert!(output.status.success(), "{}", text(&output));
 
-    let port = free_port();
+    let port = harness::free_port();
     let bind = format!("--metrics-bind-address=:{port}");
     let mut child = mimeo(
         plane.kubeconfig_path(),
@@ -294,7 +271,7 @@ async fn run_takes_the_operators_flags() {
     })
     .await;
     let (code, body) = eventually("metrics on the operator's port", || async {
-        get(port, "/metrics")
+        harness::http_get(&format!("127.0.0.1:{port}"), "/metrics")
     })
     .await;
     assert_eq!(code, 200);
