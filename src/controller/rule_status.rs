@@ -3,7 +3,7 @@
 //! wakes nobody.
 
 use super::error::short_message;
-use crate::api::{ClusterCopies, CopyState, CopyStatus, RuleStatus};
+use crate::api::{ClusterCopies, CopyState, CopyStatus, PluginPin, RuleStatus};
 use crate::sync::hash::digest_bytes;
 use crate::sync::plan::PlaceKey;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -275,6 +275,11 @@ pub struct LastWritten {
     /// Every copy of the last reconcile, in memory only: copies the cache may not show yet must
     /// still be cleaned up, and a cluster that stops answering keeps its copies listed.
     copies: Vec<CopyStatus>,
+    /// The generation and the plugin pins it recorded: the next pass may start before the cache
+    /// shows this status, and a pin it does not see is resolved again (or, with the registry
+    /// down, refused, and then lost from the status).
+    observed_generation: Option<i64>,
+    plugins: Vec<PluginPin>,
 }
 
 impl LastWritten {
@@ -284,7 +289,14 @@ impl LastWritten {
             ready: ready_of(status).map(|c| (c.status.clone(), c.last_transition_time.clone())),
             digest: timeless_digest(status),
             copies,
+            observed_generation: status.observed_generation,
+            plugins: status.plugins.clone(),
         }
+    }
+
+    /// The generation and the pins it recorded, if it is about the rule `uid`.
+    pub fn pins_of(&self, uid: &str) -> Option<(Option<i64>, &[PluginPin])> {
+        (self.uid == uid).then_some((self.observed_generation, self.plugins.as_slice()))
     }
 
     /// The copies it knew of, if it is about the rule `uid`.

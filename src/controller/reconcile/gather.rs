@@ -337,7 +337,20 @@ async fn resolve_chain<R: RuleResource>(
         .uses(key, config_maps_of(&spec.transforms, key.namespace.as_deref()));
     ctx.plugin_files
         .uses(key, files_of(&spec.transforms, ctx.plugin_dir.as_deref()));
-    let spec_changed = previous.and_then(|p| p.observed_generation) != rule.meta().generation;
+    // What this process last recorded for the rule, else its cached status: the cache may not
+    // show the status the last pass wrote yet.
+    let uid = rule.meta().uid.clone().unwrap_or_default();
+    let written = lock(&ctx.statuses).get(key).and_then(|last| {
+        last.pins_of(&uid)
+            .map(|(generation, pins)| (generation, pins.to_vec()))
+    });
+    let (observed, pins) = written.unwrap_or_else(|| {
+        (
+            previous.and_then(|p| p.observed_generation),
+            previous.map(|p| p.plugins.clone()).unwrap_or_default(),
+        )
+    });
+    let spec_changed = observed != rule.meta().generation;
     if spec_changed {
         // A changed rule is a new start for its copies' churn too.
         lock(&ctx.flaps).forget(|(rule, _, _)| rule == key);
@@ -349,7 +362,7 @@ async fn resolve_chain<R: RuleResource>(
             &spec.transforms,
             key.namespace.as_deref(),
             &spec.plugin_pull_secrets,
-            previous.map(|p| p.plugins.as_slice()).unwrap_or_default(),
+            &pins,
             spec_changed,
         )
         .await
