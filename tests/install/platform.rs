@@ -14,11 +14,12 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-const CRDS: [&str; 4] = [
+const CRDS: [&str; 5] = [
     "syncrules.mimeo.dev",
     "clustersyncrules.mimeo.dev",
     "remoteclusters.mimeo.dev",
     "clusterinventories.mimeo.dev",
+    "mimeoconfigs.mimeo.dev",
 ];
 
 /// The arguments the operator appends to `init` and to `run`.

@@ -25,7 +25,8 @@ async fn plane_with_crds() -> ControlPlane {
             "syncrules.mimeo.dev",
             "clustersyncrules.mimeo.dev",
             "remoteclusters.mimeo.dev",
-            "clusterinventories.mimeo.dev"
+            "clusterinventories.mimeo.dev",
+            "mimeoconfigs.mimeo.dev"
         ]
     );
     plane.create_namespace("team-a", &[]).await.expect("namespace");
