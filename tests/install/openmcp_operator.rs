@@ -308,7 +308,12 @@ fn held(address: &str) -> Option<Vec<u32>> {
     )
 }
 
+/// Run alone by `.ci/run` (`cargo test --test install -- --ignored openmcp_operator`): it plays
+/// an installation's worth of pods beside the operator, and beside the other tests of its binary
+/// on two cores its replicas once took over two minutes to share the shards they share in 12 to
+/// 17 s on their own.
 #[tokio::test]
+#[ignore = "run alone by .ci/run: it needs the machine to itself"]
 async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
     let operator = operator_binary();
     let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
@@ -598,10 +603,32 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
     let addresses: Vec<String> = (0..3)
         .map(|i| format!("127.0.0.{}:{metrics_port}", 2 + i))
         .collect();
-    let shares = eventually_within("every replica holds a share", WAIT, || async {
-        every_shard_held(&addresses).filter(|shares| shares.iter().all(|s| !s.is_empty()))
-    })
-    .await;
+    let started = Instant::now();
+    let shares = loop {
+        if let Some(shares) =
+            every_shard_held(&addresses).filter(|shares| shares.iter().all(|s| !s.is_empty()))
+        {
+            break shares;
+        }
+        if started.elapsed() > 2 * WAIT {
+            let said: Vec<String> = addresses
+                .iter()
+                .zip(&pods)
+                .map(|(a, pod)| {
+                    let log = pod.log();
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    format!("{a}: {:?}\n{}", harness::http_get(a, "/readyz"), tail.join("\n"))
+                })
+                .collect();
+            panic!(
+                "the replicas did not share the shards in {:?}:\n{}",
+                2 * WAIT,
+                said.join("\n\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!("three replicas share the shards after {:?}", started.elapsed());
     println!("three replicas, shards held: {shares:?}");
     let last = pods.pop().unwrap();
     drop(last);
