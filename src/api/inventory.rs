@@ -32,13 +32,28 @@ use std::collections::BTreeMap;
     validation = Rule::new(
         "has(self.spec.openMCP) || !has(self.spec.selector) || !has(self.spec.selector.matchPurposes)"
     ).message("matchPurposes selects openMCP Clusters only: Cluster API Clusters and ClusterProfiles have no purposes"),
+    validation = Rule::new(
+        "(has(self.spec.namespaces) && size(self.spec.namespaces) > 0) || has(self.spec.namespaceSelector)"
+    ).message("name the namespaces entries are read from (namespaces), choose them by label (namespaceSelector), or both"),
+    validation = Rule::new(
+        "!has(self.spec.namespaceSelector) || (has(self.spec.namespaceSelector.matchLabels) && size(self.spec.namespaceSelector.matchLabels) > 0) || (has(self.spec.namespaceSelector.matchExpressions) && size(self.spec.namespaceSelector.matchExpressions) > 0)"
+    ).message("namespaceSelector needs at least one label requirement: an empty selector would read entries from every namespace, tenants' own included"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterInventorySpec {
-    /// The namespaces entries are read from. Entries anywhere else are ignored, so a tenant who
-    /// may create a `Cluster` or a `ClusterProfile` in its own namespace gains nothing.
-    #[schemars(length(min = 1, max = 64))]
+    /// The namespaces entries are read from, by name. Entries anywhere else (in a namespace
+    /// neither named here nor chosen by `namespaceSelector`) are ignored, so a tenant who may
+    /// create a `Cluster` or a `ClusterProfile` in its own namespace gains nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub namespaces: Vec<String>,
+    /// The namespaces entries are read from, by their labels, besides those named in
+    /// `namespaces`: for platforms that make a namespace per tenant, such as openMCP's
+    /// `mcp--<uuid>` (labelled `core.openmcp.cloud/mcp-name` and `.../mcp-namespace`). Followed
+    /// as namespaces come, go and change labels. Choose labels only the platform can set: whoever
+    /// may label a namespace so that it matches can add entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
     /// Which entries become `RemoteCluster`s. Unset: all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<ObjectSelector>,
@@ -86,14 +101,16 @@ pub struct ClusterProfileInventory {
     pub provider: String,
 }
 
-/// Fields of every `RemoteCluster` an inventory makes.
+/// Fields of every `RemoteCluster` an inventory makes. Besides these, each gets the labels of its
+/// entry's namespace and of the entry itself (the namespace's win, as only the platform labels
+/// its namespaces), one label per openMCP purpose, and `mimeo.dev/inventory`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteClusterTemplate {
     /// Copied to each `RemoteCluster`'s `allowedNamespaces`. Unset: only `ClusterSyncRule`s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_namespaces: Option<LabelSelector>,
-    /// Labels added to each `RemoteCluster`, besides the entry's labels.
+    /// Labels added to each `RemoteCluster`, over the namespace's and the entry's labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
 }
@@ -113,7 +130,7 @@ pub struct ClusterInventoryStatus {
     /// `Ready`: every selected entry has a connectable `RemoteCluster`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Entries the selector chooses in the named namespaces.
+    /// Entries the selector chooses in the namespaces read.
     #[serde(default)]
     pub selected: i32,
     /// Of those, the ones whose `RemoteCluster` has credentials to connect with.

@@ -10,7 +10,7 @@ use super::live_kinds::LiveKinds;
 use super::rule_status::{Readiness, ready_condition};
 use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
 use crate::inventory::InventorySettings;
-use crate::inventory::entry::{self, Entry, Kind};
+use crate::inventory::entry::{self, Entry, EntryNamespaces, Kind};
 use crate::sync::object_selector::Matcher;
 use access::{Access, AccessState, FIELD_MANAGER};
 use entries::{EntryWatches, Watched};
@@ -155,6 +155,27 @@ async fn reconcile(
             return Ok(Action::await_change());
         }
     };
+    let read = match EntryNamespaces::of(&inventory.spec) {
+        Ok(read) => read,
+        Err(e) => {
+            let message = format!("spec.namespaceSelector: {e}");
+            write_status(&ctx, &inventory, Summary::broken("InvalidSelector", message)).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    // Before the entries: their watch wakes inventories by the labels this one holds.
+    let namespaces = match ctx.watches.namespaces().await {
+        Ok(namespaces) => namespaces,
+        Err(e) => {
+            write_status(
+                &ctx,
+                &inventory,
+                Summary::broken("NamespacesUnreadable", e.to_string()),
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+    };
     let entries = match ctx.watches.objects(Watched::Entries(kind)).await {
         Ok(objects) => objects,
         Err(e) => {
@@ -170,7 +191,11 @@ async fn reconcile(
     let selected: Vec<Entry> = entries
         .iter()
         .filter_map(|o| Entry::from_json(serde_json::to_value(&**o).ok()?))
-        .filter(|e| entry::is_selected(&inventory.spec, &matcher, e))
+        .map(|e| {
+            let namespace = namespaces.get(&ObjectRef::new(&e.namespace));
+            e.in_namespace(namespace.as_ref().map(|n| n.labels()))
+        })
+        .filter(|e| entry::is_selected(&read, &matcher, e))
         .collect();
     // Also with nothing selected: the requests of entries that went are deleted.
     let requests = if kind == Kind::OpenMcp {

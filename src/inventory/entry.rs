@@ -2,9 +2,10 @@
 //! the `RemoteCluster` it becomes: its name, its labels, its origin.
 
 use crate::api::{ClusterInventorySpec, Origin};
-use crate::sync::object_selector::{Matcher, ObjectFacts, purposes_of};
+use crate::sync::object_selector::{InvalidSelector, Matcher, ObjectFacts, purposes_of, selector};
+use kube::core::{Selector, SelectorExt};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// On every `RemoteCluster` an inventory keeps: the inventory's name. mimeo sets it last, so
 /// neither an entry's labels nor the template can change it.
@@ -77,6 +78,8 @@ pub struct Entry {
     pub labels: BTreeMap<String, String>,
     /// openMCP purposes; empty for the other inventories.
     pub purposes: Vec<String>,
+    /// The labels of the entry's namespace; empty until [`Entry::in_namespace`] gives them.
+    pub namespace_labels: BTreeMap<String, String>,
     /// The whole object, for what each inventory reads from its status.
     pub object: serde_json::Value,
 }
@@ -100,8 +103,15 @@ impl Entry {
             namespace,
             name,
             labels,
+            namespace_labels: BTreeMap::new(),
             object,
         })
+    }
+
+    /// The entry with its namespace's labels (none for a namespace not, or no longer, there).
+    pub fn in_namespace(mut self, labels: Option<&BTreeMap<String, String>>) -> Entry {
+        self.namespace_labels = labels.cloned().unwrap_or_default();
+        self
     }
 
     pub fn is_deleting(&self) -> bool {
@@ -109,10 +119,38 @@ impl Entry {
     }
 }
 
-/// Whether an inventory chooses an entry: it must sit in one of the named namespaces (entries
+/// The namespaces an inventory reads entries from: those it names, and those its
+/// `namespaceSelector` chooses by label.
+#[derive(Clone, Debug)]
+pub struct EntryNamespaces {
+    names: BTreeSet<String>,
+    selector: Option<Selector>,
+}
+
+impl EntryNamespaces {
+    /// An invalid `namespaceSelector` is an error, not a selector that silently reads nothing.
+    pub fn of(spec: &ClusterInventorySpec) -> Result<Self, InvalidSelector> {
+        Ok(EntryNamespaces {
+            names: spec.namespaces.iter().cloned().collect(),
+            selector: spec.namespace_selector.as_ref().map(selector).transpose()?,
+        })
+    }
+
+    /// Whether entries in `namespace` are read, given the namespace's labels.
+    pub fn reads(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.names.contains(namespace) || self.selector.as_ref().is_some_and(|s| s.matches(labels))
+    }
+
+    /// Whether a namespace's labels can change what is read.
+    pub fn by_labels(&self) -> bool {
+        self.selector.is_some()
+    }
+}
+
+/// Whether an inventory chooses an entry: it must sit in a namespace the inventory reads (entries
 /// anywhere else are never looked at) and match the selector.
-pub fn is_selected(spec: &ClusterInventorySpec, matcher: &Matcher, entry: &Entry) -> bool {
-    spec.namespaces.contains(&entry.namespace)
+pub fn is_selected(namespaces: &EntryNamespaces, matcher: &Matcher, entry: &Entry) -> bool {
+    namespaces.reads(&entry.namespace, &entry.namespace_labels)
         && !entry.is_deleting()
         && matcher.matches(&ObjectFacts {
             namespace: &entry.namespace,
@@ -139,14 +177,26 @@ pub fn remote_cluster_name(inventory: &str, namespace: &str, name: &str) -> Stri
     format!("{prefix}-{hash}")
 }
 
-/// The labels of an entry's `RemoteCluster`: the entry's own, one per purpose, the template's,
-/// and the inventory's name, later ones winning.
+/// The one namespace label a `RemoteCluster` does not get: on a cluster-scoped object it would
+/// claim to be the object's own name. The namespace's name is in the `RemoteCluster`'s origin.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// The labels of an entry's `RemoteCluster`: the entry's own, its namespace's (which win: only
+/// the platform labels its namespaces, while an entry may be written by someone with fewer
+/// rights), one per purpose, the template's, and the inventory's name, later ones winning.
 pub fn labels(
     inventory: &str,
     entry: &Entry,
     template: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut labels = entry.labels.clone();
+    labels.extend(
+        entry
+            .namespace_labels
+            .iter()
+            .filter(|(k, _)| k.as_str() != NAMESPACE_NAME_LABEL)
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     for purpose in &entry.purposes {
         if is_label_name(purpose) {
             labels.insert(format!("{PURPOSE_LABEL_PREFIX}{purpose}"), "true".into());
@@ -180,6 +230,7 @@ fn is_label_name(s: &str) -> bool {
 mod tests {
     use super::*;
     use crate::api::{ObjectSelector, OpenMcpInventory, PurposeOperator, PurposeRequirement};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde_json::json;
 
     fn cluster(namespace: &str, name: &str, labels: serde_json::Value, purposes: &[&str]) -> Entry {
@@ -193,6 +244,7 @@ mod tests {
     fn spec(namespaces: &[&str], selector: ObjectSelector) -> ClusterInventorySpec {
         ClusterInventorySpec {
             namespaces: namespaces.iter().map(|s| (*s).to_owned()).collect(),
+            namespace_selector: None,
             selector: Some(selector),
             open_mcp: Some(OpenMcpInventory::default()),
             cluster_api: None,
@@ -206,12 +258,12 @@ mod tests {
         let spec = spec(&["platform"], ObjectSelector::default());
         let matcher = Matcher::new(spec.selector.as_ref().unwrap()).unwrap();
         assert!(is_selected(
-            &spec,
+            &EntryNamespaces::of(&spec).unwrap(),
             &matcher,
             &cluster("platform", "a", json!({}), &[])
         ));
         assert!(!is_selected(
-            &spec,
+            &EntryNamespaces::of(&spec).unwrap(),
             &matcher,
             &cluster("tenant", "a", json!({}), &[])
         ));
@@ -234,9 +286,13 @@ mod tests {
             json!({"team": "a"}),
             &["workload", "not a label!"],
         );
-        assert!(is_selected(&spec, &matcher, &workload));
+        assert!(is_selected(
+            &EntryNamespaces::of(&spec).unwrap(),
+            &matcher,
+            &workload
+        ));
         assert!(!is_selected(
-            &spec,
+            &EntryNamespaces::of(&spec).unwrap(),
             &matcher,
             &cluster("platform", "m", json!({}), &["mcp"])
         ));
@@ -278,6 +334,74 @@ mod tests {
         let matcher = Matcher::new(&ObjectSelector::default()).unwrap();
         let mut entry = cluster("platform", "a", json!({}), &[]);
         entry.object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        assert!(!is_selected(&spec, &matcher, &entry));
+        assert!(!is_selected(
+            &EntryNamespaces::of(&spec).unwrap(),
+            &matcher,
+            &entry
+        ));
+    }
+
+    #[test]
+    fn namespaces_chosen_by_label_are_read_beside_the_named_ones() {
+        let mut spec = spec(&["platform"], ObjectSelector::default());
+        spec.namespace_selector = Some(LabelSelector {
+            match_labels: Some([("openmcp.cloud/managed-by".to_owned(), "mcp".to_owned())].into()),
+            ..Default::default()
+        });
+        let namespaces = EntryNamespaces::of(&spec).unwrap();
+        let matcher = Matcher::new(&ObjectSelector::default()).unwrap();
+        let mcp_labels: BTreeMap<String, String> = [
+            ("openmcp.cloud/managed-by".to_owned(), "mcp".to_owned()),
+            ("core.openmcp.cloud/mcp-name".to_owned(), "tenant-a".to_owned()),
+            (NAMESPACE_NAME_LABEL.to_owned(), "mcp--1234".to_owned()),
+        ]
+        .into();
+        let mcp = cluster(
+            "mcp--1234",
+            "mcp",
+            json!({"core.openmcp.cloud/mcp-name": "forged"}),
+            &["mcp"],
+        )
+        .in_namespace(Some(&mcp_labels));
+        assert!(is_selected(&namespaces, &matcher, &mcp));
+        // A tenant's own namespace, unlabelled: not read, whatever the entry says.
+        let tenant = cluster(
+            "tenant",
+            "mcp",
+            json!({"openmcp.cloud/managed-by": "mcp"}),
+            &["mcp"],
+        )
+        .in_namespace(Some(&BTreeMap::new()));
+        assert!(!is_selected(&namespaces, &matcher, &tenant));
+        // A namespace not (or no longer) known: only a named one is read.
+        let unknown = cluster("mcp--gone", "mcp", json!({}), &[]).in_namespace(None);
+        assert!(!is_selected(&namespaces, &matcher, &unknown));
+        let named = cluster("platform", "a", json!({}), &[]).in_namespace(None);
+        assert!(is_selected(&namespaces, &matcher, &named));
+        assert!(namespaces.by_labels());
+
+        let labels = labels("mcps", &mcp, &BTreeMap::new());
+        assert_eq!(
+            labels["core.openmcp.cloud/mcp-name"], "tenant-a",
+            "the namespace's label wins"
+        );
+        assert_eq!(labels["openmcp.cloud/managed-by"], "mcp");
+        assert!(!labels.contains_key(NAMESPACE_NAME_LABEL), "{labels:?}");
+    }
+
+    #[test]
+    fn an_invalid_namespace_selector_is_an_error() {
+        let mut spec = spec(&[], ObjectSelector::default());
+        spec.namespace_selector = Some(LabelSelector {
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "a".into(),
+                    operator: "In".into(),
+                    values: None,
+                },
+            ]),
+            ..Default::default()
+        });
+        assert!(EntryNamespaces::of(&spec).is_err());
     }
 }

@@ -1196,3 +1196,142 @@ async fn the_helmdeployer_scenarios_as_the_examples_write_them() {
     assert!(secret_exists(&h.client, "test-1", "chart-registry").await);
     assert!(secret_exists(&clients[1], "helm", "image-pull").await);
 }
+
+/// An MCP namespace on the platform cluster as openMCP's ManagedControlPlane controller makes it,
+/// made the way an operator would: `kubectl create namespace`, then `kubectl label`.
+fn mcp_namespace(plane: &ControlPlane, name: &str, tenant: &str) {
+    let kubeconfig = plane.kubeconfig_path();
+    harness::kubectl(kubeconfig, &["create", "namespace", name], b"");
+    harness::kubectl(
+        kubeconfig,
+        &[
+            "label",
+            "namespace",
+            name,
+            "openmcp.cloud/managed-by=ManagedControlPlane",
+            &format!("core.openmcp.cloud/mcp-name={tenant}"),
+            "core.openmcp.cloud/mcp-namespace=project-x",
+        ],
+        b"",
+    );
+}
+
+/// openMCP's tenants: an inventory over the namespaces chosen by the labels openMCP puts on each
+/// MCP's `mcp--<uuid>` namespace. Each MCP's RemoteCluster carries its namespace's labels, so a
+/// rule picks one tenant's MCP; a new MCP namespace is followed without an edit; a namespace
+/// that loses the label takes its RemoteCluster with it; a tenant's `Cluster` in its own
+/// namespace, labelled as if it were an MCP, gains nothing; an empty or missing choice of
+/// namespaces is refused by the apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mcp_namespaces_chosen_by_label_are_followed_without_an_edit() {
+    let h = Harness::start().await;
+    h.plane
+        .install_crds(&[
+            fixture("openmcp/clusters.openmcp.cloud_clusters.yaml"),
+            fixture("openmcp/clusters.openmcp.cloud_accessrequests.yaml"),
+        ])
+        .await
+        .unwrap();
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("tenant", &[], &[]).await;
+    put_source(&h, "one").await;
+    mcp_namespace(&h.plane, "mcp--aaaa", "tenant-a");
+    kubectl_apply(&h.plane, &openmcp_cluster("mcp--aaaa", "mcp", &["mcp"]));
+    // The tenant may write Clusters in its own namespace, and labels one as tenant-b's MCP.
+    let_tenant_write(&h, "clusters.openmcp.cloud", &["clusters"]).await;
+    let tenant = harness::tenant_client(&h, "tenant").await;
+    let mut forged = openmcp_cluster("tenant", "mcp", &["mcp"]);
+    forged["metadata"]["labels"] = json!({"core.openmcp.cloud/mcp-name": "tenant-b",
+        "openmcp.cloud/managed-by": "ManagedControlPlane"});
+    harness::apply_as(&tenant, forged).await.unwrap();
+
+    let inventory = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+        "metadata": {"name": "mcps"},
+        "spec": {"namespaceSelector": {"matchLabels": {"openmcp.cloud/managed-by": "ManagedControlPlane"}},
+                 "openMCP": {}, "selector": {"matchPurposes": [{"operator": "ContainsAll", "values": ["mcp"]}]}}});
+    kubectl_apply(&h.plane, &inventory);
+    // Tenant b's rule: only its MCP.
+    h.apply(copy_rule(
+        "tenant-b-pull",
+        json!({"matchLabels": {"mimeo.dev/inventory": "mcps", "core.openmcp.cloud/mcp-name": "tenant-b"}}),
+        "crossplane-system",
+    ))
+    .await;
+
+    let a = eventually("tenant a's MCP as a RemoteCluster", || {
+        remote_cluster(&h, "mcps-mcp--aaaa-mcp")
+    })
+    .await;
+    let labels = a.labels();
+    assert_eq!(labels["core.openmcp.cloud/mcp-name"], "tenant-a", "{labels:?}");
+    assert_eq!(labels["core.openmcp.cloud/mcp-namespace"], "project-x");
+    assert_eq!(labels["purpose.mimeo.dev/mcp"], "true");
+    assert!(!labels.contains_key("kubernetes.io/metadata.name"), "{labels:?}");
+
+    // A new MCP: followed without an edit of the inventory, and the rule picks it alone.
+    mcp_namespace(&h.plane, "mcp--bbbb", "tenant-b");
+    kubectl_apply(&h.plane, &openmcp_cluster("mcp--bbbb", "mcp", &["mcp"]));
+    let rules_using = |name: &'static str| {
+        let h = &h;
+        async move { remote_cluster(h, name).await.and_then(|rc| rc.status?.rules) }
+    };
+    eventually("tenant b's rule uses tenant b's MCP", || async {
+        (rules_using("mcps-mcp--bbbb-mcp").await == Some(1)).then_some(())
+    })
+    .await;
+    let inv = eventually("the inventory counts two MCPs", || async {
+        let inv = Api::<ClusterInventory>::all(h.client.clone())
+            .get("mcps")
+            .await
+            .unwrap();
+        (inv.status.as_ref()?.selected == 2).then_some(inv)
+    })
+    .await;
+    assert_eq!(inv.status.unwrap().selected, 2);
+    stays(
+        "tenant a's MCP unused by tenant b's rule, and nothing for the tenant's forged Cluster",
+        Duration::from_secs(3),
+        || async {
+            rules_using("mcps-mcp--aaaa-mcp").await.unwrap_or(0) == 0
+                && remote_cluster(&h, "mcps-tenant-mcp").await.is_none()
+        },
+    )
+    .await;
+
+    // Tenant a's MCP goes: its namespace loses the label, and its RemoteCluster goes with it.
+    harness::kubectl(
+        h.plane.kubeconfig_path(),
+        &["label", "namespace", "mcp--aaaa", "openmcp.cloud/managed-by-"],
+        b"",
+    );
+    eventually("tenant a's RemoteCluster removed", || async {
+        remote_cluster(&h, "mcps-mcp--aaaa-mcp")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(remote_cluster(&h, "mcps-mcp--bbbb-mcp").await.is_some());
+
+    // What the apiserver refuses: no namespaces at all, and a selector that would read them all.
+    for (spec, says) in [
+        (json!({"openMCP": {}}), "namespaceSelector), or both"),
+        (
+            json!({"openMCP": {}, "namespaceSelector": {}}),
+            "an empty selector would read entries from every namespace",
+        ),
+        (
+            json!({"openMCP": {}, "namespaceSelector": {"matchLabels": {}}}),
+            "an empty selector",
+        ),
+    ] {
+        let object = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
+                            "metadata": {"name": "bad"}, "spec": spec});
+        let (ok, out) = harness::run_kubectl(
+            h.plane.kubeconfig_path(),
+            &["apply", "-f", "-"],
+            object.to_string().as_bytes(),
+        );
+        assert!(!ok && out.contains(says), "{spec}: {out}");
+    }
+}

@@ -1,14 +1,18 @@
 //! The watches an inventory reads through: one per entry kind (openMCP `Cluster`s, Cluster API
-//! `Cluster`s, `ClusterProfile`s) and one of mimeo's own `AccessRequest`s, each started when the
-//! first inventory needs it. A change wakes the inventories it concerns, so a new `Cluster` is
-//! seen within the watch's latency, not a poll's.
+//! `Cluster`s, `ClusterProfile`s), one of mimeo's own `AccessRequest`s and one of namespaces'
+//! metadata (their labels choose namespaces and label `RemoteCluster`s), each started when the
+//! first inventory needs it. A change wakes the inventories it concerns, so a new `Cluster` or
+//! MCP namespace is seen within the watch's latency, not a poll's. One watch per kind, whatever
+//! the number of namespaces: thousands of tenant namespaces cost no watch each.
 
 use crate::api::ClusterInventory;
-use crate::inventory::entry::{INVENTORY_LABEL, Kind};
+use crate::inventory::entry::{EntryNamespaces, INVENTORY_LABEL, Kind};
 use crate::inventory::openmcp;
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -39,11 +43,15 @@ pub enum EntriesError {
     NotListed(String),
 }
 
+/// The namespaces' metadata, by name.
+pub type Namespaces = Store<PartialObjectMeta<Namespace>>;
+
 pub struct EntryWatches {
     client: Client,
     wake: UnboundedSender<ObjectRef<ClusterInventory>>,
     inventories: Store<ClusterInventory>,
     stores: Mutex<HashMap<Watched, Store<DynamicObject>>>,
+    namespaces: Mutex<Option<Namespaces>>,
 }
 
 impl EntryWatches {
@@ -57,7 +65,51 @@ impl EntryWatches {
             wake,
             inventories,
             stores: Mutex::new(HashMap::new()),
+            namespaces: Mutex::new(None),
         }
+    }
+
+    /// Every namespace's metadata, from its cache, started and listed first if need be.
+    pub async fn namespaces(&self) -> Result<Namespaces, EntriesError> {
+        let store = lock(&self.namespaces)
+            .get_or_insert_with(|| self.start_namespaces())
+            .clone();
+        let not_listed = || EntriesError::NotListed("namespaces".into());
+        tokio::time::timeout(FIRST_LIST, store.wait_until_ready())
+            .await
+            .map_err(|_| not_listed())?
+            .map_err(|_| not_listed())?;
+        Ok(store)
+    }
+
+    /// A metadata-only watch of every namespace, waking the inventories that read one when it
+    /// comes, goes or is relabelled.
+    fn start_namespaces(&self) -> Namespaces {
+        let writer = reflector::store::Writer::default();
+        let store = writer.as_reader();
+        let api = Api::<PartialObjectMeta<Namespace>>::all(self.client.clone());
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        let (wake, inventories) = (self.wake.clone(), self.inventories.clone());
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(namespace) => {
+                        for inventory in inventories.state() {
+                            let names = inventory.spec.namespaces.contains(&namespace.name_any());
+                            if names || inventory.spec.namespace_selector.is_some() {
+                                let _ = wake.unbounded_send(ObjectRef::from_obj(&*inventory));
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "inventory namespace watch"),
+                }
+            }
+        });
+        store
     }
 
     /// Every object of `watched`, from its cache, started and listed first if need be.
@@ -95,11 +147,12 @@ impl EntryWatches {
             .reflect(writer)
             .touched_objects();
         let (wake, inventories) = (self.wake.clone(), self.inventories.clone());
+        let namespaces = lock(&self.namespaces).clone();
         tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(object) => wake_for(&wake, &inventories, watched, &object),
+                    Ok(object) => wake_for(&wake, &inventories, namespaces.as_ref(), watched, &object),
                     Err(e) => tracing::debug!(error = %e, watched = %describe(watched), "inventory watch"),
                 }
             }
@@ -134,10 +187,12 @@ impl EntryWatches {
 }
 
 /// Wakes the inventories an object concerns: for an entry, those of its kind that read its
-/// namespace; for an `AccessRequest`, the inventory its label names.
+/// namespace (by name, or by the labels in `namespaces`; any with a `namespaceSelector` while
+/// those are not known); for an `AccessRequest`, the inventory its label names.
 fn wake_for(
     wake: &UnboundedSender<ObjectRef<ClusterInventory>>,
     inventories: &Store<ClusterInventory>,
+    namespaces: Option<&Namespaces>,
     watched: Watched,
     object: &DynamicObject,
 ) {
@@ -149,8 +204,20 @@ fn wake_for(
         }
         Watched::Entries(kind) => {
             let namespace = object.namespace().unwrap_or_default();
+            let labels = namespaces
+                .and_then(|n| n.get(&ObjectRef::new(&namespace)))
+                .map(|n| n.labels().clone());
             for inventory in inventories.state() {
-                if Kind::of(&inventory.spec) == kind && inventory.spec.namespaces.contains(&namespace) {
+                if Kind::of(&inventory.spec) != kind {
+                    continue;
+                }
+                let reads = match (EntryNamespaces::of(&inventory.spec), &labels) {
+                    (Ok(read), Some(labels)) => read.reads(&namespace, labels),
+                    (Ok(read), None) => read.by_labels() || inventory.spec.namespaces.contains(&namespace),
+                    // Woken, it says what is wrong with its selector.
+                    (Err(_), _) => true,
+                };
+                if reads {
                     let _ = wake.unbounded_send(ObjectRef::from_obj(&*inventory));
                 }
             }
