@@ -389,6 +389,17 @@ pub struct NextTo {
     /// Which of its objects count; empty, every one.
     #[serde(flatten)]
     pub selector: ObjectSelector,
+    /// Only objects in these namespaces count (besides those `namespaceSelector` chooses). Unset,
+    /// with `namespaceSelector` unset too: objects in every namespace count, so whoever may
+    /// create an object of the kind anywhere (a tenant in its own namespace) chooses where copies
+    /// go; name the namespaces the platform trusts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub namespaces: Vec<String>,
+    /// Only objects in namespaces with these labels count (besides those `namespaces` names).
+    /// Choose labels only the platform sets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 /// One step of the transform chain.

@@ -2,7 +2,7 @@
 
 use super::next_to::Holders;
 use super::object_selector::{InvalidSelector, selector};
-use crate::api::Target;
+use crate::api::{NextTo, Target};
 use kube::core::{Selector, SelectorExt};
 use regex::{Regex, RegexBuilder};
 use std::collections::BTreeMap;
@@ -147,9 +147,15 @@ pub fn placements(
             }
         }
         if let Some(next_to) = &target.next_to {
-            // Only namespaces that exist and stay: an object in a namespace being deleted goes too.
-            let live = |name: &str| namespaces.iter().any(|n| n.name == name && !n.terminating);
-            for ns in holders.of(next_to).filter(|ns| live(ns)) {
+            let trusted = TrustedNamespaces::of(next_to)?;
+            // Only namespaces that exist and stay (an object in a namespace being deleted goes
+            // too), and that the target trusts.
+            let usable = |name: &str| {
+                namespaces
+                    .iter()
+                    .any(|n| n.name == name && !n.terminating && trusted.trusts(n))
+            };
+            for ns in holders.of(next_to).filter(|ns| usable(ns)) {
                 out.push(Placement {
                     namespace: Some(ns.to_owned()),
                     rename: target.name.clone(),
@@ -168,6 +174,32 @@ pub fn placements(
         same
     });
     Ok(out)
+}
+
+/// The namespaces whose objects a `nextTo` counts: those it names and those its
+/// `namespaceSelector` chooses; every namespace when it does neither.
+struct TrustedNamespaces<'a> {
+    names: &'a [String],
+    selector: Option<Selector>,
+}
+
+impl<'a> TrustedNamespaces<'a> {
+    fn of(next_to: &'a NextTo) -> Result<Self, InvalidSelector> {
+        Ok(TrustedNamespaces {
+            names: &next_to.namespaces,
+            selector: next_to.namespace_selector.as_ref().map(selector).transpose()?,
+        })
+    }
+
+    fn trusts(&self, namespace: &NamespaceInfo) -> bool {
+        match &self.selector {
+            None if self.names.is_empty() => true,
+            selector => {
+                self.names.contains(&namespace.name)
+                    || selector.as_ref().is_some_and(|s| s.matches(&namespace.labels))
+            }
+        }
+    }
 }
 
 /// The targets per cluster they write to: `None` is the cluster mimeo runs in, `Some(name)` a
@@ -439,5 +471,47 @@ mod tests {
             .map(|p| (p.namespace.as_deref().unwrap(), p.rename.as_deref()))
             .collect();
         assert_eq!(got, [("a", Some("registry-credentials"))]);
+    }
+
+    #[test]
+    fn next_to_counts_objects_only_in_the_namespaces_it_trusts() {
+        let namespaces = [
+            ns("platform", &[]),
+            ns("mcp--1", &[("openmcp.cloud/managed-by", "ManagedControlPlane")]),
+            ns("tenant", &[]),
+        ];
+        let found = ["platform", "mcp--1", "tenant"].map(str::to_owned);
+        let placed = |next_to: serde_json::Value| {
+            let target: Target = serde_json::from_value(serde_json::json!({"nextTo": next_to})).unwrap();
+            let mut holders = Holders::default();
+            holders.insert(target.next_to.clone().unwrap(), found.clone().into());
+            placements(&[target], &namespaces, &holders, true)
+                .unwrap()
+                .into_iter()
+                .map(|p| p.namespace.unwrap())
+                .collect::<Vec<_>>()
+        };
+        let kind = |extra: serde_json::Value| {
+            let mut next_to =
+                serde_json::json!({"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster"});
+            next_to
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            next_to
+        };
+        assert_eq!(
+            placed(kind(serde_json::json!({}))),
+            ["mcp--1", "platform", "tenant"]
+        );
+        assert_eq!(
+            placed(kind(serde_json::json!({"namespaces": ["platform"]}))),
+            ["platform"]
+        );
+        let by_label = serde_json::json!({"namespaceSelector": {"matchLabels": {"openmcp.cloud/managed-by": "ManagedControlPlane"}}});
+        assert_eq!(placed(kind(by_label)), ["mcp--1"]);
+        let both = serde_json::json!({"namespaces": ["platform"],
+            "namespaceSelector": {"matchLabels": {"openmcp.cloud/managed-by": "ManagedControlPlane"}}});
+        assert_eq!(placed(kind(both)), ["mcp--1", "platform"]);
     }
 }

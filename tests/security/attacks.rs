@@ -1442,3 +1442,88 @@ async fn no_status_event_or_log_line_shows_a_secret() {
         assert!(!logged.contains(&shown), "the log shows the secret");
     }
 }
+
+/// 8. A tenant who may create openMCP `Cluster`s in its own namespace, with the purposes it likes,
+/// receives nothing from `examples/helmdeployer-registry-credentials.yaml`: its `nextTo` counts
+/// only Clusters in the namespaces the platform trusts. The twin shows what the narrowing stops:
+/// the same rule without `nextTo.namespaces` hands the tenant the credentials (a
+/// `ClusterSyncRule` needs no consent), and the platform's own Cluster gets its copy either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cluster_gets_no_credentials_from_next_to() {
+    let config = ControllerConfig {
+        next_to_kinds: vec!["Cluster.clusters.openmcp.cloud".parse().unwrap()],
+        ..Default::default()
+    };
+    let h = Harness::start_with_chart_values(
+        config,
+        &["--set-json", r#"nextTo.kinds=["Cluster.clusters.openmcp.cloud"]"#],
+    )
+    .await;
+    h.namespace(TENANT, &[], &[]).await;
+    let crd = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/inventory/openmcp/clusters.openmcp.cloud_clusters.yaml");
+    h.plane.install_crds(&[crd]).await.unwrap();
+    let tenant = tenant_client(&h, TENANT).await;
+    h.apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "clusters", "namespace": TENANT},
+                   "rules": [{"apiGroups": ["clusters.openmcp.cloud"], "resources": ["clusters"], "verbs": ["*"]}]}))
+        .await;
+    h.apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "clusters", "namespace": TENANT},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "clusters"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": TENANT}]}),
+    )
+    .await;
+    let cluster = |ns: &str| {
+        json!({"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster",
+               "metadata": {"name": "wl", "namespace": ns},
+               "spec": {"profile": "x", "tenancy": "Shared", "purposes": ["workload"]}})
+    };
+    let example = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/helmdeployer-registry-credentials.yaml");
+    harness::kubectl(h.plane.kubeconfig_path(), &["create", "namespace", "test-0"], b"");
+    harness::kubectl_apply(&h.plane, &cluster("test-0"));
+    eventually("the tenant's Cluster, as the tenant", || async {
+        apply_as(&tenant, cluster(TENANT)).await.ok()
+    })
+    .await;
+    harness::kubectl(
+        h.plane.kubeconfig_path(),
+        &["apply", "-f", example.to_str().unwrap()],
+        b"",
+    );
+
+    let secrets = |ns: &str| h.secrets(ns);
+    eventually("the credentials beside the platform's Cluster", || async {
+        secrets("test-0").get_opt("chart-registry").await.unwrap()
+    })
+    .await;
+    harness::stays(
+        "no credentials beside the tenant's Cluster",
+        Duration::from_secs(3),
+        || async { secrets(TENANT).get_opt("chart-registry").await.unwrap().is_none() },
+    )
+    .await;
+
+    // The twin: without the namespaces the platform trusts, the tenant's Cluster is followed.
+    let rules = Api::<mimeo::api::ClusterSyncRule>::all(h.client.clone());
+    rules
+        .patch(
+            "helmdeployer-chart-registry",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "remove", "path": "/spec/targets/0/nextTo/namespaces"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the credentials beside the tenant's Cluster, once nothing narrows nextTo",
+        || async { secrets(TENANT).get_opt("chart-registry").await.unwrap() },
+    )
+    .await;
+}
