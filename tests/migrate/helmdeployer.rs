@@ -172,7 +172,8 @@ async fn from_openmcp_helmdeployer() {
     let remote = json!({"matchLabels": {"mimeo.dev/inventory": format!("{p}-single")}});
     assert_eq!(
         rule(&plan, "default", &format!("{p}-secret-2-as-copied-secret-2"))["spec"]["targets"],
-        json!([{"nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster", "matchPurposes": single},
+        json!([{"nextTo": {"apiVersion": "clusters.openmcp.cloud/v1alpha1", "kind": "Cluster", "matchPurposes": single,
+                           "namespaces": ["test-0"]},
                 "name": "copied-secret-2"}])
     );
     assert_eq!(

@@ -444,6 +444,12 @@ fn collect(
             for (key, value) in d.selector.as_object().into_iter().flatten() {
                 next_to[key] = value.clone();
             }
+            // Only the namespaces its Clusters are in now, as the inventory reads: a ClusterSyncRule
+            // needs no consent, so a Cluster a tenant creates elsewhere must not draw the copy.
+            let namespaces: BTreeSet<&String> = d.clusters.iter().map(|(ns, _)| ns).collect();
+            if !namespaces.is_empty() {
+                next_to["namespaces"] = json!(namespaces);
+            }
             let mut spec = json!({"nextTo": next_to});
             if *target != entry.source.name {
                 spec["name"] = json!(target);
@@ -759,8 +765,10 @@ mod tests {
         ]
         .into();
         assert_eq!(names, expected);
+        // Narrowed to the namespace its Cluster is in, as the inventory is.
         let next_to = json!({"apiVersion": CLUSTER_API_VERSION, "kind": "Cluster",
-                             "matchPurposes": [{"operator": "ContainsAll", "values": ["single"]}]});
+                             "matchPurposes": [{"operator": "ContainsAll", "values": ["single"]}],
+                             "namespaces": ["test-0"]});
         let remote = json!({"matchLabels": {INVENTORY_LABEL: "openmcp-helmdeployer-single"}});
         assert_eq!(
             rule(&m, "default", &format!("{p}-secret-2-as-copied-secret-2"))["spec"],
