@@ -12,6 +12,7 @@ pub mod kinds;
 pub mod live;
 pub mod next_to;
 pub mod object_selector;
+pub mod operation;
 pub mod ownership;
 pub mod plan;
 pub mod protected;

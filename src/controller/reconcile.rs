@@ -23,6 +23,7 @@ pub(crate) mod gather;
 mod holders;
 pub(crate) mod inputs;
 pub(crate) mod make;
+mod operation;
 pub(crate) mod places;
 mod record;
 mod requests;
@@ -33,6 +34,7 @@ use super::error::Error;
 use super::rule::RuleResource;
 use crate::clusters::fence::{self, Fence};
 use crate::locks::lock;
+use crate::sync::operation::{Operation, requested};
 use crate::sync::ownership::FINALIZER;
 use crate::sync::plan::{Plan, place};
 use cleanup::let_go;
@@ -59,6 +61,10 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
         let_go(&ctx, &key);
         return Ok(Action::await_change());
     }
+    let operation = requested(rule.meta().annotations.as_ref());
+    if operation == Some(Operation::Ignore) {
+        return operation::ignore(&*rule, &ctx).await;
+    }
     ctx.in_flight.send_modify(|running| *running += 1);
     let _done = InFlight(&ctx);
     let started = Instant::now();
@@ -67,7 +73,7 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
     let fence = Fence::for_rule(&ctx.shards, &key);
     let result = fence::under(
         fence,
-        finalizer(&api, FINALIZER, rule, |event| async {
+        finalizer(&api, FINALIZER, rule.clone(), |event| async {
             match event {
                 FinalizerEvent::Apply(rule) => apply(rule, &ctx).await,
                 FinalizerEvent::Cleanup(rule) => cleanup::cleanup(rule, &ctx).await,
@@ -77,6 +83,10 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
     .await;
     ctx.metrics.reconciled(R::KIND, started.elapsed());
     match result {
+        Ok(action) if operation == Some(Operation::Reconcile) => {
+            operation::reconciled(&*rule, &ctx).await?;
+            Ok(action)
+        }
         Ok(action) => Ok(action),
         // The rule's own error, so that metrics and retries see its real cause.
         Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) => Err(e),

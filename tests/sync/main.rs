@@ -15,6 +15,7 @@ mod inventories;
 mod kinds;
 mod namespace_pattern;
 mod next_to;
+mod operation;
 mod ownership;
 mod remote_clusters;
 mod remote_rbac;

@@ -19,6 +19,7 @@ use crate::controller::rule_status::{
 use crate::sync::consent::not_shared_message;
 use crate::sync::desired::CopyTarget;
 use crate::sync::hash::digest;
+use crate::sync::operation::OPERATION_ANNOTATION;
 use crate::sync::ownership::FIELD_MANAGER;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -308,6 +309,35 @@ pub(super) async fn refusal<R: RuleResource>(
             Action::requeue(after)
         }
     })
+}
+
+/// Reports a rule its `openmcp.cloud/operation: ignore` annotation keeps mimeo's hands off:
+/// `Ready=False, Ignored`, the rest of the status (its copies as last seen) as it was, and one
+/// Normal event when it starts. Nothing else is written until the annotation goes.
+pub(super) async fn ignored<R: RuleResource>(rule: &R, ctx: &Context) -> Result<Action, Error> {
+    let kept = rule.rule_status();
+    let ready = Readiness::not_ready(
+        "Ignored",
+        format!(
+            "annotated {OPERATION_ANNOTATION}: ignore: mimeo writes and removes nothing for this rule, not even when it is deleted (its copies then stay where they are); remove the annotation to go on"
+        ),
+    );
+    let before = kept
+        .and_then(|k| k.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.reason.as_str());
+    if before != Some("Ignored") {
+        let mut log = EventLog::default();
+        log.note(EventType::Normal, "Ignored", ready.message.clone());
+        log.publish(rule, ctx).await;
+    }
+    let status = with_ready(
+        kept.cloned().unwrap_or_default(),
+        kept,
+        rule.meta().generation,
+        ready,
+    );
+    write_status(rule, ctx, status, None).await?;
+    Ok(Action::await_change())
 }
 
 /// Writes the status with server-side apply, only when it differs from what is there; says

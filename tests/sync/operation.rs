@@ -1,0 +1,124 @@
+//! `openmcp.cloud/operation` on a rule, set with `kubectl annotate` as an operator would: under
+//! `ignore` mimeo writes and removes nothing (a rotation does not reach the copy, a deleted rule
+//! leaves its copy), and says so in the rule's status; `reconcile` makes a pass, after which
+//! mimeo removes the annotation.
+
+use crate::harness;
+
+use harness::{Harness, eventually, secret_value, stays};
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use std::time::Duration;
+
+fn kubectl(h: &Harness, args: &[&str]) -> String {
+    harness::kubectl(h.plane.kubeconfig_path(), args, b"")
+}
+
+async fn copy_value(h: &Harness) -> Option<String> {
+    let copy = h.secrets("app").get_opt("creds").await.unwrap()?;
+    secret_value(&copy, "password")
+}
+
+#[tokio::test]
+async fn ignore_keeps_mimeos_hands_off_and_reconcile_asks_for_a_pass() {
+    let h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("app", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    h.put_secret("platform", "creds", &[("password", "one")]).await;
+    harness::kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                "metadata": {"name": "creds", "namespace": "platform"},
+                "spec": {"source": {"kind": "Secret", "name": "creds"}, "targets": [{"namespace": "app"}]}}),
+    );
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+
+    kubectl(
+        &h,
+        &[
+            "annotate",
+            "syncrule",
+            "creds",
+            "-n",
+            "platform",
+            "openmcp.cloud/operation=ignore",
+        ],
+    );
+    let rule = h.wait_ready("platform", "creds", "False", "Ignored").await;
+    let status = rule.status.unwrap();
+    assert_eq!(
+        status.copies.as_deref(),
+        Some("1/1"),
+        "the copies as last seen stay in the status"
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.client.clone(), "platform")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Ignored") && e.type_.as_deref() == Some("Normal")),
+        "a Normal event says the rule is ignored"
+    );
+    h.put_secret("platform", "creds", &[("password", "two")]).await;
+    stays(
+        "the copy untouched while the rule is ignored",
+        Duration::from_secs(3),
+        || async { copy_value(&h).await.as_deref() == Some("one") },
+    )
+    .await;
+
+    // `reconcile` in place of `ignore`: one pass, and the annotation goes.
+    kubectl(
+        &h,
+        &[
+            "annotate",
+            "--overwrite",
+            "syncrule",
+            "creds",
+            "-n",
+            "platform",
+            "openmcp.cloud/operation=reconcile",
+        ],
+    );
+    eventually("the rotation reaches the copy", || async {
+        (copy_value(&h).await.as_deref() == Some("two")).then_some(())
+    })
+    .await;
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+    eventually("mimeo removes the reconcile annotation", || async {
+        let rule = h.rule("platform", "creds").await.unwrap();
+        let annotations = rule.metadata.annotations.unwrap_or_default();
+        (!annotations.contains_key("openmcp.cloud/operation")).then_some(())
+    })
+    .await;
+
+    // Deleted while ignored: the rule goes, and its copy stays where it is.
+    kubectl(
+        &h,
+        &[
+            "annotate",
+            "syncrule",
+            "creds",
+            "-n",
+            "platform",
+            "openmcp.cloud/operation=ignore",
+        ],
+    );
+    h.wait_ready("platform", "creds", "False", "Ignored").await;
+    kubectl(
+        &h,
+        &["delete", "syncrule", "creds", "-n", "platform", "--wait=false"],
+    );
+    eventually("the ignored rule deleted", || async {
+        h.rule("platform", "creds").await.is_none().then_some(())
+    })
+    .await;
+    stays("its copy left where it is", Duration::from_secs(2), || async {
+        copy_value(&h).await.as_deref() == Some("two")
+    })
+    .await;
+}
