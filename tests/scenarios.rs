@@ -333,7 +333,8 @@ async fn a_rotation_is_one_look() {
 }
 
 /// 4. Conflict: an unmanaged object is left alone under Fail, adopted under Adopt, replaced under
-/// Overwrite; a SyncRule may take over objects only in its own namespace.
+/// Overwrite, skipped under Skip (the rule stays Ready); a SyncRule may take over objects only in
+/// its own namespace.
 #[tokio::test]
 async fn conflicts_follow_the_rule() {
     let h = Harness::start().await;
@@ -447,6 +448,71 @@ async fn conflicts_follow_the_rule() {
         untouched.metadata.resource_version,
         elsewhere.metadata.resource_version
     );
+
+    // Skip: the object in the way is left alone and the copy is Skipped, which leaves the rule
+    // Ready; where nothing is in the way the copy is written; once the object goes, it is too.
+    h.delete_rule("team", "reach-out").await;
+    h.namespace("another", &[], &[("mimeo.dev/accept-from", "team")])
+        .await;
+    h.apply(sync_rule(
+        "team",
+        "skip",
+        json!({"source": {"kind": "Secret", "name": "src"}, "conflict": "Skip",
+               "targets": [{"namespace": "other"}, {"namespace": "another"}]}),
+    ))
+    .await;
+    let skipping = h.wait_ready("team", "skip", "True", "Synced").await;
+    let status = skipping.status.unwrap();
+    assert!(
+        status.conditions[0]
+            .message
+            .ends_with("1/2 copies in sync; 1 skipped for an object in the way (conflict: Skip)"),
+        "{status:?}"
+    );
+    let skipped = &status.problems[0];
+    assert_eq!(skipped.state, mimeo::api::CopyState::Skipped, "{skipped:?}");
+    assert!(
+        skipped
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("skipped (conflict: Skip): an object not managed by mimeo"),
+        "{skipped:?}"
+    );
+    assert!(h.secrets("another").get_opt("src").await.unwrap().is_some());
+    stays(
+        "the object in the way untouched under Skip",
+        Duration::from_secs(1),
+        || async {
+            h.secrets("other")
+                .get("src")
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                == elsewhere.metadata.resource_version
+        },
+    )
+    .await;
+    h.secrets("other")
+        .delete("src", &Default::default())
+        .await
+        .unwrap();
+    // Only copies are watched, so an object in the way that goes is noticed at the next look
+    // (within 10 minutes), or at once when asked for one.
+    Api::<mimeo::api::SyncRule>::namespaced(h.client.clone(), "team")
+        .patch(
+            "skip",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"openmcp.cloud/operation": "reconcile"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the copy once nothing is in the way", || async {
+        let copy = h.secrets("other").get_opt("src").await.unwrap()?;
+        (secret_value(&copy, "token").as_deref() == Some("from-source")).then_some(())
+    })
+    .await;
 }
 
 /// 5. Consent: nothing is written into a namespace that does not accept the rule's namespace.

@@ -452,6 +452,9 @@ pub enum ConflictPolicy {
     Adopt,
     /// Replace the object with the copy.
     Overwrite,
+    /// Leave the object alone and report the copy as `Skipped`, which leaves the rule `Ready`:
+    /// for a rule that copies only where nothing is in the way (openMCP's replicator's `Skip`).
+    Skip,
 }
 
 /// What happens to copies when their rule or source goes away.

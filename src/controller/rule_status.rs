@@ -4,6 +4,7 @@
 
 use super::error::short_message;
 use crate::api::{ClusterCopies, CopyState, CopyStatus, PluginPin, RuleStatus};
+use crate::sync::decide::SKIPPED_FOR_CONFLICT;
 use crate::sync::hash::digest_bytes;
 use crate::sync::plan::PlaceKey;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -138,13 +139,27 @@ fn severity(state: CopyState) -> u8 {
 pub fn summarize(inventory: &[CopyStatus]) -> Readiness {
     let total = inventory.len();
     let synced = inventory.iter().filter(|c| c.state == CopyState::Synced).count();
-    // A plugin's skip is a decision, not a fault: it does not make the rule unready.
+    // A plugin's skip is a decision, not a fault, and so is `conflict: Skip`'s: neither makes
+    // the rule unready.
     let skipped = inventory.iter().filter(|c| c.state == CopyState::Skipped).count();
-    let skipped_note = if skipped > 0 {
-        format!("; {skipped} skipped by plugins")
-    } else {
-        String::new()
-    };
+    let for_conflict = inventory
+        .iter()
+        .filter(|c| c.state == CopyState::Skipped)
+        .filter(|c| {
+            c.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(SKIPPED_FOR_CONFLICT))
+        })
+        .count();
+    let mut skipped_note = String::new();
+    if skipped > for_conflict {
+        skipped_note.push_str(&format!("; {} skipped by plugins", skipped - for_conflict));
+    }
+    if for_conflict > 0 {
+        skipped_note.push_str(&format!(
+            "; {for_conflict} skipped for an object in the way (conflict: Skip)"
+        ));
+    }
     if total == 0 {
         return Readiness {
             ready: true,
@@ -596,6 +611,18 @@ mod tests {
         ]);
         assert!(one_skipped.ready, "a plugin's skip is not a fault");
         assert_eq!(one_skipped.message, "1/2 copies in sync; 1 skipped by plugins");
+
+        let in_the_way = format!("{SKIPPED_FOR_CONFLICT}an object not managed by mimeo has this name");
+        let both = summarize(&[
+            copy("a", CopyState::Synced, None),
+            copy("b", CopyState::Skipped, Some("why")),
+            copy("c", CopyState::Skipped, Some(&in_the_way)),
+        ]);
+        assert!(both.ready, "conflict: Skip's skip is not a fault either");
+        assert_eq!(
+            both.message,
+            "1/3 copies in sync; 1 skipped by plugins; 1 skipped for an object in the way (conflict: Skip)"
+        );
     }
 
     #[test]

@@ -17,7 +17,13 @@ pub enum Decision {
     Write(Write),
     /// Leave the object alone; the reason goes to status.
     Conflict(String),
+    /// Leave the object alone, as `conflict: Skip` asks; the copy is `Skipped` with this reason.
+    Skip(String),
 }
+
+/// How the reason of a copy skipped under `conflict: Skip` begins, so that a rule's status tells
+/// such copies from those a plugin skipped.
+pub const SKIPPED_FOR_CONFLICT: &str = "skipped (conflict: Skip): ";
 
 /// How a copy is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,8 +41,25 @@ pub enum Write {
 /// Decides what to do about one copy. `may_take_over` says whether `Adopt`/`Overwrite` apply in
 /// this place (a `SyncRule` may take over objects only in its own namespace); `recorded`, whether
 /// the rule's own inventory lists a copy there (then its marks are trusted as they are, and a
-/// write gives it the seal it lacks).
+/// write gives it the seal it lacks). Under `Skip`, what would be a conflict is a skip.
 pub fn decide(
+    rule: &RuleKey,
+    desired: &DesiredCopy,
+    live: Option<&LiveCopy>,
+    conflict: ConflictPolicy,
+    may_take_over: bool,
+    recorded: bool,
+) -> Decision {
+    match decide_taking_over(rule, desired, live, conflict, may_take_over, recorded) {
+        Decision::Conflict(why) if conflict == ConflictPolicy::Skip => {
+            Decision::Skip(format!("{SKIPPED_FOR_CONFLICT}{why}"))
+        }
+        decision => decision,
+    }
+}
+
+/// [`decide`], with `Skip` taking nothing over, as `Fail`.
+fn decide_taking_over(
     rule: &RuleKey,
     desired: &DesiredCopy,
     live: Option<&LiveCopy>,
@@ -63,14 +86,18 @@ pub fn decide(
             true => Decision::Write(Write::Recreate),
             false => Decision::Write(Write::Replace),
         },
-        Owner::Forged if conflict == ConflictPolicy::Fail || !may_take_over => Decision::Conflict(
-            "an object with this name carries the marks of this rule's copy but not the seal mimeo \
+        Owner::Forged
+            if matches!(conflict, ConflictPolicy::Fail | ConflictPolicy::Skip) || !may_take_over =>
+        {
+            Decision::Conflict(
+                "an object with this name carries the marks of this rule's copy but not the seal mimeo \
              gives it, so mimeo did not make it here; it is left alone (delete it, or remove its \
              mimeo.dev/ labels and annotations)"
-                .to_owned(),
-        ),
+                    .to_owned(),
+            )
+        }
         Owner::Nobody | Owner::Forged => match conflict {
-            ConflictPolicy::Fail => Decision::Conflict(
+            ConflictPolicy::Fail | ConflictPolicy::Skip => Decision::Conflict(
                 "an object not managed by mimeo has this name; it is left alone \
                  (set conflict: Adopt or Overwrite to take it over)"
                     .to_owned(),
@@ -281,6 +308,39 @@ mod tests {
                 Overwrite,
                 true,
                 Decision::Write(Write::Recreate),
+            ),
+            (
+                "unmanaged, Skip: left alone, and said to be skipped",
+                Some(&foreign),
+                Skip,
+                true,
+                Decision::Skip(match conflict_fail() {
+                    Decision::Conflict(why) => format!("{SKIPPED_FOR_CONFLICT}{why}"),
+                    other => panic!("{other:?}"),
+                }),
+            ),
+            (
+                "another rule's copy, Skip",
+                Some(&other_rule),
+                Skip,
+                true,
+                Decision::Skip(format!(
+                    "{SKIPPED_FOR_CONFLICT}the object is a copy made by SyncRule/x/y"
+                )),
+            ),
+            (
+                "our own stale copy, Skip: written as ever",
+                Some(&stale),
+                Skip,
+                true,
+                Decision::Write(Write::Apply),
+            ),
+            (
+                "nothing there, Skip",
+                None,
+                Skip,
+                true,
+                Decision::Write(Write::Create),
             ),
         ];
         for (case, live, policy, may_take_over, expected) in cases {

@@ -11,7 +11,7 @@
 //! the rule owns but no longer wants.
 
 use super::consent::{accepts, not_accepted_message};
-use super::decide::{Decision, Write, decide};
+use super::decide::{Decision, SKIPPED_FOR_CONFLICT, Write, decide};
 use super::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use super::live::LiveCopy;
 use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION};
@@ -544,7 +544,13 @@ impl Plan {
     pub fn assume_unread_empty(&mut self, previous: &[CopyStatus], rule: &RuleKey, conflict: ConflictPolicy) {
         let in_the_way: BTreeSet<PlaceKey> = previous
             .iter()
-            .filter(|c| c.state == CopyState::Conflict)
+            .filter(|c| {
+                c.state == CopyState::Conflict
+                    || (c.state == CopyState::Skipped
+                        && c.message
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with(SKIPPED_FOR_CONFLICT)))
+            })
             .map(|c| (c.cluster.clone(), c.namespace.clone(), c.name.clone()))
             .collect();
         let empty: Vec<(usize, Read)> = self
@@ -613,13 +619,17 @@ impl Plan {
         })
     }
 
-    /// Gives each copy left alone for a conflict its state and reason.
+    /// Gives each copy left alone for a conflict its state and reason: `Conflict`, or `Skipped`
+    /// under `conflict: Skip`.
     pub fn settle_conflicts(&mut self) {
         for copy in &mut self.copies {
-            if let Some(Decision::Conflict(why)) = &copy.decision {
-                copy.state = CopyState::Conflict;
-                copy.message = Some(why.clone());
-            }
+            let (state, why) = match &copy.decision {
+                Some(Decision::Conflict(why)) => (CopyState::Conflict, why),
+                Some(Decision::Skip(why)) => (CopyState::Skipped, why),
+                _ => continue,
+            };
+            copy.state = state;
+            copy.message = Some(why.clone());
         }
     }
 

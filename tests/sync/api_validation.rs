@@ -191,7 +191,7 @@ async fn invalid_rules_are_rejected_with_our_messages() {
                 json!({"source": {"kind": "Secret", "name": "a"}, "targets": [{"namespace": "b"}],
                              "conflict": "Replace"}),
             ),
-            r#"spec.conflict: Unsupported value: "Replace": supported values: "Fail", "Adopt", "Overwrite""#,
+            r#"spec.conflict: Unsupported value: "Replace": supported values: "Fail", "Adopt", "Overwrite", "Skip""#,
         ),
         (
             "unknown deletion value",

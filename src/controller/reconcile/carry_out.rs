@@ -50,8 +50,8 @@ enum WriteDone {
         stored: Box<DynamicObject>,
     },
     /// An object appeared in the copy's place after it was read, and the rule's conflict policy
-    /// leaves it alone.
-    Conflict(String),
+    /// leaves it alone: the decision says how (a conflict, or a skip).
+    LeftAlone(Decision),
     /// The create found the copy already there as it should be (ours, written by a look whose
     /// write the copies cache has not seen yet): nothing was written.
     InSync(Arc<LiveCopy>),
@@ -155,7 +155,8 @@ async fn write_copy(
         false,
     ) {
         Decision::InSync => Ok(WriteDone::InSync(there)),
-        Decision::Conflict(why) => Ok(WriteDone::Conflict(why)),
+        Decision::Conflict(why) => Ok(WriteDone::LeftAlone(Decision::Conflict(why))),
+        Decision::Skip(why) => Ok(WriteDone::LeftAlone(Decision::Skip(why))),
         Decision::Write(again) => {
             Fence::for_rule(shards, key).check()?;
             let written = write::write(client, resource, desired, Some(&there), again).await?;
@@ -188,9 +189,9 @@ fn record_write(
     let place = place_of(&copy.target);
     let (how, over, stored) = match done {
         Ok(WriteDone::Stored { how, over, stored }) => (how, over, stored),
-        Ok(WriteDone::Conflict(why)) => {
+        Ok(WriteDone::LeftAlone(decision)) => {
             tracing::info!(rule = %key, copy = %place, "an object appeared in the copy's place before it was created; left alone");
-            copy.decision = Some(Decision::Conflict(why));
+            copy.decision = Some(decision);
             return;
         }
         Ok(WriteDone::InSync(there)) => {
