@@ -11,6 +11,12 @@
 # (workload-b's in .demo/cluster-b/), the logs and the pid files. Nothing listens on anything but
 # 127.0.0.1.
 #
+# The processes are managed by envtest (tests/support/src/bin/envtest/, built with the demo):
+# `envtest start` runs each control plane detached and waits until it is ready, `envtest spawn`
+# does the same for mimeo until its HTTP port answers, `envtest running` tells whether a demo
+# runs, and `envtest stop` stops them (SIGTERM, then SIGKILL after 20 s). This script holds the
+# scenarios.
+#
 # Settings: CARGO_TARGET_DIR (default ~/.cache/mimeo/target), MIMEO_DEMO_HTTP_ADDR (mimeo's
 # --http-addr, default 127.0.0.1:18080), MIMEO_DEMO_TIMEOUT (seconds per wait, default 60).
 set -euo pipefail
@@ -30,10 +36,11 @@ TIMEOUT="${MIMEO_DEMO_TIMEOUT:-60}"
 MIMEO="$CARGO_TARGET_DIR/debug/mimeo"
 ENVTEST="$CARGO_TARGET_DIR/debug/envtest"
 
-# Set once the processes are started, for the error and interrupt handlers.
-ENVTEST_PID=""
-ENVTEST_B_PID=""
-MIMEO_PID=""
+# For the error and interrupt handlers: the `envtest start` commands still waiting for the
+# control planes, whether anything was started, whether mimeo was, and whether up has finished.
+STARTING=()
+STARTED=""
+MIMEO_STARTED=""
 UP_DONE=""
 
 step() { printf '\n== %s\n' "$*"; }
@@ -60,68 +67,30 @@ EOF
 
 # --- processes ------------------------------------------------------------------------------
 
-# Whether pid $1 is a live (not zombie) process started from a program named $2.
-is_running() {
-  local pid="$1" name="$2" stat argv0
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
-  [[ "${stat##*) }" != Z* ]] || return 1
-  argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)" || return 1
-  [[ "$(basename -- "$argv0")" == "$name" ]]
+# Builds envtest, which starts, finds and stops the demo's processes (down may come before any up
+# built it); a no-op when it is up to date. With --workspace, as up builds it, so that the two
+# builds agree on features and neither rebuilds the other's.
+need_envtest() {
+  cargo build --quiet --workspace --bin envtest
 }
 
-# The pid recorded in file $1 if that process is running program $2; fails otherwise.
-running_from() {
-  local file="$1" name="$2" pid
-  [[ -f "$file" ]] || return 1
-  pid="$(tr -d '[:space:]' <"$file")"
-  is_running "$pid" "$name" || return 1
-  printf '%s\n' "$pid"
+# Stops mimeo, then both control planes at once; says what it stopped, nothing if nothing ran.
+stop_all() {
+  local status=0
+  "$ENVTEST" stop --pid-file "$STATE/mimeo.pid" || status=$?
+  "$ENVTEST" stop --state-dir "$STATE" --state-dir "$STATE_B" || status=$?
+  return "$status"
 }
 
-# Sends SIGTERM to pid $1 (program $2) and waits for it to go; SIGKILL after 20 s.
-stop_process() {
-  local pid="$1" name="$2" i
-  is_running "$pid" "$name" || return 0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 200; i++)); do
-    is_running "$pid" "$name" || { say "stopped $name (pid $pid)"; return 0; }
-    sleep 0.1
-  done
-  say "$name (pid $pid) did not stop within 20 s; killing it"
-  kill -KILL "$pid" 2>/dev/null || true
-}
-
-# Runs a program in the background, detached from this terminal, its output going to a log.
-# Prints nothing; the pid is in $!.
-launch() {
-  local log="$1"
-  shift
-  if command -v setsid >/dev/null; then
-    setsid nohup "$@" </dev/null >"$log" 2>&1 &
-  else
-    nohup "$@" </dev/null >"$log" 2>&1 &
-  fi
-}
-
-# Whether our own background child $1 still runs. (Its name may not be set yet: right after
-# launch it can still be setsid or nohup, about to exec.)
-child_alive() {
-  local stat
-  stat="$(cat "/proc/$1/stat" 2>/dev/null)" && [[ "${stat##*) }" != Z* ]]
-}
-
-# Fails with the relevant log when mimeo or the control plane has died.
+# Fails with the relevant log when mimeo or a control plane has died.
 check_alive() {
-  if [[ -n "$ENVTEST_PID" ]] && ! child_alive "$ENVTEST_PID"; then
-    die "the control plane (envtest, pid $ENVTEST_PID) exited" "$STATE/envtest.log"
-  fi
-  if [[ -n "$ENVTEST_B_PID" ]] && ! child_alive "$ENVTEST_B_PID"; then
-    die "workload-b's control plane (envtest, pid $ENVTEST_B_PID) exited" "$STATE/envtest-b.log"
-  fi
-  if [[ -n "$MIMEO_PID" ]] && ! child_alive "$MIMEO_PID"; then
-    die "mimeo (pid $MIMEO_PID) exited" "$STATE/mimeo.log"
-  fi
+  [[ -n "$STARTED" ]] || return 0
+  "$ENVTEST" running --state-dir "$STATE" >/dev/null ||
+    die "the control plane (envtest) exited" "$STATE/envtest.log"
+  "$ENVTEST" running --state-dir "$STATE_B" >/dev/null ||
+    die "workload-b's control plane (envtest) exited" "$STATE/envtest-b.log"
+  [[ -z "$MIMEO_STARTED" ]] || "$ENVTEST" running --pid-file "$STATE/mimeo.pid" >/dev/null ||
+    die "mimeo exited" "$STATE/mimeo.log"
 }
 
 # --- waiting --------------------------------------------------------------------------------
@@ -132,7 +101,8 @@ since() { local ms=$(($(now_ms) - $1)); printf '%d.%01d s' $((ms / 1000)) $((ms 
 # poll COMMAND...: runs COMMAND until it succeeds, for at most $TIMEOUT seconds; fails on timeout.
 poll() {
   local deadline=$((SECONDS + TIMEOUT))
-  until "$@" >/dev/null 2>&1; do
+  # In a subshell: an interrupt handled meanwhile must not inherit the redirection.
+  until ("$@") >/dev/null 2>&1; do
     check_alive
     ((SECONDS < deadline)) || return 1
     sleep 0.25
@@ -274,7 +244,7 @@ rotate_dockerconfig() {
 
 on_exit() {
   local status=$?
-  if [[ -z "$UP_DONE" && $status -ne 0 && (-n "$ENVTEST_PID" || -n "$ENVTEST_B_PID" || -n "$MIMEO_PID") ]]; then
+  if [[ -z "$UP_DONE" && $status -ne 0 && -n "$STARTED" ]]; then
     printf '\nThe demo stopped early. Logs: .demo/envtest.log, .demo/envtest-b.log, .demo/mimeo.log\n' >&2
     printf 'What was started is still running, for a look around; ./demo.sh down stops it.\n' >&2
   fi
@@ -283,47 +253,29 @@ on_exit() {
 on_interrupt() {
   trap - INT TERM
   printf '\ninterrupted: stopping the demo\n' >&2
-  [[ -n "$MIMEO_PID" ]] && stop_process "$MIMEO_PID" mimeo
-  stop_planes
+  # A control plane still starting is stopped by its envtest start, on SIGTERM.
+  if ((${#STARTING[@]} > 0)); then
+    kill -TERM "${STARTING[@]}" 2>/dev/null || true
+    wait "${STARTING[@]}" 2>/dev/null || true
+  fi
+  stop_all || true
   rm -rf "$STATE"
-  MIMEO_PID=""
+  STARTED=""
   exit 130
 }
 
-# Stops the control planes this run started, both at once, and forgets them.
-stop_planes() {
-  local pid i stoppers=()
-  for pid in "$ENVTEST_PID" "$ENVTEST_B_PID"; do
-    [[ -n "$pid" ]] || continue
-    # Right after launch the child may still be setsid or nohup, about to exec envtest.
-    for ((i = 0; i < 20; i++)); do
-      if is_running "$pid" envtest || ! child_alive "$pid"; then break; fi
-      sleep 0.05
-    done
-    stop_process "$pid" envtest &
-    stoppers+=($!)
-  done
-  ((${#stoppers[@]} == 0)) || wait "${stoppers[@]}"
-  ENVTEST_PID="" ENVTEST_B_PID=""
-}
-
-# Fails the start-up: stops both control planes, then dies with MESSAGE and LOG.
-abort_start() {
-  stop_planes
-  die "$1" "$2"
-}
-
 up() {
-  local pid mimeo_pid
-  if pid="$(running_from "$STATE/envtest.pid" envtest)"; then
+  local pid
+  need_envtest
+  if pid="$("$ENVTEST" running --state-dir "$STATE")"; then
     say "A demo is already running (control plane: envtest pid $pid)."
-    if pid="$(running_from "$STATE_B/envtest.pid" envtest)"; then
+    if pid="$("$ENVTEST" running --state-dir "$STATE_B")"; then
       say "workload-b's control plane is running too (envtest pid $pid)."
     else
       say "workload-b's control plane is NOT running; see .demo/envtest-b.log, and start afresh with ./demo.sh down && ./demo.sh"
     fi
-    if mimeo_pid="$(running_from "$STATE/mimeo.pid" mimeo)"; then
-      say "mimeo is running too (pid $mimeo_pid), logging to .demo/mimeo.log."
+    if pid="$("$ENVTEST" running --pid-file "$STATE/mimeo.pid")"; then
+      say "mimeo is running too (pid $pid), logging to .demo/mimeo.log."
     else
       say "mimeo is NOT running; see .demo/mimeo.log, and start afresh with ./demo.sh down && ./demo.sh"
     fi
@@ -366,49 +318,32 @@ up() {
   step "Starting two control planes, each an etcd + kube-apiserver on loopback, side by side"
   say "the one mimeo runs against, with mimeo's CRDs (state: .demo/), and workload-b, a second"
   say "cluster for mimeo to copy into (state: .demo/cluster-b/)"
-  local started
-  started="$(now_ms)"
-  MIMEO_ENVTEST_BIN_DIR="$bin_dir" launch "$STATE/envtest.log" \
-    "$ENVTEST" up --state-dir "$STATE" --crds crds/mimeo.yaml
-  ENVTEST_PID=$!
-  MIMEO_ENVTEST_BIN_DIR="$bin_dir" launch "$STATE/envtest-b.log" \
-    "$ENVTEST" up --state-dir "$STATE_B"
-  ENVTEST_B_PID=$!
-  local deadline=$((SECONDS + TIMEOUT + 60)) ready_a="" ready_b=""
-  until [[ -n "$ready_a" && -n "$ready_b" ]]; do
-    if [[ -z "$ready_a" && -e "$STATE/ready" ]]; then
-      ready_a=1
-      say "ready after $(since "$started") (envtest pid $ENVTEST_PID); kubeconfig: .demo/kubeconfig"
-    fi
-    if [[ -z "$ready_b" && -e "$STATE_B/ready" ]]; then
-      ready_b=1
-      say "workload-b ready after $(since "$started") (envtest pid $ENVTEST_B_PID); kubeconfig: .demo/cluster-b/kubeconfig"
-    fi
-    [[ -n "$ready_a" && -n "$ready_b" ]] && break
-    if ! child_alive "$ENVTEST_PID"; then
-      abort_start "the control plane failed to start" "$STATE/envtest.log"
-    fi
-    if ! child_alive "$ENVTEST_B_PID"; then
-      abort_start "workload-b's control plane failed to start" "$STATE/envtest-b.log"
-    fi
-    if ((SECONDS >= deadline)); then
-      if [[ -z "$ready_a" ]]; then
-        abort_start "the control plane was not ready after $((TIMEOUT + 60)) s" "$STATE/envtest.log"
-      fi
-      abort_start "workload-b's control plane was not ready after $((TIMEOUT + 60)) s" "$STATE/envtest-b.log"
-    fi
-    sleep 0.2
-  done
+  # Both at once. Each envtest start waits for its plane; if that fails, it stops it and shows
+  # the log's last lines.
+  local failed=""
+  STARTED=1
+  MIMEO_ENVTEST_BIN_DIR="$bin_dir" "$ENVTEST" start --state-dir .demo --crds crds/mimeo.yaml \
+    --log .demo/envtest.log --timeout $((TIMEOUT + 60)) >/dev/null &
+  STARTING+=($!)
+  MIMEO_ENVTEST_BIN_DIR="$bin_dir" "$ENVTEST" start --state-dir .demo/cluster-b \
+    --log .demo/envtest-b.log --timeout $((TIMEOUT + 60)) >/dev/null &
+  STARTING+=($!)
+  wait "${STARTING[0]}" || failed="the control plane (.demo/envtest.log)"
+  wait "${STARTING[1]}" || failed="${failed:+$failed and }workload-b's control plane (.demo/envtest-b.log)"
+  STARTING=()
+  if [[ -n "$failed" ]]; then
+    stop_all
+    STARTED=""
+    die "$failed failed to start"
+  fi
 
   step "Starting mimeo (log: .demo/mimeo.log, JSON)"
-  started="$(now_ms)"
-  KUBECONFIG="$KUBECONFIG_PATH" launch "$STATE/mimeo.log" \
+  MIMEO_STARTED=1
+  KUBECONFIG="$KUBECONFIG_PATH" "$ENVTEST" spawn --pid-file .demo/mimeo.pid --log .demo/mimeo.log \
+    --wait-tcp "$HTTP_ADDR" --timeout "$TIMEOUT" -- \
     "$MIMEO" run --log-format json --http-addr "$HTTP_ADDR" --plugin-dir "$PLUGIN_DIR" \
-    --next-to-kinds Cluster.clusters.openmcp.cloud
-  MIMEO_PID=$!
-  printf '%s\n' "$MIMEO_PID" >"$STATE/mimeo.pid"
-  wait_for "mimeo to listen on $HTTP_ADDR" bash -c "exec 3<>/dev/tcp/$host/$port"
-  say "mimeo is running (pid $MIMEO_PID), serving HTTP on $HTTP_ADDR, up after $(since "$started")"
+    --next-to-kinds Cluster.clusters.openmcp.cloud ||
+    die "mimeo did not start serving HTTP on $HTTP_ADDR"
 
   scenario_registry_credentials
   scenario_fan_out
@@ -764,20 +699,10 @@ scenario_remote_rotation() {
 # --- down -----------------------------------------------------------------------------------
 
 down() {
-  local quiet="${1:-}" pid pidfile stopped="" stoppers=()
-  if pid="$(running_from "$STATE/mimeo.pid" mimeo)"; then
-    stop_process "$pid" mimeo
-    stopped=1
-  fi
-  # Both control planes at once: each envtest wrote its own pid file into its state directory.
-  for pidfile in "$STATE/envtest.pid" "$STATE_B/envtest.pid"; do
-    if pid="$(running_from "$pidfile" envtest)"; then
-      stop_process "$pid" envtest &
-      stoppers+=($!)
-      stopped=1
-    fi
-  done
-  ((${#stoppers[@]} == 0)) || wait "${stoppers[@]}"
+  local quiet="${1:-}" stopped
+  need_envtest
+  stopped="$(stop_all)" || die "stopping the demo failed${stopped:+; it said: $stopped}"
+  [[ -z "$stopped" ]] || say "$stopped"
   if [[ -e "$STATE" ]]; then
     rm -rf "$STATE"
     [[ -n "$quiet" ]] || say "removed .demo/"

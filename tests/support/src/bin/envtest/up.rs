@@ -1,4 +1,5 @@
-//! `envtest up`: one long-lived control plane for local use, such as the demo (`./demo.sh`).
+//! `envtest up`: one long-lived control plane for local use, such as the demo (`./demo.sh`), in
+//! the foreground; `envtest start` runs it detached.
 //!
 //! ```text
 //! envtest up --state-dir DIR [--crds FILE]...
@@ -16,147 +17,29 @@
 //! kube-apiserver dies on its own, it does the same, prints their log tails, and exits non-zero.
 //! Progress and errors go to stderr.
 
+use crate::args::Up;
+use crate::pid_file::{UP_PID_FILE as PID_FILE, alive, is_envtest};
+use crate::shutdown::Shutdown;
 use mimeo_envtest::ControlPlane;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
-use tokio::signal::unix::{SignalKind, signal};
 
-const USAGE: &str = "\
-usage: envtest up --state-dir DIR [--crds FILE]...
-
-Starts a local etcd + kube-apiserver and keeps it running until SIGTERM or SIGINT.
-
-options:
-  --state-dir DIR   where to write kubeconfig, envtest.pid and, last, ready (created if missing)
-  --crds FILE       a YAML file whose CustomResourceDefinitions are installed before ready is
-                    written; may be repeated
-  -h, --help        print this help
-
-The control-plane binaries come from MIMEO_ENVTEST_BIN_DIR, or are built on first use by
-tests/support/build-control-plane.sh.";
-
-const KUBECONFIG: &str = "kubeconfig";
-const PID_FILE: &str = "envtest.pid";
-const READY: &str = "ready";
+pub const KUBECONFIG: &str = "kubeconfig";
+pub const READY: &str = "ready";
 
 /// How often to check that etcd and kube-apiserver are still running.
 const WATCHDOG_PERIOD: Duration = Duration::from_secs(2);
 
-#[derive(Debug, PartialEq)]
-struct Up {
-    state_dir: PathBuf,
-    crds: Vec<PathBuf>,
-}
-
-#[derive(Debug, PartialEq)]
-enum Invocation {
-    Up(Up),
-    Help,
-}
-
-fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, String> {
-    let mut args = args.into_iter();
-    match args.next() {
-        None => return Err("missing command: the only command is `up`".into()),
-        Some(command) if command == "up" => {}
-        Some(flag) if flag == "-h" || flag == "--help" || flag == "help" => return Ok(Invocation::Help),
-        Some(other) => {
-            return Err(format!(
-                "unknown command {:?}: the only command is `up`",
-                other.to_string_lossy()
-            ));
-        }
-    }
-    let mut state_dir = None;
-    let mut crds = Vec::new();
-    while let Some(arg) = args.next() {
-        let text = arg.to_string_lossy().into_owned();
-        let (flag, inline) = match text.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => (flag.to_owned(), Some(OsString::from(value))),
-            _ => (text.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<PathBuf, String> {
-            let value = inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| format!("{name} needs a value"))?;
-            if value.is_empty() {
-                return Err(format!("{name} needs a non-empty value"));
-            }
-            Ok(PathBuf::from(value))
-        };
-        match flag.as_str() {
-            "--state-dir" => {
-                if state_dir.is_some() {
-                    return Err("--state-dir given twice".into());
-                }
-                state_dir = Some(value("--state-dir")?);
-            }
-            "--crds" => crds.push(value("--crds")?),
-            "-h" | "--help" => return Ok(Invocation::Help),
-            _ => return Err(format!("unknown argument {text:?}")),
-        }
-    }
-    let state_dir = state_dir.ok_or("--state-dir DIR is required")?;
-    Ok(Invocation::Up(Up { state_dir, crds }))
-}
-
-#[tokio::main]
-async fn main() -> ExitCode {
-    let up = match parse(std::env::args_os().skip(1)) {
-        Ok(Invocation::Up(up)) => up,
-        Ok(Invocation::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("envtest: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(up).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("envtest: error: {message}");
-            ExitCode::FAILURE
-        }
+/// Refuses a `--crds` that names no file, before anything is started.
+pub fn check_crds(crds: &[PathBuf]) -> Result<(), String> {
+    match crds.iter().find(|path| !path.is_file()) {
+        Some(path) => Err(format!("--crds {}: no such file", path.display())),
+        None => Ok(()),
     }
 }
 
-/// SIGTERM and SIGINT, either of which asks for a clean stop.
-struct Shutdown {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Shutdown {
-    fn install() -> Result<Self, String> {
-        let listen = |kind: SignalKind, name: &str| {
-            signal(kind).map_err(|e| format!("installing the {name} handler: {e}"))
-        };
-        Ok(Shutdown {
-            term: listen(SignalKind::terminate(), "SIGTERM")?,
-            int: listen(SignalKind::interrupt(), "SIGINT")?,
-        })
-    }
-
-    /// Waits for the next signal and returns its name.
-    async fn recv(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
-        }
-    }
-}
-
-async fn run(up: Up) -> Result<(), String> {
-    for path in &up.crds {
-        if !path.is_file() {
-            return Err(format!("--crds {}: no such file", path.display()));
-        }
-    }
+pub async fn run(up: Up) -> Result<(), String> {
+    check_crds(&up.crds)?;
     std::fs::create_dir_all(&up.state_dir)
         .map_err(|e| format!("creating the state directory {}: {e}", up.state_dir.display()))?;
     let state_dir = up
@@ -269,18 +152,6 @@ async fn watch(plane: &ControlPlane, shutdown: &mut Shutdown) -> Result<&'static
     }
 }
 
-/// Whether a process is running: it exists and is not a zombie. Our own children stay zombies
-/// until the plane is dropped, so an exited etcd or kube-apiserver shows up as `Z`.
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // "pid (comm) S ...": the state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 /// The last lines of the control plane's logs, read before its data directory is removed.
 fn log_tails(plane: &ControlPlane) -> String {
     let Some(dir) = plane.kubeconfig_path().parent() else {
@@ -352,21 +223,6 @@ impl StateFiles {
     }
 }
 
-/// Whether the process `pid` runs this binary (guards against a reused pid).
-fn is_envtest(pid: u32) -> bool {
-    let ours = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_owned()));
-    let theirs = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_owned()));
-    match (ours, theirs) {
-        (Some(ours), Some(theirs)) => ours == theirs,
-        // Cannot tell: assume it is one, and refuse rather than share a directory.
-        _ => true,
-    }
-}
-
 fn write(path: &Path, contents: &str) -> Result<(), String> {
     std::fs::write(path, contents).map_err(|e| format!("writing {}: {e}", path.display()))
 }
@@ -384,61 +240,4 @@ fn write_private(path: &Path, contents: &str) -> Result<(), String> {
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     file.write_all(contents.as_bytes())
         .map_err(|e| format!("writing {}: {e}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn parses_up_with_state_dir_and_repeated_crds() {
-        assert_eq!(
-            parse(args(&[
-                "up",
-                "--state-dir",
-                ".demo",
-                "--crds",
-                "a.yaml",
-                "--crds=b.yaml"
-            ])),
-            Ok(Invocation::Up(Up {
-                state_dir: ".demo".into(),
-                crds: vec!["a.yaml".into(), "b.yaml".into()],
-            }))
-        );
-        assert_eq!(
-            parse(args(&["up", "--state-dir=/tmp/x"])),
-            Ok(Invocation::Up(Up {
-                state_dir: "/tmp/x".into(),
-                crds: vec![]
-            }))
-        );
-    }
-
-    #[test]
-    fn help() {
-        assert_eq!(parse(args(&["--help"])), Ok(Invocation::Help));
-        assert_eq!(parse(args(&["up", "-h"])), Ok(Invocation::Help));
-    }
-
-    #[test]
-    fn refuses_bad_invocations() {
-        for (list, message) in [
-            (&[][..], "missing command"),
-            (&["down"][..], "unknown command"),
-            (&["up"][..], "--state-dir DIR is required"),
-            (&["up", "--state-dir"][..], "--state-dir needs a value"),
-            (&["up", "--state-dir="][..], "non-empty"),
-            (&["up", "--state-dir", "a", "--state-dir", "b"][..], "given twice"),
-            (&["up", "--state-dir", "a", "--crds"][..], "--crds needs a value"),
-            (&["up", "--state-dir", "a", "--verbose"][..], "unknown argument"),
-        ] {
-            let error = parse(args(list)).expect_err(&format!("{list:?} should be refused"));
-            assert!(error.contains(message), "{list:?}: {error:?} lacks {message:?}");
-        }
-    }
 }
