@@ -2,6 +2,7 @@
 //! copy should look like and what to do about it. No I/O happens here, so all of it is tested
 //! with plain values; the controller gathers the inputs and carries out the decisions.
 pub mod consent;
+pub mod copy_name;
 pub mod decide;
 pub mod desired;
 pub mod filter;

@@ -365,7 +365,11 @@ pub struct Target {
     /// Copies into every `RemoteCluster` whose labels match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<LabelSelector>,
-    /// The name of the copy. Defaults to the source's name.
+    /// The name of the copy. Defaults to the source's name. May hold placeholders, filled in per
+    /// copy: `{{source.name}}`, `{{source.namespace}}`, `{{target.namespace}}` and
+    /// `{{target.cluster}}` (the `RemoteCluster`, empty in this cluster), such as
+    /// `sp-crossplane-{{source.name}}`. Copies under a name the rule no longer gives are removed
+    /// per `deletion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub name: Option<String>,

@@ -90,6 +90,8 @@ pub fn kept_namespaces(next_to: &NextTo, targets: &[Target], previous: &[CopySta
         .filter(|c| c.cluster.is_none())
         .filter(|c| {
             renames.iter().any(|rename| match rename {
+                // A name made per source and place: any of the rule's copies here may be one.
+                Some(name) if name.contains("{{") => true,
                 Some(name) => c.name == *name,
                 None => c.name == c.source.name,
             })

@@ -11,6 +11,7 @@
 //! the rule owns but no longer wants.
 
 use super::consent::{accepts, not_accepted_message};
+use super::copy_name::{InvalidName, NameOf, NameTemplate};
 use super::decide::{Decision, SKIPPED_FOR_CONFLICT, Write, decide};
 use super::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use super::live::LiveCopy;
@@ -302,6 +303,32 @@ fn holds_a_copy(state: CopyState) -> bool {
     )
 }
 
+/// The name of the copy of `from` at a place: the source's, or the target's `name` with its
+/// placeholders filled in.
+fn copy_name(
+    template: Option<&str>,
+    from: &SourceRef,
+    cluster: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<String, InvalidName> {
+    let Some(template) = template else {
+        return Ok(from.name.clone());
+    };
+    if !template.contains("{{") {
+        // A fixed name, checked with the rule.
+        return Ok(template.to_owned());
+    }
+    NameTemplate::parse(template)?.render(
+        template,
+        &NameOf {
+            source_name: &from.name,
+            source_namespace: from.namespace.as_deref(),
+            target_namespace: namespace,
+            target_cluster: cluster,
+        },
+    )
+}
+
 /// The copy of one source in one place, unless the place is the source itself.
 fn place_one(
     wants: &Wants,
@@ -312,17 +339,31 @@ fn place_one(
 ) -> Option<PlannedCopy> {
     let rule = wants.rule;
     let from = &source.reference;
+    let blocked = |target, state, why| Some(PlannedCopy::blocked(target, from.clone(), state, why));
+    let named = copy_name(
+        place.rename.as_deref(),
+        from,
+        cluster.name.as_deref(),
+        place.namespace.as_deref(),
+    );
     let target = CopyTarget {
         cluster: cluster.name.clone(),
         namespace: place.namespace.clone(),
-        name: place.rename.clone().unwrap_or_else(|| from.name.clone()),
+        name: match &named {
+            Ok(name) => name.clone(),
+            Err(InvalidName::Rendered { name, .. }) => name.clone(),
+            Err(InvalidName::Template { template, .. }) => template.clone(),
+        },
     };
+    if let Err(why) = named {
+        // Checked with the rule, so only a name too long or with an empty part gets here.
+        return blocked(target, CopyState::Refused, why.to_string());
+    }
     if cluster.name == *wants.source_cluster && target.namespace == from.namespace && target.name == from.name
     {
         // A selector that matches the source's own namespace: the source is not its own copy.
         return None;
     }
-    let blocked = |target, state, why| Some(PlannedCopy::blocked(target, from.clone(), state, why));
     if !taken.insert((
         target.cluster.clone(),
         target.namespace.clone(),

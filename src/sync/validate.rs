@@ -4,6 +4,7 @@
 //! A rule that fails them copies nothing new and leaves existing copies as they are; its `Ready`
 //! condition carries the reason and says what to change.
 
+use super::copy_name::NameTemplate;
 use super::kinds::{AllowedKind, KindRef};
 use super::object_selector::{Matcher, selector};
 use super::ownership::RuleKind;
@@ -12,7 +13,8 @@ use super::targets::namespace_pattern;
 use crate::api::RuleSpec;
 
 /// The kind the rule copies, or the problem that stops it: a kind outside the installation's
-/// allow-list, or a selector or namespace pattern that cannot be evaluated.
+/// allow-list, a selector or namespace pattern that cannot be evaluated, or a copy name template
+/// that cannot give a name.
 pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RuleProblem> {
     let kind = KindRef::of_source(&spec.source);
     if !kind.allowed_by(allowed) {
@@ -42,6 +44,12 @@ pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RulePr
         Matcher::new(&next_to.selector).map_err(|e| RuleProblem {
             reason: "InvalidSelector",
             message: format!("nextTo: {e}"),
+        })?;
+    }
+    for name in spec.targets.iter().filter_map(|t| t.name.as_deref()) {
+        NameTemplate::parse(name).map_err(|e| RuleProblem {
+            reason: "InvalidName",
+            message: e.to_string(),
         })?;
     }
     for p in spec.targets.iter().filter_map(|t| t.namespace_pattern.as_deref()) {

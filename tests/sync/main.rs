@@ -8,6 +8,7 @@ mod harness;
 mod processes;
 
 mod api_validation;
+mod copy_names;
 mod diff;
 mod flap_guard;
 mod inputs;
