@@ -567,7 +567,8 @@ async fn consent_is_required() {
     h.wait_ready("platform", "creds", "True", "Synced").await;
 }
 
-/// 6. Clean-up: rule deletion (Delete and Orphan), source deletion, target namespace deletion.
+/// 6. Clean-up: rule deletion (Delete and Orphan, and a copy that asks to be kept), source
+/// deletion, target namespace deletion.
 #[tokio::test]
 async fn clean_up_leaves_cluster_and_inventory_agreeing() {
     let h = Harness::start().await;
@@ -616,15 +617,26 @@ async fn clean_up_leaves_cluster_and_inventory_agreeing() {
     })
     .await;
 
-    // Delete policy: the rule's copies go with it.
+    // Delete policy: the rule's copies go with it, but the one its namespace's owner asked to
+    // keep (`kubectl annotate ... mimeo.dev/deletion=Orphan`), which stays, no longer mimeo's.
+    harness::kubectl(
+        h.plane.kubeconfig_path(),
+        &["annotate", "secret", "a", "-n", "t2", "mimeo.dev/deletion=Orphan"],
+        b"",
+    );
     h.delete_rule("platform", "deletes").await;
-    eventually("the rule and its copies gone", || async {
+    eventually("the rule and its copies gone, the one kept orphaned", || async {
         let gone = h.rule("platform", "deletes").await.is_none()
-            && h.secrets("t1").get_opt("a").await.unwrap().is_none()
-            && h.secrets("t2").get_opt("a").await.unwrap().is_none();
-        gone.then_some(())
+            && h.secrets("t1").get_opt("a").await.unwrap().is_none();
+        let kept = h.secrets("t2").get_opt("a").await.unwrap()?;
+        let labels = kept.metadata.labels.clone().unwrap_or_default();
+        (gone && !labels.contains_key("mimeo.dev/managed-by")).then_some(())
     })
     .await;
+    assert_eq!(
+        secret_value(&h.secrets("t2").get("a").await.unwrap(), "k").as_deref(),
+        Some("a")
+    );
 
     // Orphan policy: the copies stay, no longer marked as mimeo's.
     h.delete_rule("platform", "orphans").await;

@@ -711,9 +711,9 @@ fn removals(gone: Vec<OwnedCopy>, deletion: DeletionPolicy) -> impl Iterator<Ite
             name: copy.name,
         },
         source: copy.source,
-        change: match deletion {
-            DeletionPolicy::Delete => Change::Delete,
-            DeletionPolicy::Orphan => Change::Orphan,
+        change: match (deletion, copy.orphan) {
+            (DeletionPolicy::Delete, false) => Change::Delete,
+            (DeletionPolicy::Orphan, _) | (_, true) => Change::Orphan,
         },
         diff: None,
     })

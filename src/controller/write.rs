@@ -6,7 +6,7 @@ use crate::sync::desired::DesiredCopy;
 use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{
     FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
-    SOURCE_HASH_ANNOTATION,
+    SOURCE_HASH_ANNOTATION, deletion_of,
 };
 use crate::sync::seal::SEAL_ANNOTATION;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
@@ -111,16 +111,18 @@ async fn create(api: &Api<DynamicObject>, desired: &DesiredCopy) -> kube::Result
     }
 }
 
-/// Deletes a copy, or strips mimeo's ownership from it, as `policy` says. Gone already is fine.
+/// Deletes a copy, or strips mimeo's ownership from it, as `policy` says (or the copy's own
+/// `mimeo.dev/deletion: Orphan`); returns what was done. Gone already is fine.
 pub async fn remove(
     client: &Client,
     resource: &ApiResource,
     live: &impl kube::Resource,
     policy: DeletionPolicy,
-) -> kube::Result<()> {
+) -> kube::Result<DeletionPolicy> {
     let api = api(client, resource, live.namespace().as_deref());
+    let policy = deletion_of(live.annotations(), policy);
     match policy {
-        DeletionPolicy::Delete => delete_exact(&api, live).await,
+        DeletionPolicy::Delete => delete_exact(&api, live).await.map(|()| policy),
         DeletionPolicy::Orphan => {
             let mut annotations = serde_json::Map::new();
             for key in [
@@ -138,8 +140,8 @@ pub async fn remove(
                 ..Default::default()
             };
             match api.patch(&live.name_any(), &params, &Patch::Merge(&patch)).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Ok(_) => Ok(policy),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(policy),
                 Err(e) => Err(e),
             }
         }

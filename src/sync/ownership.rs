@@ -30,6 +30,24 @@ pub const SHARE_WITH_ANNOTATION: &str = "mimeo.dev/share-with";
 /// migrate` prints it for the copies another tool made), so it is that object's owner's consent.
 pub const ADOPT_BY_ANNOTATION: &str = "mimeo.dev/adopt-by";
 
+/// On a copy: `Orphan` keeps this copy when mimeo would remove it (its rule or source gone, its
+/// place no longer chosen), whatever the rule's `deletion` says: mimeo strips its marks and
+/// leaves the object. Written by whoever may write the copy (openMCP's replicator has the same
+/// per copy, its `deletion-policy: Keep` label).
+pub const DELETION_ANNOTATION: &str = "mimeo.dev/deletion";
+
+/// How a copy is removed: as its own `mimeo.dev/deletion: Orphan` says, else as its rule's
+/// `deletion`.
+pub fn deletion_of(
+    annotations: &std::collections::BTreeMap<String, String>,
+    rule: crate::api::DeletionPolicy,
+) -> crate::api::DeletionPolicy {
+    match annotations.get(DELETION_ANNOTATION).map(String::as_str) {
+        Some("Orphan") => crate::api::DeletionPolicy::Orphan,
+        _ => rule,
+    }
+}
+
 /// Who owns a live object, as far as mimeo is concerned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owner {

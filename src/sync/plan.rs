@@ -15,13 +15,15 @@ use super::copy_name::{InvalidName, NameOf, NameTemplate};
 use super::decide::{Decision, SKIPPED_FOR_CONFLICT, Write, decide};
 use super::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use super::live::LiveCopy;
-use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION};
+use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION, deletion_of};
 use super::protected::refused_copy;
 use super::scope::Scope;
 use super::seal::SealKey;
 use super::secret_types::missing_for_type;
 use super::targets::Placement;
-use crate::api::{ConflictPolicy, CopyState, CopyStatus, MetadataPolicy, SecretType, SourceRef, Target};
+use crate::api::{
+    ConflictPolicy, CopyState, CopyStatus, DeletionPolicy, MetadataPolicy, SecretType, SourceRef, Target,
+};
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
@@ -733,6 +735,8 @@ pub struct OwnedCopy {
     /// The rule's inventory lists it: its marks are trusted (a copy of a mimeo from before seals
     /// has no seal).
     pub recorded: bool,
+    /// It says `mimeo.dev/deletion: Orphan` (as far as the cache shows): removing it leaves it.
+    pub orphan: bool,
 }
 
 /// One resource whatever the version it is served at: a copy's identity is its group, resource
@@ -756,7 +760,7 @@ pub fn owned(
     in_scope: impl Fn(&Option<String>) -> bool,
 ) -> Vec<OwnedCopy> {
     type Identity = (String, String, Option<String>, String);
-    let mut out: BTreeMap<Identity, (ApiResource, SourceRef)> = BTreeMap::new();
+    let mut out: BTreeMap<Identity, (ApiResource, SourceRef, bool)> = BTreeMap::new();
     for (kind, copy) in cached {
         let kind = if same_resource(&kind, resource) {
             resource.clone()
@@ -770,7 +774,7 @@ pub fn owned(
                 copy.namespace(),
                 copy.name_any(),
             ),
-            (kind, source_of(&*copy)),
+            (kind, source_of(&*copy), keeps_itself(&copy)),
         );
     }
     for copy in known {
@@ -781,19 +785,26 @@ pub fn owned(
                 copy.namespace.clone(),
                 copy.name.clone(),
             ))
-            .or_insert_with(|| (resource.clone(), copy.source.clone()));
+            .or_insert_with(|| (resource.clone(), copy.source.clone(), false));
         }
     }
     out.into_iter()
         .filter(|((_, _, ns, _), _)| in_scope(ns))
-        .map(|((_, _, namespace, name), (kind, source))| OwnedCopy {
+        .map(|((_, _, namespace, name), (kind, source, orphan))| OwnedCopy {
             recorded: same_resource(&kind, resource) && trusted(&namespace, &name),
             resource: kind,
             namespace,
             name,
             source,
+            orphan,
         })
         .collect()
+}
+
+/// Whether a cached copy says it stays when mimeo removes it (`mimeo.dev/deletion: Orphan`).
+fn keeps_itself(copy: &LiveCopy) -> bool {
+    let annotations = copy.metadata.annotations.clone().unwrap_or_default();
+    deletion_of(&annotations, DeletionPolicy::Delete) == DeletionPolicy::Orphan
 }
 
 /// The copies of `owned` (in `cluster`) the rule no longer wants: not of its resource, or not in

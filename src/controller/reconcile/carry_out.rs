@@ -364,7 +364,8 @@ async fn remove_one(
     }
 }
 
-/// Removes a copy per the rule's deletion policy if the object there is still this rule's.
+/// Removes a copy per the rule's deletion policy (or the copy's own `mimeo.dev/deletion`) if the
+/// object there is still this rule's.
 /// Returns the verb done, or `None` when there was nothing of ours to remove.
 /// `place` is the copy's namespace, name and whether the rule's inventory lists it. An object
 /// found only by its marks whose seal is not the rule's copy's there is not the rule's.
@@ -395,8 +396,8 @@ pub(super) async fn remove_owned(
         return Ok(None);
     }
     Fence::for_rule(shards, key).check()?;
-    write::remove(&cluster.client, resource, &*live, spec.deletion).await?;
-    Ok(Some(match spec.deletion {
+    let done = write::remove(&cluster.client, resource, &*live, spec.deletion).await?;
+    Ok(Some(match done {
         crate::api::DeletionPolicy::Delete => "delete",
         crate::api::DeletionPolicy::Orphan => "orphan",
     }))

@@ -66,7 +66,7 @@ pub(super) async fn cleanup<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Res
         crate::api::DeletionPolicy::Delete => "deleted",
         crate::api::DeletionPolicy::Orphan => "orphaned",
     };
-    tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what}");
+    tracing::info!(rule = %key, copies = removed, "rule deleted; its copies were {what} (but those annotated mimeo.dev/deletion: Orphan, kept)");
     for handle in &clusters {
         handle.watches.forget(&key);
     }
@@ -125,6 +125,7 @@ async fn remove_in(
                 name: c.name_any(),
                 source: source_of(&*c),
                 recorded: false,
+                orphan: false,
             })
             .collect(),
     };
