@@ -23,8 +23,8 @@ pub use remote_cluster::{
 };
 pub use rule::{
     ClusterCopies, ClusterSyncRule, ClusterSyncRuleSpec, ConflictPolicy, CopyState, CopyStatus,
-    DeletionPolicy, Input, InputRef, KeyFilter, MetadataPolicy, NextTo, PluginPin, PullSecretRef, RuleSpec,
-    RuleStatus, SecretType, Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
+    DeletionPolicy, ForEach, Input, InputRef, KeyFilter, MetadataPolicy, NextTo, PluginPin, PullSecretRef,
+    RuleSpec, RuleStatus, SecretType, Source, SourceRef, SyncRule, SyncRuleSpec, Target, Transform,
 };
 
 /// The API group of every mimeo resource.

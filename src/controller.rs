@@ -14,6 +14,7 @@ pub(crate) mod fleet;
 mod inventory;
 mod live_kinds;
 mod next_to;
+mod orders;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;
 mod retry;
@@ -239,6 +240,7 @@ fn context(
     let plugin_config_maps = plugins::config_maps::PluginConfigMaps::new(client.clone(), triggers.clone());
     let plugin_files = plugins::files::PluginFiles::new(triggers.clone());
     let next_to = next_to::NextToWatches::new(client.clone(), triggers.clone());
+    let orders = orders::OrderWatches::new(triggers.clone());
     let fleet = Fleet::start(
         client.clone(),
         config.scope.clone(),
@@ -269,6 +271,7 @@ fn context(
         in_flight: Arc::new(tokio::sync::watch::Sender::new(0)),
         kinds,
         next_to,
+        orders,
         plugins: plugins::Plugins::new(
             host,
             client.clone(),

@@ -7,6 +7,7 @@ pub mod decide;
 pub mod desired;
 pub mod filter;
 pub mod flap_guard;
+pub mod for_each;
 pub mod hash;
 pub mod inputs;
 pub mod kinds;

@@ -89,6 +89,14 @@ fn sync_rule_creates_no_namespace() -> Rule {
         .field_path(".spec.targets")
 }
 
+fn sync_rule_follows_no_orders() -> Rule {
+    Rule::new("self.spec.targets.all(t, !has(t.forEach))")
+        .message(
+            "forEach is only for ClusterSyncRules: it reads objects in other clusters and chooses clusters and namespaces by what they say",
+        )
+        .field_path(".spec.targets")
+}
+
 fn sync_rule_source_is_namespaced() -> Rule {
     Rule::new(format!("!({SOURCE_IS_CLUSTER_POLICY})"))
         .message("a ClusterPolicy is cluster-scoped and cannot live in a SyncRule's namespace: use a ClusterSyncRule")
@@ -116,6 +124,7 @@ fn sync_rule_source_is_namespaced() -> Rule {
     validation = sync_rule_source_has_no_namespace(),
     validation = sync_rule_source_is_namespaced(),
     validation = sync_rule_creates_no_namespace(),
+    validation = sync_rule_follows_no_orders(),
     validation = sync_rule_pull_secrets_are_its_own(),
     validation = sync_rule_inputs_are_its_own(),
     validation = targets_need_namespace(),
@@ -336,6 +345,8 @@ impl SecretType {
         .message("createNamespace needs a namespace by name: namespaces matched by a selector, a pattern or nextTo already exist"),
     validation = Rule::new("!has(self.nextTo) || ((!has(self.cluster) || self.cluster == '') && !has(self.clusterSelector))")
         .message("nextTo reads the objects of the cluster mimeo runs in: remove cluster and clusterSelector from a target with nextTo"),
+    validation = Rule::new("!has(self.forEach) || (!has(self.nextTo) && !has(self.namespacePattern))")
+        .message("forEach chooses places with namespace, namespaceSelector, cluster and clusterSelector: remove nextTo and namespacePattern from a target with forEach"),
 )]
 pub struct Target {
     /// The namespace the copy is written to.
@@ -377,6 +388,33 @@ pub struct Target {
     /// `ClusterSyncRule`. mimeo never deletes a namespace it created.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub create_namespace: bool,
+    /// Makes this target once for every object of a kind, in this cluster or another (such as
+    /// every service a tenant ordered on openMCP's onboarding cluster), with `{{object.name}}` and
+    /// `{{object.namespace}}` filled in from the object in `namespace`, `name`, `cluster` and the
+    /// `matchLabels` values of `namespaceSelector` and `clusterSelector`. Followed as objects come
+    /// and go: an object's copies go with it, per `deletion`. Only in a `ClusterSyncRule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_each: Option<ForEach>,
+}
+
+/// The objects a `forEach` target is made once for.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForEach {
+    /// The `RemoteCluster` holding the objects. Empty: the cluster mimeo runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub cluster: Option<String>,
+    /// The API version of the kind, such as `crossplane.services.openmcp.cloud/v1alpha1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The kind, such as `Crossplane`. It must be namespaced, and listed in the controller's
+    /// `--next-to-kinds` (the kinds mimeo may follow).
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Which of its objects count; empty, every one.
+    #[serde(flatten)]
+    pub selector: ObjectSelector,
 }
 
 /// Objects of one kind, chosen with openMCP's selector semantics, whose namespaces a target

@@ -548,6 +548,14 @@ pub async fn diff(
     if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
         return refuse(report, problem.reason, problem.message);
     }
+    if spec.targets.iter().any(|t| t.for_each.is_some()) {
+        // Its places depend on objects in other clusters, which a diff does not read.
+        return refuse(
+            report,
+            "ForEachNotShown",
+            "mimeo diff does not read the objects of forEach targets (they may be in other clusters): this rule is not diffed; `kubectl get clustersyncrule` and `mimeo status` show its copies".into(),
+        );
+    }
 
     // Inputs, as the controller places and checks them.
     let read_inputs = match diff_inputs(&client, &scope, rule).await? {

@@ -27,6 +27,8 @@ pub struct Context {
     pub(super) kinds: super::live_kinds::LiveKinds,
     /// The watches of the kinds `targets[].nextTo` follows.
     pub(super) next_to: Arc<super::next_to::NextToWatches>,
+    /// The watches of the objects `targets[].forEach` follows, per cluster.
+    pub(super) orders: super::orders::OrderWatches,
     pub(super) plugins: super::plugins::Plugins,
     /// The ConfigMaps `configmap://` plugins come from, watched so that a change wakes the rules.
     pub(super) plugin_config_maps: super::plugins::config_maps::PluginConfigMaps,

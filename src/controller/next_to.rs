@@ -1,6 +1,6 @@
-//! The watches of the kinds `targets[].nextTo` follows, in the cluster mimeo runs in: one per
-//! kind over all namespaces, shared by every rule that follows it, started when the first rule
-//! needs it and stopped when the last lets go.
+//! The watches of the kinds `targets[].nextTo` and `targets[].forEach` follow, in one cluster:
+//! one per kind over all namespaces, shared by every rule that follows it, started when the first
+//! rule needs it and stopped when the last lets go.
 //!
 //! A watch reads metadata only unless some rule's selector asks about purposes (`spec.purposes`
 //! is not in the metadata); it is restarted whole when such a rule comes. Its cache keeps of each
@@ -8,9 +8,9 @@
 //! it changes: a `Cluster`'s status updates wake nobody.
 
 use super::watches::{Listed, Triggers, wait_listed};
-use crate::api::NextTo;
+use crate::api::ObjectSelector;
 use crate::locks::lock;
-use crate::sync::next_to::{Held, HeldObjects, changes_choice, holding_namespaces};
+use crate::sync::next_to::{Held, HeldObjects, changes_choice, chosen};
 use crate::sync::object_selector::{Matcher, purposes_of};
 use crate::sync::ownership::RuleKey;
 use futures::{StreamExt, TryStreamExt};
@@ -90,19 +90,19 @@ impl NextToWatches {
         })
     }
 
-    /// Records what `rule` follows now (each kind's resource and the `nextTo` choosing in it),
-    /// starting and stopping watches as needed, and returns for each the namespaces holding a
-    /// chosen object, or why the kind cannot be read.
+    /// Records what `rule` follows now (each kind's resource and the selector choosing in it),
+    /// starting and stopping watches as needed, and returns for each the chosen objects
+    /// (namespace and name), or why the kind cannot be read.
     pub async fn follow(
         &self,
         rule: &RuleKey,
-        wanted: &[(ApiResource, &NextTo)],
-    ) -> Vec<Result<BTreeSet<String>, String>> {
+        wanted: &[(ApiResource, &ObjectSelector)],
+    ) -> Vec<Result<Vec<(String, String)>, String>> {
         let mut followed = Vec::with_capacity(wanted.len());
         let mut matchers = Vec::with_capacity(wanted.len());
-        for (resource, next_to) in wanted {
+        for (resource, selector) in wanted {
             // The rule's checks made sure the selector parses.
-            let matcher = Matcher::new(&next_to.selector).ok();
+            let matcher = Matcher::new(selector).ok();
             if let Some(matcher) = &matcher {
                 followed.push(Followed {
                     kind: kind_key(resource),
@@ -124,11 +124,16 @@ impl NextToWatches {
                 continue;
             };
             match wait_listed(found.listed, "nextTo", LIST_TIMEOUT).await {
-                Ok(()) => out.push(Ok(holding_namespaces(&lock(&found.objects), &matcher))),
+                Ok(()) => out.push(Ok(chosen(&lock(&found.objects), &matcher))),
                 Err(e) => out.push(Err(lock(&found.failure).clone().unwrap_or_else(|| e.to_string()))),
             }
         }
         out
+    }
+
+    /// Whether any rule follows anything here.
+    pub fn in_use(&self) -> bool {
+        !lock(&self.interests).is_empty()
     }
 
     /// Forgets a rule (deleted, refused, or following nothing any more).

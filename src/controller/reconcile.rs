@@ -24,6 +24,7 @@ mod holders;
 pub(crate) mod inputs;
 pub(crate) mod make;
 mod operation;
+mod orders;
 pub(crate) mod places;
 mod record;
 mod requests;

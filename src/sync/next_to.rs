@@ -37,12 +37,20 @@ pub fn chooses(matcher: &Matcher, (namespace, name): &(String, String), held: &H
     })
 }
 
-/// The namespaces holding at least one object that `matcher` chooses.
-pub fn holding_namespaces(objects: &HeldObjects, matcher: &Matcher) -> BTreeSet<String> {
+/// The objects `matcher` chooses: namespace and name, sorted.
+pub fn chosen(objects: &HeldObjects, matcher: &Matcher) -> Vec<(String, String)> {
     objects
         .iter()
         .filter(|(at, held)| chooses(matcher, at, held))
-        .map(|((namespace, _), _)| namespace.clone())
+        .map(|(at, _)| at.clone())
+        .collect()
+}
+
+/// The namespaces holding at least one object that `matcher` chooses.
+pub fn holding_namespaces(objects: &HeldObjects, matcher: &Matcher) -> BTreeSet<String> {
+    chosen(objects, matcher)
+        .into_iter()
+        .map(|(namespace, _)| namespace)
         .collect()
 }
 
@@ -100,8 +108,8 @@ pub fn kept_namespaces(next_to: &NextTo, targets: &[Target], previous: &[CopySta
         .collect()
 }
 
-/// Refuses a `nextTo` kind the installation does not list (`--next-to-kinds`), in either rule
-/// kind: the controller holds read access to those kinds only.
+/// Refuses a `nextTo` or `forEach` kind the installation does not list (`--next-to-kinds`), in
+/// either rule kind: the controller holds read access to those kinds only.
 /// A `nextTo` in another cluster is refused too, where the CRD's rule did not run.
 pub fn check_allowed(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<(), RuleProblem> {
     let remote =
@@ -114,8 +122,16 @@ pub fn check_allowed(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<(), Rul
                 .to_owned(),
         });
     }
-    for next_to in spec.targets.iter().filter_map(|t| t.next_to.as_ref()) {
-        let kind = kind_of(next_to);
+    let followed = spec
+        .targets
+        .iter()
+        .filter_map(|t| t.next_to.as_ref().map(|n| ("nextTo", kind_of(n))))
+        .chain(spec.targets.iter().filter_map(|t| {
+            t.for_each
+                .as_ref()
+                .map(|f| ("forEach", super::for_each::kind_of(f)))
+        }));
+    for (field, kind) in followed {
         if kind.allowed_by(allowed) {
             continue;
         }
@@ -130,7 +146,7 @@ pub fn check_allowed(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<(), Rul
         return Err(RuleProblem {
             reason: "NextToKindNotAllowed",
             message: format!(
-                "nextTo {kind}: this installation of mimeo lets targets follow {listed}; to allow \
+                "{field} {kind}: this installation of mimeo lets targets follow {listed}; to allow \
                  {allowed}, add it to the controller's --next-to-kinds (the Helm value \
                  nextTo.kinds, which also grants mimeo get, list and watch on it)",
                 allowed = kind.as_allowed()

@@ -5,12 +5,13 @@
 //! condition carries the reason and says what to change.
 
 use super::copy_name::NameTemplate;
+use super::for_each;
 use super::kinds::{AllowedKind, KindRef};
 use super::object_selector::{Matcher, selector};
 use super::ownership::RuleKind;
 use super::rule_problem::RuleProblem;
 use super::targets::namespace_pattern;
-use crate::api::RuleSpec;
+use crate::api::{RuleSpec, Target};
 
 /// The kind the rule copies, or the problem that stops it: a kind outside the installation's
 /// allow-list, a selector or namespace pattern that cannot be evaluated, or a copy name template
@@ -46,11 +47,8 @@ pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RulePr
             message: format!("nextTo: {e}"),
         })?;
     }
-    for name in spec.targets.iter().filter_map(|t| t.name.as_deref()) {
-        NameTemplate::parse(name).map_err(|e| RuleProblem {
-            reason: "InvalidName",
-            message: e.to_string(),
-        })?;
+    for target in &spec.targets {
+        check_placeholders(target)?;
     }
     for p in spec.targets.iter().filter_map(|t| t.namespace_pattern.as_deref()) {
         namespace_pattern(p).map_err(|e| RuleProblem {
@@ -59,6 +57,44 @@ pub fn check(spec: &RuleSpec, allowed: &[AllowedKind]) -> Result<KindRef, RulePr
         })?;
     }
     Ok(kind)
+}
+
+/// A target's name must give a name, and only a `forEach` target may speak of its object (as
+/// `{{object.name}}`, in its name, namespace, cluster and selector values).
+fn check_placeholders(target: &Target) -> Result<(), RuleProblem> {
+    let object_in = |text: &str| for_each::names_object(text);
+    if let Some(name) = &target.name {
+        // An object's placeholders are checked with a sample object; the copy's own later.
+        let name = match target.for_each {
+            Some(_) => name
+                .replace(for_each::OBJECT_NAME, "a")
+                .replace(for_each::OBJECT_NAMESPACE, "a"),
+            None => name.clone(),
+        };
+        NameTemplate::parse(&name).map_err(|e| RuleProblem {
+            reason: "InvalidName",
+            message: e.to_string(),
+        })?;
+    }
+    if target.for_each.is_some() {
+        return Ok(());
+    }
+    let labels = [&target.namespace_selector, &target.cluster_selector]
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.match_labels.iter().flat_map(|m| m.values()));
+    let places = target.namespace.iter().chain(target.cluster.iter());
+    if labels.chain(places).any(|text| object_in(text)) {
+        return Err(RuleProblem {
+            reason: "InvalidTarget",
+            message: format!(
+                "{} and {} name the object of a forEach: add forEach to the target, or remove them",
+                for_each::OBJECT_NAME,
+                for_each::OBJECT_NAMESPACE
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses in a `SyncRule` what only a `ClusterSyncRule` may do: read pull secrets from other
@@ -88,6 +124,12 @@ pub fn check_authority(rule: RuleKind, spec: &RuleSpec) -> Result<(), RuleProble
         return Err(problem(
             "a SyncRule copies from its own namespace: remove spec.source.namespace (or use a \
              ClusterSyncRule)",
+        ));
+    }
+    if spec.targets.iter().any(|t| t.for_each.is_some()) {
+        return Err(problem(
+            "forEach is only for ClusterSyncRules: it reads objects in other clusters and chooses \
+             places by what they say; remove targets[].forEach",
         ));
     }
     Ok(())
@@ -339,5 +381,50 @@ mod tests {
                                           "pluginPullSecrets": [{"name": "p"}]}),
         );
         assert_eq!(check_authority(sync, &own), Ok(()));
+    }
+}
+
+#[cfg(test)]
+mod placeholder_tests {
+    use super::*;
+    use crate::sync::kinds::default_allowed_kinds;
+
+    fn with_target(target: serde_json::Value) -> RuleSpec {
+        serde_json::from_value(serde_json::json!({
+            "source": {"kind": "Secret", "namespace": "a", "name": "a"},
+            "targets": [target],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_for_each_target_speaks_of_its_object() {
+        let for_each = serde_json::json!({"apiVersion": "example.com/v1", "kind": "Order"});
+        let ok = with_target(serde_json::json!({"forEach": for_each,
+            "namespaceSelector": {"matchLabels": {"order": "{{object.name}}"}},
+            "name": "{{object.namespace}}-{{source.name}}"}));
+        assert!(check(&ok, &default_allowed_kinds()).is_ok());
+        for target in [
+            serde_json::json!({"namespace": "{{object.namespace}}"}),
+            serde_json::json!({"namespaceSelector": {"matchLabels": {"order": "{{object.name}}"}}}),
+            serde_json::json!({"cluster": "{{object.name}}", "namespace": "b"}),
+        ] {
+            let problem = check(&with_target(target.clone()), &default_allowed_kinds()).unwrap_err();
+            assert_eq!(problem.reason, "InvalidTarget", "{target}");
+        }
+        let problem = check(
+            &with_target(serde_json::json!({"namespace": "b", "name": "x-{{object.name}}"})),
+            &default_allowed_kinds(),
+        )
+        .unwrap_err();
+        assert_eq!(problem.reason, "InvalidName");
+        let problem = check_authority(RuleKind::SyncRule, &{
+            let mut spec = ok.clone();
+            spec.source.namespace = None;
+            spec
+        })
+        .unwrap_err();
+        assert!(problem.message.contains("forEach is only for ClusterSyncRules"), "{problem:?}");
+        assert!(check_authority(RuleKind::ClusterSyncRule, &ok).is_ok());
     }
 }

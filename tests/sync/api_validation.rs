@@ -317,6 +317,21 @@ async fn invalid_rules_are_rejected_with_our_messages() {
             "createNamespace is only for ClusterSyncRules: a SyncRule's author may not create namespaces",
         ),
         (
+            "forEach in a SyncRule",
+            sync_rule(json!({"source": {"kind": "Secret", "name": "a"},
+                             "targets": [{"namespace": "b", "forEach": {"apiVersion": "example.com/v1", "kind": "Order"}}]})),
+            "forEach is only for ClusterSyncRules",
+        ),
+        (
+            "forEach with nextTo",
+            cluster_sync_rule(
+                json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},
+                                     "targets": [{"nextTo": {"apiVersion": "example.com/v1", "kind": "Cluster"},
+                                                  "forEach": {"apiVersion": "example.com/v1", "kind": "Order"}}]}),
+            ),
+            "forEach chooses places with namespace, namespaceSelector, cluster and clusterSelector: remove nextTo and namespacePattern from a target with forEach",
+        ),
+        (
             "createNamespace with a namespace selector",
             cluster_sync_rule(
                 json!({"source": {"kind": "Secret", "namespace": "a", "name": "a"},

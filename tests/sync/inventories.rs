@@ -1200,6 +1200,12 @@ async fn the_helmdeployer_scenarios_as_the_examples_write_them() {
 /// An MCP namespace on the platform cluster as openMCP's ManagedControlPlane controller makes it,
 /// made the way an operator would: `kubectl create namespace`, then `kubectl label`.
 fn mcp_namespace(plane: &ControlPlane, name: &str, tenant: &str) {
+    mcp_namespace_of(plane, name, tenant, "project-x");
+}
+
+/// [`mcp_namespace`] for the `ManagedControlPlane` `mcp_namespace/mcp_name` on the onboarding
+/// cluster.
+fn mcp_namespace_of(plane: &ControlPlane, name: &str, mcp_name: &str, mcp_namespace: &str) {
     let kubeconfig = plane.kubeconfig_path();
     harness::kubectl(kubeconfig, &["create", "namespace", name], b"");
     harness::kubectl(
@@ -1209,8 +1215,8 @@ fn mcp_namespace(plane: &ControlPlane, name: &str, tenant: &str) {
             "namespace",
             name,
             "openmcp.cloud/managed-by=ManagedControlPlane",
-            &format!("core.openmcp.cloud/mcp-name={tenant}"),
-            "core.openmcp.cloud/mcp-namespace=project-x",
+            &format!("core.openmcp.cloud/mcp-name={mcp_name}"),
+            &format!("core.openmcp.cloud/mcp-namespace={mcp_namespace}"),
         ],
         b"",
     );
@@ -1334,4 +1340,177 @@ async fn mcp_namespaces_chosen_by_label_are_followed_without_an_edit() {
         );
         assert!(!ok && out.contains(says), "{spec}: {out}");
     }
+}
+
+/// The `Crossplane` order kind of openMCP's Crossplane service provider, as a CRD for the
+/// onboarding cluster (any content).
+fn crossplane_crd() -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "crossplanes.crossplane.services.openmcp.cloud"},
+           "spec": {"group": "crossplane.services.openmcp.cloud", "scope": "Namespaced",
+                    "names": {"kind": "Crossplane", "plural": "crossplanes", "singular": "crossplane"},
+                    "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                                  "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+}
+
+fn order(namespace: &str, name: &str) -> Value {
+    json!({"apiVersion": "crossplane.services.openmcp.cloud/v1alpha1", "kind": "Crossplane",
+           "metadata": {"name": name, "namespace": namespace}, "spec": {"version": "1.20.0"}})
+}
+
+/// A service provider's copies per tenant, as `examples/service-provider-crossplane.yaml` writes
+/// them: the platform cluster, an onboarding cluster where tenants order, and two MCP clusters
+/// that an openMCP inventory over the `mcp--*` namespaces registers (the test plays openMCP's
+/// scheduler and cluster provider). A tenant's order brings its pull secret into
+/// `crossplane-system` on its own MCP (created there) and the chart credentials into its
+/// `mcp--<uuid>` namespace under the provider's name; a second tenant gets its own and nothing of
+/// the first's; a cancelled order removes both; an order in another tenant's name from one's own
+/// namespace gains nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_order_brings_its_copies_to_its_own_mcp() {
+    let config = mimeo::controller::ControllerConfig {
+        next_to_kinds: vec!["Crossplane.crossplane.services.openmcp.cloud".parse().unwrap()],
+        ..Default::default()
+    };
+    let h = Harness::start_with(config).await;
+    h.plane
+        .install_crds(&[
+            fixture("openmcp/clusters.openmcp.cloud_clusters.yaml"),
+            fixture("openmcp/clusters.openmcp.cloud_accessrequests.yaml"),
+        ])
+        .await
+        .unwrap();
+    let (onboarding, mcp_a, mcp_b) = tokio::join!(
+        ControlPlane::start(),
+        ControlPlane::start(),
+        ControlPlane::start()
+    );
+    let (onboarding, mcp_a, mcp_b) = (
+        onboarding.unwrap(),
+        Arc::new(mcp_a.unwrap()),
+        Arc::new(mcp_b.unwrap()),
+    );
+    let onboarding_admin = onboarding.client().await.unwrap();
+    let (a_client, b_client) = (mcp_a.client().await.unwrap(), mcp_b.client().await.unwrap());
+
+    // The onboarding cluster: the order kind, and mimeo's identity there, which may read orders only.
+    kubectl_apply(&onboarding, &crossplane_crd());
+    harness::kubectl(
+        onboarding.kubeconfig_path(),
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "crd/crossplanes.crossplane.services.openmcp.cloud",
+        ],
+        b"",
+    );
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mimeo"}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mimeo", "namespace": "mimeo"}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "mimeo-orders"},
+               "rules": [{"apiGroups": ["crossplane.services.openmcp.cloud"], "resources": ["crossplanes"], "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "mimeo-orders"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "mimeo-orders"},
+               "subjects": [{"kind": "ServiceAccount", "name": "mimeo", "namespace": "mimeo"}]}),
+    ] {
+        kubectl_apply(&onboarding, &object);
+    }
+    let reader = service_account_kubeconfig(&onboarding, &onboarding_admin, "mimeo", "mimeo").await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.register_cluster("onboarding", &reader, json!({})).await;
+
+    // openMCP's scheduler: an MCP namespace and Cluster per tenant; its cluster provider grants
+    // mimeo's AccessRequests with real identities in the MCP clusters.
+    mcp_namespace_of(&h.plane, "mcp--aaaa", "tenant-a", "project-a");
+    mcp_namespace_of(&h.plane, "mcp--bbbb", "tenant-b", "project-b");
+    kubectl_apply(&h.plane, &openmcp_cluster("mcp--aaaa", "tenant-a", &["mcp"]));
+    kubectl_apply(&h.plane, &openmcp_cluster("mcp--bbbb", "tenant-b", &["mcp"]));
+    let planes = [
+        ("tenant-a", (mcp_a.clone(), a_client.clone())),
+        ("tenant-b", (mcp_b.clone(), b_client.clone())),
+    ]
+    .into_iter()
+    .map(|(name, plane)| (name.to_owned(), plane))
+    .collect();
+    run_provider(
+        h.client.clone(),
+        Arc::new(planes),
+        Arc::new(Mutex::new(ProviderRules::default())),
+    );
+
+    kubectl_apply_file(&h.plane, "examples/service-provider-crossplane.yaml");
+
+    // Tenant a orders.
+    for ns in ["project-a", "project-b"] {
+        harness::kubectl(onboarding.kubeconfig_path(), &["create", "namespace", ns], b"");
+    }
+    let ordered = Instant::now();
+    kubectl_apply(&onboarding, &order("project-a", "tenant-a"));
+    eventually(
+        "tenant a's pull secret in crossplane-system on its MCP",
+        || async {
+            secret_exists(&a_client, "crossplane-system", "crossplane-image-pull")
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    let pull_secret_after = ordered.elapsed();
+    eventually("tenant a's chart credentials in its MCP namespace", || async {
+        secret_exists(&h.client, "mcp--aaaa", "sp-crossplane-crossplane-chart-registry")
+            .await
+            .then_some(())
+    })
+    .await;
+    println!(
+        "an order to its pull secret on the tenant's MCP: {pull_secret_after:?}; both copies: {:?}",
+        ordered.elapsed()
+    );
+    assert!(!secret_exists(&b_client, "crossplane-system", "crossplane-image-pull").await);
+    assert!(!secret_exists(&h.client, "mcp--bbbb", "sp-crossplane-crossplane-chart-registry").await);
+
+    // Tenant b orders: its own copies, and nothing of a's changes.
+    kubectl_apply(&onboarding, &order("project-b", "tenant-b"));
+    eventually("tenant b's pull secret on its MCP", || async {
+        secret_exists(&b_client, "crossplane-system", "crossplane-image-pull")
+            .await
+            .then_some(())
+    })
+    .await;
+    eventually("tenant b's chart credentials in its MCP namespace", || async {
+        secret_exists(&h.client, "mcp--bbbb", "sp-crossplane-crossplane-chart-registry")
+            .await
+            .then_some(())
+    })
+    .await;
+    assert!(secret_exists(&a_client, "crossplane-system", "crossplane-image-pull").await);
+
+    // Tenant a cancels: both of its copies go; b's stay.
+    harness::kubectl(
+        onboarding.kubeconfig_path(),
+        &["delete", "crossplane", "tenant-a", "-n", "project-a"],
+        b"",
+    );
+    eventually("tenant a's copies removed", || async {
+        let pull = secret_exists(&a_client, "crossplane-system", "crossplane-image-pull").await;
+        let chart = secret_exists(&h.client, "mcp--aaaa", "sp-crossplane-crossplane-chart-registry").await;
+        (!pull && !chart).then_some(())
+    })
+    .await;
+    assert!(secret_exists(&b_client, "crossplane-system", "crossplane-image-pull").await);
+    assert!(secret_exists(&h.client, "mcp--bbbb", "sp-crossplane-crossplane-chart-registry").await);
+
+    // Tenant b orders in tenant a's name, from its own namespace: the order names MCP tenant-a
+    // of namespace project-b, which does not exist; a's MCP gets nothing.
+    kubectl_apply(&onboarding, &order("project-b", "tenant-a"));
+    stays(
+        "nothing for tenant a's MCP from b's forged order",
+        Duration::from_secs(3),
+        || async {
+            !secret_exists(&a_client, "crossplane-system", "crossplane-image-pull").await
+                && !secret_exists(&h.client, "mcp--aaaa", "sp-crossplane-crossplane-chart-registry").await
+        },
+    )
+    .await;
 }

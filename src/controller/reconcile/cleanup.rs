@@ -184,6 +184,7 @@ fn cluster_name(handle: &ClusterHandle) -> String {
 pub(super) fn let_go(ctx: &Context, key: &RuleKey) {
     ctx.fleet.forget(key);
     ctx.next_to.forget(key);
+    ctx.orders.forget(key);
     ctx.plugin_config_maps
         .uses(key, std::collections::BTreeSet::new());
     ctx.plugin_files.uses(key, std::collections::BTreeSet::new());

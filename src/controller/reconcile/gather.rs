@@ -4,6 +4,7 @@
 
 use super::holders;
 use super::inputs::{self, ReadInputs};
+use super::orders;
 use super::requests::{RETRY_UNREACHABLE, failure};
 use super::stop::{Next, Refusal, Stop, refused};
 use crate::api::{CopyState, CopyStatus, RuleSpec, RuleStatus, Target};
@@ -19,6 +20,7 @@ use crate::controller::watches::{Interest, NamespaceInterest, SourceInterest, So
 use crate::locks::lock;
 use crate::sync::consent::shares;
 use crate::sync::desired::CopyTarget;
+use crate::sync::for_each;
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
 use crate::sync::next_to::Holders;
@@ -69,6 +71,9 @@ pub(crate) struct Gathered<'r> {
     pub inputs: ReadInputs,
     /// Why a `nextTo` target's namespaces cannot be found now (the other targets go on).
     pub next_to_problem: Option<RuleProblem>,
+    /// The `RemoteCluster`s `forEach` targets read their objects in: used, though nothing is
+    /// written there.
+    pub order_clusters: BTreeSet<String>,
 }
 
 /// One cluster a rule writes copies to, or still holds copies in, and whether it can be used now.
@@ -139,7 +144,14 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
     let kind = checked_kind(ctx, &key, spec, previous)?;
     let chain = resolve_chain(rule, ctx, &key).await?;
     let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
-    let (by_cluster, known) = choose_clusters(rule, ctx, &key, &source_cluster);
+    let (orders, order_clusters) = orders::find(ctx, &key, spec, previous).await?;
+    let (targets, left_out) = for_each::expand(&spec.targets, &orders);
+    if !left_out.is_empty() {
+        tracing::warn!(rule = %key, objects = ?left_out, "forEach objects left out: what they fill in is no valid label value, namespace or name");
+    }
+    let mut used = order_clusters.clone();
+    used.extend(source_cluster.iter().cloned());
+    let (by_cluster, known) = choose_clusters(rule, ctx, &key, &targets, used);
     let KnownCopies {
         copies: mut previous_copies,
         clusters: held,
@@ -227,6 +239,7 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
         unsealed,
         inputs,
         next_to_problem,
+        order_clusters,
     })
 }
 
@@ -415,17 +428,19 @@ pub(crate) fn chain_refused(
     }))
 }
 
-/// Which clusters: the source's, every target's, and every one that still holds copies (with
+/// Which clusters: every target's (`targets`, with `forEach` expanded), those `also_used` (the
+/// source's, `forEach`'s), and every one that still holds copies (with
 /// what is known of those copies). The fleet learns which clusters the rule uses.
 fn choose_clusters<R: RuleResource>(
     rule: &R,
     ctx: &Context,
     key: &RuleKey,
-    source_cluster: &Option<String>,
+    targets: &[Target],
+    also_used: BTreeSet<String>,
 ) -> (BTreeMap<Option<String>, Vec<Target>>, KnownCopies) {
     let spec = rule.rule_spec();
     let mut by_cluster =
-        targets_by_cluster(&spec.targets, |labels| ctx.fleet.matching_clusters(labels)).unwrap_or_default();
+        targets_by_cluster(targets, |labels| ctx.fleet.matching_clusters(labels)).unwrap_or_default();
     let uid = rule.meta().uid.clone().unwrap_or_default();
     let known = {
         let last = ctx.statuses.lock().unwrap_or_else(|p| p.into_inner());
@@ -436,7 +451,7 @@ fn choose_clusters<R: RuleResource>(
     }
     by_cluster.entry(None).or_default();
     let mut remote_names: BTreeSet<String> = by_cluster.keys().flatten().cloned().collect();
-    remote_names.extend(source_cluster.iter().cloned());
+    remote_names.extend(also_used);
     let selects_clusters = spec.targets.iter().any(|t| t.cluster_selector.is_some());
     ctx.fleet.uses(key, remote_names, selects_clusters);
     (by_cluster, known)

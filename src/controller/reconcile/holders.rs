@@ -41,10 +41,14 @@ pub(super) async fn find(
             Err(e) => fail(&mut holders, next_to, unreadable(next_to, &e.to_string())),
         }
     }
-    let found = ctx.next_to.follow(key, &wanted).await;
+    let selectors: Vec<_> = wanted.iter().map(|(r, n)| (r.clone(), &n.selector)).collect();
+    let found = ctx.next_to.follow(key, &selectors).await;
     for ((_, next_to), result) in wanted.iter().zip(found) {
         match result {
-            Ok(namespaces) => holders.insert((*next_to).clone(), namespaces),
+            Ok(objects) => holders.insert(
+                (*next_to).clone(),
+                objects.into_iter().map(|(ns, _)| ns).collect(),
+            ),
             Err(why) => fail(&mut holders, next_to, unreadable(next_to, &why)),
         }
     }

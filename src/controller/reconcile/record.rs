@@ -57,6 +57,7 @@ pub(super) async fn record<R: RuleResource>(
         .filter_map(|c| c.name.clone())
         .chain(inventory.iter().filter_map(|c| c.cluster.clone()))
         .chain(gathered.source_cluster.iter().cloned())
+        .chain(gathered.order_clusters.iter().cloned())
         .collect();
     let selects = gathered.spec.targets.iter().any(|t| t.cluster_selector.is_some());
     ctx.fleet.uses(&gathered.key, still_used, selects);
