@@ -12,6 +12,7 @@ use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteC
 use crate::inventory::InventorySettings;
 use crate::inventory::entry::{self, Entry, EntryNamespaces, Kind};
 use crate::sync::object_selector::Matcher;
+use crate::sync::operation::{self, Operation};
 use access::{Access, AccessState, FIELD_MANAGER};
 use entries::{EntryWatches, Watched};
 use futures::StreamExt;
@@ -142,6 +143,54 @@ async fn reconcile(
         // Another replica keeps it.
         return Ok(Action::await_change());
     }
+    match operation::requested(inventory.meta().annotations.as_ref()) {
+        Some(Operation::Ignore) => {
+            let message = format!(
+                "annotated {}: ignore: mimeo keeps the RemoteClusters, AccessRequests and credentials it made as they are; remove the annotation to go on",
+                operation::OPERATION_ANNOTATION
+            );
+            // What it holds stays as last seen.
+            let previous = inventory.status.clone().unwrap_or_default();
+            let summary = Summary {
+                selected: previous.selected.max(0) as usize,
+                connected: previous.connected.max(0) as usize,
+                problems: previous.problems,
+                broken: Some(("Ignored".into(), message)),
+            };
+            write_status(&ctx, &inventory, summary).await?;
+            return Ok(Action::await_change());
+        }
+        Some(Operation::Reconcile) => {
+            let action = keep(&inventory, &ctx).await?;
+            let patch = json!({"metadata": {"resourceVersion": inventory.resource_version(),
+                                            "annotations": {operation::OPERATION_ANNOTATION: null}}});
+            match Api::<ClusterInventory>::all(ctx.client.clone())
+                .patch(
+                    &inventory.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {}
+                // Changed or gone meanwhile: the next look decides.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(action);
+        }
+        None => {}
+    }
+    keep(&inventory, &ctx).await
+}
+
+/// One look at an inventory: its entries selected, each one's `RemoteCluster` and access kept,
+/// those no longer selected let go, and its status.
+async fn keep(
+    inventory: &Arc<ClusterInventory>,
+    ctx: &Arc<InventoryContext>,
+) -> Result<Action, InventoryError> {
+    let (inventory, ctx) = (inventory.clone(), ctx.clone());
     let kind = Kind::of(&inventory.spec);
     let matcher = match Matcher::new(&inventory.spec.selector.clone().unwrap_or_default()) {
         Ok(matcher) => matcher,

@@ -1319,6 +1319,61 @@ async fn mcp_namespaces_chosen_by_label_are_followed_without_an_edit() {
     .await;
     assert!(remote_cluster(&h, "mcps-mcp--bbbb-mcp").await.is_some());
 
+    // openMCP's `ignore`: a new MCP is not followed while the inventory carries it; `reconcile`
+    // makes a look at once, after which the annotation goes.
+    let kubeconfig = h.plane.kubeconfig_path();
+    harness::kubectl(
+        kubeconfig,
+        &[
+            "annotate",
+            "clusterinventory",
+            "mcps",
+            "openmcp.cloud/operation=ignore",
+        ],
+        b"",
+    );
+    eventually("the inventory says it is ignored", || async {
+        let inv = Api::<ClusterInventory>::all(h.client.clone())
+            .get("mcps")
+            .await
+            .unwrap();
+        let ready = inv.status?.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (ready.reason == "Ignored" && ready.status == "False").then_some(())
+    })
+    .await;
+    mcp_namespace(&h.plane, "mcp--cccc", "tenant-c");
+    kubectl_apply(&h.plane, &openmcp_cluster("mcp--cccc", "mcp", &["mcp"]));
+    stays(
+        "no RemoteCluster for a new MCP while ignored",
+        Duration::from_secs(3),
+        || async { remote_cluster(&h, "mcps-mcp--cccc-mcp").await.is_none() },
+    )
+    .await;
+    harness::kubectl(
+        kubeconfig,
+        &[
+            "annotate",
+            "--overwrite",
+            "clusterinventory",
+            "mcps",
+            "openmcp.cloud/operation=reconcile",
+        ],
+        b"",
+    );
+    eventually("the new MCP followed, and the annotation gone", || async {
+        let inv = Api::<ClusterInventory>::all(h.client.clone())
+            .get("mcps")
+            .await
+            .unwrap();
+        let annotated = inv
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("openmcp.cloud/operation");
+        (!annotated && remote_cluster(&h, "mcps-mcp--cccc-mcp").await.is_some()).then_some(())
+    })
+    .await;
+
     // What the apiserver refuses: no namespaces at all, and a selector that would read them all.
     for (spec, says) in [
         (json!({"openMCP": {}}), "namespaceSelector), or both"),
