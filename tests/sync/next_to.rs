@@ -431,3 +431,93 @@ async fn the_chart_grants_what_next_to_needs_and_no_more() {
     assert!(h.secrets("named").get_opt("creds").await.unwrap().is_some());
     assert!(h.secrets("ws").get_opt("creds").await.unwrap().is_none());
 }
+
+/// openMCP's replicator's `NextTo` with a name per `Cluster` (its `templating/next_to` example):
+/// a `forEach` over the `Cluster`s of this cluster makes one copy per `Cluster` beside it, named
+/// after it, two in a namespace holding two; a `Cluster` that goes takes only its own copy.
+#[tokio::test]
+async fn for_each_cluster_one_copy_beside_each_named_after_it() {
+    let h = start(&[]).await;
+    for ns in ["registry", "user-01", "user-02"] {
+        kubectl(&h, &["create", "namespace", ns], "");
+    }
+    kubectl(
+        &h,
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "imagepull",
+            "-n",
+            "registry",
+            "--docker-server=ghcr.io",
+            "--docker-username=u",
+            "--docker-password=p",
+        ],
+        "",
+    );
+    for (ns, name) in [("user-01", "cp-01"), ("user-02", "cp-01"), ("user-02", "cp-02")] {
+        kubectl_apply(
+            &h,
+            &format!(
+                "apiVersion: clusters.openmcp.cloud/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{profile: p, tenancy: Shared, purposes: [controlplane]}}\n"
+            ),
+        );
+    }
+    kubectl_apply(
+        &h,
+        "apiVersion: mimeo.dev/v1alpha1
+kind: ClusterSyncRule
+metadata: {name: imagepull-next-to}
+spec:
+  source: {kind: Secret, namespace: registry, name: imagepull}
+  targets:
+    - forEach:
+        apiVersion: clusters.openmcp.cloud/v1alpha1
+        kind: Cluster
+        matchPurposes: [{operator: ContainsAll, values: [controlplane]}]
+      namespace: '{{object.namespace}}'
+      name: 'imagepull-{{object.name}}'
+",
+    );
+    let copies = |ns: &'static str| {
+        let h = &h;
+        async move {
+            let mut names: Vec<String> = h
+                .secrets(ns)
+                .list(&kube::api::ListParams::default().labels("mimeo.dev/managed-by=mimeo"))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    eventually("a copy beside each Cluster, named after it", || async {
+        (copies("user-01").await == ["imagepull-cp-01"]
+            && copies("user-02").await == ["imagepull-cp-01", "imagepull-cp-02"])
+        .then_some(())
+    })
+    .await;
+    let copy = h.secrets("user-02").get("imagepull-cp-02").await.unwrap();
+    assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    kubectl(
+        &h,
+        &[
+            "delete",
+            "cluster.clusters.openmcp.cloud",
+            "cp-01",
+            "-n",
+            "user-02",
+        ],
+        "",
+    );
+    eventually("only the gone Cluster's copy removed", || async {
+        (copies("user-02").await == ["imagepull-cp-02"] && copies("user-01").await == ["imagepull-cp-01"])
+            .then_some(())
+    })
+    .await;
+}
