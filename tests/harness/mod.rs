@@ -216,6 +216,21 @@ impl Harness {
         .await;
     }
 
+    /// The names of the Secrets in `ns` that carry mimeo's label, sorted: the copies there.
+    pub async fn copy_names(&self, ns: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .secrets(ns)
+            .list(&kube::api::ListParams::default().labels("mimeo.dev/managed-by=mimeo"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect();
+        names.sort();
+        names
+    }
+
     pub async fn delete_rule(&self, ns: &str, name: &str) {
         Api::<mimeo::api::SyncRule>::namespaced(self.client.clone(), ns)
             .delete(name, &DeleteParams::default())

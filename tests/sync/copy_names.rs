@@ -7,7 +7,6 @@
 use crate::harness;
 
 use harness::{Harness, eventually, secret_value};
-use kube::api::ListParams;
 use serde_json::json;
 
 fn rule(name: &str) -> serde_json::Value {
@@ -16,20 +15,6 @@ fn rule(name: &str) -> serde_json::Value {
                                "selector": {"matchLabels": {"provider": "crossplane"}}},
                     "targets": [{"namespaceSelector": {"matchLabels": {"openmcp.cloud/managed-by": "ManagedControlPlane"}},
                                  "name": name}]}})
-}
-
-async fn names_in(h: &Harness, ns: &str) -> Vec<String> {
-    let mut names: Vec<String> = h
-        .secrets(ns)
-        .list(&ListParams::default().labels("mimeo.dev/managed-by=mimeo"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|s| s.metadata.name)
-        .collect();
-    names.sort();
-    names
 }
 
 #[tokio::test]
@@ -70,7 +55,7 @@ async fn copies_are_named_per_source_and_place() {
     harness::kubectl_apply(&h.plane, &rule("sp-crossplane-{{source.name}}"));
     for ns in ["mcp--aaaa", "mcp--bbbb"] {
         eventually("both sources' copies under the provider's names", || async {
-            (names_in(&h, ns).await == ["sp-crossplane-chart-registry", "sp-crossplane-image-registry"])
+            (h.copy_names(ns).await == ["sp-crossplane-chart-registry", "sp-crossplane-image-registry"])
                 .then_some(())
         })
         .await;
@@ -85,7 +70,7 @@ async fn copies_are_named_per_source_and_place() {
     // A new template: the copies move to the new names, the old ones go.
     harness::kubectl_apply(&h.plane, &rule("{{source.name}}.{{target.namespace}}"));
     eventually("the copies under the new names only", || async {
-        (names_in(&h, "mcp--bbbb").await == ["chart-registry.mcp--bbbb", "image-registry.mcp--bbbb"])
+        (h.copy_names("mcp--bbbb").await == ["chart-registry.mcp--bbbb", "image-registry.mcp--bbbb"])
             .then_some(())
     })
     .await;
@@ -106,7 +91,7 @@ async fn copies_are_named_per_source_and_place() {
         "{problem}"
     );
     assert_eq!(
-        names_in(&h, "mcp--aaaa").await,
+        h.copy_names("mcp--aaaa").await,
         ["chart-registry.mcp--aaaa", "image-registry.mcp--aaaa"]
     );
 

@@ -480,25 +480,9 @@ spec:
       name: 'imagepull-{{object.name}}'
 ",
     );
-    let copies = |ns: &'static str| {
-        let h = &h;
-        async move {
-            let mut names: Vec<String> = h
-                .secrets(ns)
-                .list(&kube::api::ListParams::default().labels("mimeo.dev/managed-by=mimeo"))
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter_map(|s| s.metadata.name)
-                .collect();
-            names.sort();
-            names
-        }
-    };
     eventually("a copy beside each Cluster, named after it", || async {
-        (copies("user-01").await == ["imagepull-cp-01"]
-            && copies("user-02").await == ["imagepull-cp-01", "imagepull-cp-02"])
+        (h.copy_names("user-01").await == ["imagepull-cp-01"]
+            && h.copy_names("user-02").await == ["imagepull-cp-01", "imagepull-cp-02"])
         .then_some(())
     })
     .await;
@@ -516,8 +500,9 @@ spec:
         "",
     );
     eventually("only the gone Cluster's copy removed", || async {
-        (copies("user-02").await == ["imagepull-cp-02"] && copies("user-01").await == ["imagepull-cp-01"])
-            .then_some(())
+        (h.copy_names("user-02").await == ["imagepull-cp-02"]
+            && h.copy_names("user-01").await == ["imagepull-cp-01"])
+        .then_some(())
     })
     .await;
 }
