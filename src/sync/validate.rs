@@ -424,7 +424,10 @@ mod placeholder_tests {
             spec
         })
         .unwrap_err();
-        assert!(problem.message.contains("forEach is only for ClusterSyncRules"), "{problem:?}");
+        assert!(
+            problem.message.contains("forEach is only for ClusterSyncRules"),
+            "{problem:?}"
+        );
         assert!(check_authority(RuleKind::ClusterSyncRule, &ok).is_ok());
     }
 }
