@@ -2363,3 +2363,39 @@ async fn a_second_replica_takes_over_under_the_chart_rbac() {
         "a permission error in mimeo-1's log:\n{log}"
     );
 }
+
+/// The install's notes say what runs: with several replicas every one works on its shards (none
+/// stands by), and while the image is the default, that no image is published there.
+#[tokio::test]
+async fn the_notes_say_what_runs_and_which_image_to_set() {
+    let helm = Helm::new();
+    let chart = chart();
+    // Helm asks a cluster for its version even in a client-side dry run.
+    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let kubeconfig = plane.kubeconfig_path().to_str().unwrap().to_owned();
+    let notes = |values: &[&str]| {
+        let mut args = vec![
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--dry-run=client",
+            "--namespace",
+            NAMESPACE,
+            "--kubeconfig",
+            &kubeconfig,
+        ];
+        args.extend_from_slice(values);
+        let out = helm.ok(&args);
+        out[out.find("NOTES:").expect("notes")..].to_owned()
+    };
+    let three = notes(&["--set", "replicas=3"]);
+    assert!(three.contains("3 replicas, all working"), "{three}");
+    assert!(!three.contains("stand by"), "{three}");
+    assert!(
+        three.contains("No image is published at ghcr.io/mimeo-dev/mimeo"),
+        "{three}"
+    );
+    let own = notes(&["--set", "image.repository=registry.example.com/platform/mimeo"]);
+    assert!(!own.contains("No image is published"), "{own}");
+    assert!(!own.contains("replicas, all working"), "one replica: {own}");
+}
