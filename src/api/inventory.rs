@@ -23,9 +23,11 @@ use std::collections::BTreeMap;
     shortname = "mci",
     category = "mimeo",
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Selected", type_ = "integer", json_path = ".status.selected"),
     printcolumn(name = "Connected", type_ = "integer", json_path = ".status.connected"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].message", priority = "1"),
     validation = Rule::new(
         "(has(self.spec.openMCP) ? 1 : 0) + (has(self.spec.clusterAPI) ? 1 : 0) + (has(self.spec.clusterProfile) ? 1 : 0) == 1"
     ).message("set exactly one of openMCP, clusterAPI and clusterProfile"),

@@ -24,11 +24,13 @@ use serde::{Deserialize, Serialize};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.serverVersion"),
     printcolumn(name = "Rules", type_ = "integer", json_path = ".status.rules"),
     printcolumn(name = "Inventory", type_ = "string", json_path = ".spec.origin.inventory"),
     printcolumn(name = "Entry", type_ = "string", json_path = ".spec.origin.entry"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].message", priority = "1"),
     validation = Rule::new("has(self.spec.kubeconfigSecretRef) || has(self.spec.origin)")
         .message("spec.kubeconfigSecretRef is required: name the Secret holding the cluster's kubeconfig")
 )]

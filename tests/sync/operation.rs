@@ -1,7 +1,7 @@
 //! `openmcp.cloud/operation` on a rule, set with `kubectl annotate` as an operator would: under
 //! `ignore` mimeo writes and removes nothing (a rotation does not reach the copy, a deleted rule
-//! leaves its copy), and says so in the rule's status; `reconcile` makes a pass, after which
-//! mimeo removes the annotation.
+//! leaves its copy), and says so in the rule's status and `kubectl get`'s columns; `reconcile`
+//! makes a pass, after which mimeo removes the annotation.
 
 use crate::harness;
 
@@ -46,6 +46,18 @@ async fn ignore_keeps_mimeos_hands_off_and_reconcile_asks_for_a_pass() {
         ],
     );
     let rule = h.wait_ready("platform", "creds", "False", "Ignored").await;
+    // `kubectl get` says why; `-o wide` says the whole message.
+    let listed = kubectl(&h, &["get", "syncrules", "-A"]);
+    assert!(
+        listed.contains("REASON") && listed.contains("Ignored"),
+        "{listed}"
+    );
+    assert!(!listed.contains("MESSAGE"), "{listed}");
+    let wide = kubectl(&h, &["get", "syncrules", "-A", "-o", "wide"]);
+    assert!(
+        wide.contains("MESSAGE") && wide.contains("annotated openmcp.cloud/operation: ignore"),
+        "{wide}"
+    );
     let status = rule.status.unwrap();
     assert_eq!(
         status.copies.as_deref(),
