@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
     group = "mimeo.dev",
     version = "v1alpha1",
     kind = "MimeoConfig",
+    doc = "The settings of a running mimeo over its flags, as the openmcp-operator hands a platform service its configuration: the kinds it copies and follows at once, the rest at its next start.",
     status = "MimeoConfigStatus",
     shortname = "mcfg",
     category = "mimeo",
@@ -104,6 +105,7 @@ pub struct RegistrySettings {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MimeoConfigStatus {
+    /// The generation of the spec this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`: whether the settings are in effect (`False` with why when they are not, and then

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
     group = "mimeo.dev",
     version = "v1alpha1",
     kind = "ClusterInventory",
+    doc = "A platform's own list of clusters (openMCP Clusters, Cluster API Clusters, ClusterProfiles), from which mimeo keeps one RemoteCluster per selected entry, with access got the inventory's way.",
     status = "ClusterInventoryStatus",
     shortname = "mci",
     category = "mimeo",
@@ -127,6 +128,7 @@ impl RemoteClusterTemplate {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterInventoryStatus {
+    /// The generation of the spec this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`: every selected entry has a connectable `RemoteCluster`.
@@ -142,6 +144,7 @@ pub struct ClusterInventoryStatus {
     /// `moreProblems`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<EntryProblem>,
+    /// How many more entries have problems than `problems` lists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub more_problems: Option<i32>,
 }
@@ -150,10 +153,13 @@ pub struct ClusterInventoryStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryProblem {
+    /// The entry's namespace.
     pub namespace: String,
+    /// The entry's name.
     pub name: String,
     /// `AccessPending`, `AccessDenied`, `AccessNotGranted`, `ControlPlaneNotAvailable`,
     /// `KubeconfigMissing`, `ProviderMissing`, `ProviderFailed`, `NameTaken`.
     pub reason: String,
+    /// What is wrong, and what to do about it.
     pub message: String,
 }

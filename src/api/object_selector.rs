@@ -34,6 +34,7 @@ pub struct ObjectSelector {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct PurposeRequirement {
     pub operator: PurposeOperator,
+    /// The purposes compared, such as `workload` or `mcp`.
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub values: Vec<String>,
@@ -55,8 +56,10 @@ pub enum PurposeOperator {
 /// An object by namespace and name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 pub struct ObjectIdentity {
+    /// The object's name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// The object's namespace.
     #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
 }

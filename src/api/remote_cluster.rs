@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
     group = "mimeo.dev",
     version = "v1alpha1",
     kind = "RemoteCluster",
+    doc = "Another cluster mimeo copies into or from, reached with the kubeconfig in a Secret; rules choose it by name or by its labels.",
     status = "RemoteClusterStatus",
     shortname = "mrc",
     category = "mimeo",
@@ -66,8 +67,10 @@ pub struct Origin {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeconfigSecretRef {
+    /// The Secret's namespace.
     #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
+    /// The Secret's name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// The key holding the kubeconfig. Cluster API writes it under `value`.
@@ -84,6 +87,7 @@ fn default_kubeconfig_key() -> String {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteClusterStatus {
+    /// The generation of the spec this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready` says whether the cluster can be reached with the given credentials.

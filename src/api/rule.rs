@@ -112,6 +112,7 @@ fn sync_rule_source_is_namespaced() -> Rule {
     group = "mimeo.dev",
     version = "v1alpha1",
     kind = "SyncRule",
+    doc = "Copies objects of its own namespace (Secrets, ConfigMaps, Kyverno policies, any allowed kind) into other namespaces and clusters that accept them, keeps the copies in sync and removes them when they are no longer wanted.",
     namespaced,
     status = "RuleStatus",
     shortname = "msr",
@@ -142,6 +143,7 @@ pub struct SyncRuleSpec {
     group = "mimeo.dev",
     version = "v1alpha1",
     kind = "ClusterSyncRule",
+    doc = "A cluster administrator's copy rule: from any namespace, or a cluster-scoped source, into any namespace and cluster without their consent, with what only administrators may do (create namespaces, forEach).",
     status = "RuleStatus",
     shortname = "mcsr",
     category = "mimeo",
@@ -289,8 +291,10 @@ pub struct InputRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub api_version: Option<String>,
+    /// The kind of the input, such as `ConfigMap`.
     #[schemars(length(min = 1, max = 63))]
     pub kind: String,
+    /// The input object's name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Only in a `ClusterSyncRule`; unset, the source's namespace.
@@ -472,6 +476,7 @@ pub struct Transform {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PullSecretRef {
+    /// The Secret's name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Only in a `ClusterSyncRule` (where it is required): a `SyncRule` reads pull secrets from
@@ -536,8 +541,10 @@ impl MetadataPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyFilter {
+    /// Patterns of the keys kept, such as `app.kubernetes.io/*`. Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub include: Vec<String>,
+    /// Patterns of keys dropped even when an `include` pattern matches them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
 }
@@ -631,8 +638,10 @@ pub struct CopyStatus {
     /// The `RemoteCluster` holding the copy; empty for the cluster the rule lives in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// The copy's namespace; empty for a cluster-scoped kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// The copy's name.
     pub name: String,
     pub state: CopyState,
     /// The digest of the content last written to this copy.
@@ -650,8 +659,10 @@ pub struct CopyStatus {
 /// A source object, by namespace and name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 pub struct SourceRef {
+    /// The source's namespace; empty for a cluster-scoped kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// The source's name.
     pub name: String,
 }
 

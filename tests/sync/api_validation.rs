@@ -358,3 +358,32 @@ async fn invalid_rules_are_rejected_with_our_messages() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `kubectl explain` on the installed CRDs says what a kind and a field are (the unit test
+/// `every_field_and_kind_is_described` holds every field to it).
+#[tokio::test]
+async fn kubectl_explain_describes_the_kinds_and_their_fields() {
+    let plane = plane_with_crds().await;
+    // The apiserver publishes a new CRD's schema a moment after it is established.
+    let explain = |what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (ok, out) = crate::harness::run_kubectl(plane.kubeconfig_path(), &["explain", what], b"");
+            if ok {
+                return out;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kubectl explain {what}: {out}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    };
+    let kind = explain("syncrules");
+    assert!(kind.contains("Copies objects of its own namespace"), "{kind}");
+    assert!(!kind.contains("Auto-generated"), "{kind}");
+    let field = explain("syncrules.spec.metadata.labels.include");
+    assert!(field.contains("Patterns of the keys kept"), "{field}");
+    let field = explain("clustersyncrules.spec.targets.forEach");
+    assert!(field.contains("once for every object of a kind"), "{field}");
+}
