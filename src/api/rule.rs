@@ -229,6 +229,11 @@ pub struct RuleSpec {
     /// plugin's registry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plugin_pull_secrets: Vec<PullSecretRef>,
+    /// Stops the rule without deleting it: nothing is written or removed, its copies stay as they
+    /// are (in sync or not), and its status says `Suspended`, until this is false again. Deleting
+    /// a suspended rule still removes its copies per `deletion`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// The object, or set of objects, a rule copies.

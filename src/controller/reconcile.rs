@@ -66,6 +66,11 @@ pub async fn reconcile<R: RuleResource>(rule: Arc<R>, ctx: Arc<Context>) -> Resu
     if operation == Some(Operation::Ignore) {
         return operation::ignore(&*rule, &ctx).await;
     }
+    if rule.rule_spec().suspend && rule.meta().deletion_timestamp.is_none() {
+        // Forgotten here as under `ignore`: changing the rule wakes it.
+        cleanup::let_go(&ctx, &key);
+        return record::suspended(&*rule, &ctx).await;
+    }
     ctx.in_flight.send_modify(|running| *running += 1);
     let _done = InFlight(&ctx);
     let started = Instant::now();

@@ -134,3 +134,62 @@ async fn ignore_keeps_mimeos_hands_off_and_reconcile_asks_for_a_pass() {
     })
     .await;
 }
+
+/// `spec.suspend`, set with `kubectl patch` as an operator would: the rule writes nothing (a
+/// rotation of its source makes no write of a Secret but the source's own), its status says
+/// `Suspended`; set back, the copy follows; a suspended rule that is deleted still removes its
+/// copy, per `deletion`.
+#[tokio::test]
+async fn a_suspended_rule_writes_nothing_until_resumed() {
+    let h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("app", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    h.put_secret("platform", "creds", &[("password", "one")]).await;
+    harness::kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                "metadata": {"name": "creds", "namespace": "platform"},
+                "spec": {"source": {"kind": "Secret", "name": "creds"}, "targets": [{"namespace": "app"}]}}),
+    );
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+    let suspend = |on: bool| {
+        let patch = json!({"spec": {"suspend": on}}).to_string();
+        kubectl(
+            &h,
+            &[
+                "patch", "syncrule", "creds", "-n", "platform", "--type", "merge", "-p", &patch,
+            ],
+        )
+    };
+    suspend(true);
+    h.wait_ready("platform", "creds", "False", "Suspended").await;
+    let before = h.apiserver_writes(&["secrets"]).await;
+    h.put_secret("platform", "creds", &[("password", "two")]).await;
+    stays(
+        "the copy untouched while suspended",
+        Duration::from_secs(3),
+        || async { copy_value(&h).await.as_deref() == Some("one") },
+    )
+    .await;
+    let writes = h.apiserver_writes(&["secrets"]).await - before;
+    assert_eq!(writes, 1, "only the source's own rotation is a write");
+
+    suspend(false);
+    eventually("the rotation reaches the copy once resumed", || async {
+        (copy_value(&h).await.as_deref() == Some("two")).then_some(())
+    })
+    .await;
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+
+    suspend(true);
+    h.wait_ready("platform", "creds", "False", "Suspended").await;
+    kubectl(
+        &h,
+        &["delete", "syncrule", "creds", "-n", "platform", "--wait=false"],
+    );
+    eventually("a deleted suspended rule still removes its copy", || async {
+        copy_value(&h).await.is_none().then_some(())
+    })
+    .await;
+}

@@ -312,23 +312,31 @@ pub(super) async fn refusal<R: RuleResource>(
     })
 }
 
-/// Reports a rule its `openmcp.cloud/operation: ignore` annotation keeps mimeo's hands off:
-/// `Ready=False, Ignored`, the rest of the status (its copies as last seen) as it was, and one
-/// Normal event when it starts. Nothing else is written until the annotation goes.
+/// Reports a rule its `openmcp.cloud/operation: ignore` annotation keeps mimeo's hands off.
 pub(super) async fn ignored<R: RuleResource>(rule: &R, ctx: &Context) -> Result<Action, Error> {
-    let kept = rule.rule_status();
-    let ready = Readiness::not_ready(
-        "Ignored",
-        format!(
-            "annotated {OPERATION_ANNOTATION}: ignore: mimeo writes and removes nothing for this rule, not even when it is deleted (its copies then stay where they are); remove the annotation to go on"
-        ),
+    let message = format!(
+        "annotated {OPERATION_ANNOTATION}: ignore: mimeo writes and removes nothing for this rule, not even when it is deleted (its copies then stay where they are); remove the annotation to go on"
     );
+    held_back(rule, ctx, Readiness::not_ready("Ignored", message)).await
+}
+
+/// Reports a rule its `spec.suspend` stops.
+pub(super) async fn suspended<R: RuleResource>(rule: &R, ctx: &Context) -> Result<Action, Error> {
+    let message = "spec.suspend is true: mimeo writes and removes nothing for this rule and its copies stay as they are; set it to false (mimeo resume) to go on. Deleting the rule still removes its copies per deletion".to_owned();
+    held_back(rule, ctx, Readiness::not_ready("Suspended", message)).await
+}
+
+/// A rule mimeo is told to leave alone: `Ready=False` with why, the rest of the status (its
+/// copies as last seen) as it was, and one Normal event when it starts. Nothing else is written
+/// until it is let go.
+async fn held_back<R: RuleResource>(rule: &R, ctx: &Context, ready: Readiness) -> Result<Action, Error> {
+    let kept = rule.rule_status();
     let before = kept
         .and_then(|k| k.conditions.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.reason.as_str());
-    if before != Some("Ignored") {
+    if before != Some(ready.reason.as_str()) {
         let mut log = EventLog::default();
-        log.note(EventType::Normal, "Ignored", ready.message.clone());
+        log.note(EventType::Normal, &ready.reason, ready.message.clone());
         log.publish(rule, ctx).await;
     }
     let status = with_ready(
