@@ -161,9 +161,10 @@ pub struct DiffArgs {
     #[command(flatten)]
     pub registry: RegistryArgs,
     /// The kubeconfig file of an openMCP Cluster (NAMESPACE/NAME of the Cluster object) that
-    /// HelmDeployer copies onto (toTargetCluster). Repeat for each. With it, migrate reads that
-    /// cluster and plans consent and adoption of HelmDeployer's copies there, --apply writes those
-    /// entries there, and diff shows them. Without it they are not read, and not applied.
+    /// HelmDeployer (toTargetCluster) or the resource replicator (location: Onto) copies onto.
+    /// Repeat for each. With it, migrate reads that cluster and plans consent and adoption of
+    /// their copies there, --apply writes those entries there, and diff shows them. Without it
+    /// they are not read, and not applied.
     #[arg(long = "cluster-kubeconfig", value_name = "NAMESPACE/NAME=PATH", value_parser = parse_cluster_kubeconfig)]
     pub cluster_kubeconfigs: Vec<ClusterKubeconfig>,
 }
@@ -171,12 +172,13 @@ pub struct DiffArgs {
 #[derive(Args, Debug, Clone)]
 pub struct MigrateArgs {
     /// The tool to migrate from: replicator (mittwald's kubernetes-replicator), reflector
-    /// (emberstack's kubernetes-reflector), kubed (config-syncer) or kyverno (generate rules that
-    /// clone with synchronize: true) or openmcp-helmdeployer (openMCP's HelmDeployer
-    /// secretsToCopy). Repeat, or separate with commas. Default: each that shows a
-    /// sign of having run here (its marks on a copy; for Kyverno, its policies served); a tool
-    /// named here is translated even without one.
-    #[arg(long = "from", value_name = "TOOL", value_delimiter = ',', value_parser = ["replicator", "reflector", "kubed", "kyverno", "openmcp-helmdeployer"])]
+    /// (emberstack's kubernetes-reflector), kubed (config-syncer), kyverno (generate rules that
+    /// clone with synchronize: true), openmcp-helmdeployer (openMCP's HelmDeployer
+    /// secretsToCopy) or openmcp-resource-replicator (openMCP's Replicas and ClusterReplicas).
+    /// Repeat, or separate with commas. Default: each that shows a sign of having run here (its
+    /// marks on a copy; for Kyverno and the openMCP tools, their kinds served); a tool named here
+    /// is translated even without one.
+    #[arg(long = "from", value_name = "TOOL", value_delimiter = ',', value_parser = ["replicator", "reflector", "kubed", "kyverno", "openmcp-helmdeployer", "openmcp-resource-replicator"])]
     pub from: Vec<String>,
     /// The namespace HelmDeployer's pod runs in: the sources its HelmDeployerConfig names are
     /// there.
@@ -191,9 +193,10 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "allow_system_namespaces"])]
     pub apply: Option<PathBuf>,
     /// The kubeconfig file of an openMCP Cluster (NAMESPACE/NAME of the Cluster object) that
-    /// HelmDeployer copies onto (toTargetCluster). Repeat for each. With it, migrate reads that
-    /// cluster and plans consent and adoption of HelmDeployer's copies there, --apply writes those
-    /// entries there, and diff shows them. Without it they are not read, and not applied.
+    /// HelmDeployer (toTargetCluster) or the resource replicator (location: Onto) copies onto.
+    /// Repeat for each. With it, migrate reads that cluster and plans consent and adoption of
+    /// their copies there, --apply writes those entries there, and diff shows them. Without it
+    /// they are not read, and not applied.
     #[arg(long = "cluster-kubeconfig", value_name = "NAMESPACE/NAME=PATH", value_parser = parse_cluster_kubeconfig)]
     pub cluster_kubeconfigs: Vec<ClusterKubeconfig>,
 }

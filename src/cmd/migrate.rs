@@ -4,28 +4,32 @@
 //! and ConfigMaps that carry another tool's annotations, and Kyverno's policies. Each tool's
 //! module turns it into rules, pure and unit-tested: kubernetes-replicator ([`replicator`]),
 //! kubernetes-reflector ([`reflector`]), config-syncer/kubed ([`kubed`]), Kyverno's
-//! `generate` with `clone`/`cloneList` and `synchronize: true` ([`kyverno`]) and openMCP
-//! HelmDeployer's `secretsToCopy` ([`helmdeployer`]). A [`Migration`] holds the rules (and the
-//! `ClusterInventory`s they reach other clusters through), the consent each target namespace
-//! needs, the copies that tool made (or would make) that the rules are to adopt, and a note for
-//! everything that could not be translated. For HelmDeployer, the same for its copies on the
-//! openMCP `Cluster`s the user gave a kubeconfig for ([`Inventory::clusters`]).
+//! `generate` with `clone`/`cloneList` and `synchronize: true` ([`kyverno`]), openMCP
+//! HelmDeployer's `secretsToCopy` ([`helmdeployer`]) and openMCP's resource replicator's
+//! `Replica`s and `ClusterReplica`s ([`resource_replicator`]). A [`Migration`] holds the rules
+//! (and the `ClusterInventory`s they reach other clusters through), the consent each target
+//! namespace needs, the copies that tool made (or would make) that the rules are to adopt, and a
+//! note for everything that could not be translated. For the openMCP tools, the same for their
+//! copies on the openMCP `Cluster`s the user gave a kubeconfig for ([`Inventory::clusters`]).
 
 pub mod apply;
 pub mod helmdeployer;
 pub mod kubed;
 pub mod kyverno;
 mod model;
+mod openmcp;
 mod plan;
 pub mod read;
 pub mod reflector;
 pub mod replicator;
+pub mod resource_replicator;
 mod rules;
 pub mod selector;
 pub mod yaml;
 
 pub use model::{
-    Grant, Inventory, Migration, Namespace, Object, Options, Place, Provenance, SYSTEM_NAMESPACES, Tool,
+    Grant, Inventory, Migration, Namespace, Object, Options, Place, Provenance, ResourceReplicator,
+    SYSTEM_NAMESPACES, Tool,
 };
 pub use plan::{
     PLAN_API_VERSION, PLAN_KIND, Plan, PlannedAdoption, PlannedConsent, accept_from_with, on_cluster,
@@ -64,6 +68,7 @@ pub fn migrate(inventory: &Inventory, options: &Options) -> Migration {
                 };
                 helmdeployer::translate(inventory, &mut migration, namespace)
             }
+            Tool::ResourceReplicator => resource_replicator::translate(inventory, &mut migration),
         }
     }
     migration
@@ -76,11 +81,12 @@ fn installed(inventory: &Inventory, tool: Tool) -> bool {
         Tool::Replicator => o.annotations.contains_key(replicator::REPLICATED_AT),
         Tool::Reflector => o.annotations.contains_key(reflector::REFLECTED_VERSION),
         Tool::Kubed => kubed::origin(o).is_some(),
-        Tool::Kyverno | Tool::HelmDeployer => false,
+        Tool::Kyverno | Tool::HelmDeployer | Tool::ResourceReplicator => false,
     };
     match tool {
         Tool::Kyverno => inventory.kyverno_served,
         Tool::HelmDeployer => inventory.helm.served,
+        Tool::ResourceReplicator => inventory.replicas.served,
         _ => inventory
             .objects
             .iter()

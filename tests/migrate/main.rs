@@ -6,4 +6,5 @@ mod harness;
 
 mod cutover;
 mod helmdeployer;
+mod resource_replicator;
 mod rules;

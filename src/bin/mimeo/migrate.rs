@@ -1,4 +1,4 @@
-//! `mimeo migrate`: the peers' annotations, resources and HelmDeployers read, rules written.
+//! `mimeo migrate`: the peers' annotations, resources, HelmDeployers and Replicas read, rules written.
 
 use crate::{cluster_clients, connect};
 use anyhow::Context;
@@ -35,7 +35,10 @@ pub async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     let mut inventory = mimeo::cmd::migrate::read::inventory(&client).await?;
-    let namespaces = mimeo::cmd::migrate::helmdeployer::target_namespaces(&inventory.helm);
+    let mut namespaces = mimeo::cmd::migrate::helmdeployer::target_namespaces(&inventory.helm);
+    namespaces.extend(mimeo::cmd::migrate::resource_replicator::target_namespaces(
+        &inventory,
+    ));
     for (cluster, client) in cluster_clients(&args.cluster_kubeconfigs).await? {
         let read = mimeo::cmd::migrate::read::target_cluster(&cluster, &client, &namespaces).await?;
         inventory.clusters.insert(cluster, read);

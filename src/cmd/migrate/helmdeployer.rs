@@ -11,9 +11,8 @@
 //! as labels, written by the operator's own client (field manager `openmcp-operator`).
 
 use super::model::{Inventory, Migration, Object, Place, Provenance, Tool};
+use super::openmcp::{CLUSTER_API_VERSION, INVENTORY_LABEL, InventorySpec, selected_clusters};
 use super::rules::rule_name;
-use crate::api::ObjectSelector;
-use crate::sync::object_selector::{Matcher, ObjectFacts, purposes_of};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,9 +25,6 @@ pub const FIELD_MANAGER: &str = "openmcp-operator";
 /// HelmDeployer's pod namespace where `--helmdeployer-namespace` is not given.
 pub const DEFAULT_NAMESPACE: &str = "openmcp-system";
 const CONTROLLER: &str = "HelmDeployer";
-const CLUSTER_API_VERSION: &str = "clusters.openmcp.cloud/v1alpha1";
-/// The label every `RemoteCluster` made by an inventory carries with the inventory's name.
-const INVENTORY_LABEL: &str = "mimeo.dev/inventory";
 const SELECTOR_FIELDS: [&str; 4] = [
     "matchLabels",
     "matchExpressions",
@@ -183,31 +179,6 @@ fn resolve<'a>(
         .filter_map(|f| definition.get(*f).map(|v| ((*f).to_owned(), v.clone())))
         .collect();
     Ok((Value::Object(selector), Some((name.as_str(), definition))))
-}
-
-/// The `Cluster`s `selector` chooses, as openMCP matches them.
-fn selected_clusters(clusters: &[Value], selector: &Value) -> Result<Vec<(String, String)>, String> {
-    let parsed: ObjectSelector = serde_json::from_value(selector.clone()).map_err(|e| e.to_string())?;
-    let matcher = Matcher::new(&parsed).map_err(|e| e.to_string())?;
-    Ok(clusters
-        .iter()
-        .filter_map(|c| {
-            let namespace = c["metadata"]["namespace"].as_str()?;
-            let name = c["metadata"]["name"].as_str()?;
-            let labels: BTreeMap<String, String> =
-                serde_json::from_value(c["metadata"]["labels"].clone()).unwrap_or_default();
-            let purposes = purposes_of(c);
-            let facts = ObjectFacts {
-                namespace,
-                name,
-                labels: &labels,
-                purposes: &purposes,
-            };
-            matcher
-                .matches(&facts)
-                .then(|| (namespace.to_owned(), name.to_owned()))
-        })
-        .collect())
 }
 
 /// One deployment as HelmDeployer reads it: its selector and its merged instructions (the
@@ -532,7 +503,15 @@ pub fn translate(inventory: &Inventory, migration: &mut Migration, provider_name
     let mut notes = Vec::new();
     let mut deployments: Vec<Deployment> = ordered
         .into_iter()
-        .filter_map(|d| deployment(d, config, provider_namespace, &helm.clusters, &mut notes))
+        .filter_map(|d| {
+            deployment(
+                d,
+                config,
+                provider_namespace,
+                &inventory.openmcp_clusters,
+                &mut notes,
+            )
+        })
         .collect();
     first_wins(&mut deployments, &mut notes);
     migration.notes.extend(
@@ -629,11 +608,13 @@ fn add(
 /// A `ClusterInventory` of the Clusters a selector chooses, in the namespaces they are in now,
 /// whose `RemoteCluster`s the rules' namespaces may use.
 fn cluster_inventory(name: &str, parts: InventoryParts) -> Value {
-    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterInventory",
-           "metadata": {"name": name, "labels": {"mimeo.dev/migrated-from": Tool::HelmDeployer.name()}},
-           "spec": {"namespaces": parts.namespaces, "selector": parts.selector, "openMCP": {},
-                    "remoteClusters": {"allowedNamespaces": {"matchExpressions": [
-                        {"key": super::selector::NAME_LABEL, "operator": "In", "values": parts.rule_namespaces}]}}}})
+    let spec = InventorySpec {
+        selector: &parts.selector,
+        namespaces: &parts.namespaces,
+        rule_namespaces: Some(&parts.rule_namespaces),
+        create_namespaces: false,
+    };
+    super::openmcp::cluster_inventory(Tool::HelmDeployer, name, spec)
 }
 
 #[cfg(test)]
@@ -714,8 +695,8 @@ mod tests {
                 served: true,
                 configs: vec![fixture("providerconfig.yaml")],
                 deployments: vec![fixture("hd-0.yaml")],
-                clusters: vec![fixture("cluster-0.yaml"), fixture("cluster-1.yaml")],
             },
+            openmcp_clusters: vec![fixture("cluster-0.yaml"), fixture("cluster-1.yaml")],
             ..Inventory::default()
         }
     }

@@ -42,8 +42,13 @@ pub struct Inventory {
     pub policies: Vec<Value>,
     /// Whether Kyverno's `ClusterPolicy` kind is served: Kyverno is installed.
     pub kyverno_served: bool,
-    /// openMCP HelmDeployer's configuration and the `Cluster`s it selects from.
+    /// openMCP HelmDeployer's configuration.
     pub helm: HelmDeployer,
+    /// openMCP's resource replicator's `Replica`s and `ClusterReplica`s.
+    pub replicas: ResourceReplicator,
+    /// openMCP `Cluster`s (`clusters.openmcp.cloud`), as JSON: what HelmDeployer and the
+    /// resource replicator select from. Read where either is served.
+    pub openmcp_clusters: Vec<Value>,
     /// The openMCP `Cluster`s read through `--cluster-kubeconfig`, by `namespace/name`: their
     /// namespaces and Secrets, where HelmDeployer's `toTargetCluster` copies are.
     pub clusters: BTreeMap<String, Inventory>,
@@ -88,15 +93,17 @@ pub enum Tool {
     Kubed,
     Kyverno,
     HelmDeployer,
+    ResourceReplicator,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 5] = [
+    pub const ALL: [Tool; 6] = [
         Tool::Replicator,
         Tool::Reflector,
         Tool::Kubed,
         Tool::Kyverno,
         Tool::HelmDeployer,
+        Tool::ResourceReplicator,
     ];
 
     /// Its name on the command line and in rule names.
@@ -110,6 +117,7 @@ impl Tool {
             Tool::Kubed => "no Secret or ConfigMap carries kubed.appscode.com/origin",
             Tool::Kyverno => "clusterpolicies.kyverno.io is not served",
             Tool::HelmDeployer => "helmdeployments.helm.open-control-plane.io is not served",
+            Tool::ResourceReplicator => "replicas.core.open-control-plane.io is not served",
         }
     }
 
@@ -125,6 +133,7 @@ impl Tool {
             Tool::Kubed => "kubed",
             Tool::Kyverno => "kyverno",
             Tool::HelmDeployer => "openmcp-helmdeployer",
+            Tool::ResourceReplicator => "openmcp-resource-replicator",
         }
     }
 }
@@ -418,6 +427,16 @@ pub struct HelmDeployer {
     pub served: bool,
     pub configs: Vec<Value>,
     pub deployments: Vec<Value>,
-    /// openMCP `Cluster`s (`clusters.openmcp.cloud`).
-    pub clusters: Vec<Value>,
+}
+
+/// openMCP's resource replicator's objects on the platform cluster, as JSON.
+#[derive(Clone, Debug, Default)]
+pub struct ResourceReplicator {
+    /// Whether `replicas.core.open-control-plane.io` is served.
+    pub served: bool,
+    pub replicas: Vec<Value>,
+    pub cluster_replicas: Vec<Value>,
+    /// The kinds (other than Secret and ConfigMap, which are always read) whose copies could not
+    /// be listed, with why: their copies cannot be adopted, and the plan says so.
+    pub not_read: Vec<String>,
 }

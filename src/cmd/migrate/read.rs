@@ -1,11 +1,13 @@
 //! Reading what migrating needs from a cluster, with the user's own identity: namespaces, the
 //! metadata (never the content) of every Secret and ConfigMap, Kyverno's policies if it is
-//! installed, and openMCP HelmDeployer's configuration and `Cluster`s if they are served. Of
-//! an openMCP `Cluster` HelmDeployer copies onto, with the kubeconfig the user gives for it: the
-//! namespaces it copies into and the metadata of their Secrets, the only kind it copies there.
+//! installed, openMCP HelmDeployer's configuration and the resource replicator's `Replica`s and
+//! `ClusterReplica`s if they are served, openMCP's `Cluster`s where either is, and the metadata of
+//! the replicator's copies of other kinds. Of an openMCP `Cluster` those tools copy onto, with
+//! the kubeconfig the user gives for it: the namespaces they copy into by name and the metadata
+//! of their Secrets.
 
 use super::helmdeployer::HelmDeployer;
-use super::model::{Inventory, Namespace, Object};
+use super::model::{Inventory, Namespace, Object, ResourceReplicator};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace as KubeNamespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -127,7 +129,7 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         .map_err(err("configmaps"))?;
     let metas = secrets.items.into_iter().map(|i| ("Secret", i.metadata));
     let metas = metas.chain(config_maps.items.into_iter().map(|i| ("ConfigMap", i.metadata)));
-    let objects = metas.map(|(kind, metadata)| object(kind, metadata)).collect();
+    let mut objects: Vec<Object> = metas.map(|(kind, metadata)| object(kind, metadata)).collect();
     let (not_migrated, not_read) = replicated_rbac(client).await;
     let mut policies = Vec::new();
     let mut kyverno_served = true;
@@ -157,6 +159,21 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
             });
         }
     }
+    let helm = helm(client).await?;
+    let mut replicas = resource_replicator(client).await?;
+    objects.extend(replicated_copies(client, &mut replicas).await);
+    let openmcp_clusters = if helm.served || replicas.served {
+        list_all(
+            client,
+            "clusters.clusters.openmcp.cloud",
+            GroupVersionKind::gvk("clusters.openmcp.cloud", "v1alpha1", "Cluster"),
+            "clusters",
+        )
+        .await?
+        .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     Ok(Inventory {
         namespaces,
         objects,
@@ -164,7 +181,9 @@ pub async fn inventory(client: &Client) -> Result<Inventory, ReadError> {
         not_read,
         policies,
         kyverno_served,
-        helm: helm(client).await?,
+        helm,
+        replicas,
+        openmcp_clusters,
         clusters: BTreeMap::new(),
     })
 }
@@ -290,7 +309,7 @@ async fn list_all(
     }
 }
 
-/// HelmDeployer's `HelmDeployment`s and `HelmDeployerConfig`s, and openMCP's `Cluster`s.
+/// HelmDeployer's `HelmDeployment`s and `HelmDeployerConfig`s.
 async fn helm(client: &Client) -> Result<HelmDeployer, ReadError> {
     let helm = |kind| GroupVersionKind::gvk("helm.open-control-plane.io", "v1alpha1", kind);
     let Some(deployments) = list_all(
@@ -310,17 +329,59 @@ async fn helm(client: &Client) -> Result<HelmDeployer, ReadError> {
         "helmdeployerconfigs",
     )
     .await?;
-    let clusters = list_all(
-        client,
-        "clusters.clusters.openmcp.cloud",
-        GroupVersionKind::gvk("clusters.openmcp.cloud", "v1alpha1", "Cluster"),
-        "clusters",
-    )
-    .await?;
     Ok(HelmDeployer {
         served: true,
         configs: configs.unwrap_or_default(),
         deployments,
-        clusters: clusters.unwrap_or_default(),
     })
+}
+
+/// The resource replicator's `Replica`s and `ClusterReplica`s.
+async fn resource_replicator(client: &Client) -> Result<ResourceReplicator, ReadError> {
+    let core = |kind| GroupVersionKind::gvk("core.open-control-plane.io", "v1alpha1", kind);
+    let Some(replicas) = list_all(
+        client,
+        "replicas.core.open-control-plane.io",
+        core("Replica"),
+        "replicas",
+    )
+    .await?
+    else {
+        return Ok(ResourceReplicator::default());
+    };
+    let cluster_replicas = list_all(
+        client,
+        "clusterreplicas.core.open-control-plane.io",
+        core("ClusterReplica"),
+        "clusterreplicas",
+    )
+    .await?;
+    Ok(ResourceReplicator {
+        served: true,
+        replicas,
+        cluster_replicas: cluster_replicas.unwrap_or_default(),
+        not_read: Vec::new(),
+    })
+}
+
+/// The metadata of the replicator's copies of the kinds other than Secret and ConfigMap (read
+/// already) that its `Replica`s copy: only objects that carry its kind label, in every namespace.
+/// A kind that cannot be listed is said in `replicas.not_read`.
+async fn replicated_copies(client: &Client, replicas: &mut ResourceReplicator) -> Vec<Object> {
+    let mut found = Vec::new();
+    let params = ListParams::default().labels(super::resource_replicator::KIND_LABEL);
+    for (api_version, kind) in super::resource_replicator::copy_kinds(replicas) {
+        let listed = async {
+            let api = super::apply::dynamic_api(client, &api_version, &kind, None).await?;
+            api.list_metadata(&params).await
+        };
+        match listed.await {
+            Ok(list) => found.extend(list.items.into_iter().map(|i| object(&kind, i.metadata))),
+            Err(e) => replicas.not_read.push(format!(
+                "{kind} ({api_version}): {}",
+                crate::error_text::with_causes(&e)
+            )),
+        }
+    }
+    found
 }

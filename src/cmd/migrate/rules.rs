@@ -7,6 +7,11 @@ use serde_json::{Value, json};
 /// A rule name from its parts: lowercase, `-` for anything else, at most 63 characters (with a
 /// short hash of the whole when cut, so two long names stay apart).
 pub(super) fn rule_name(parts: &[&str]) -> String {
+    name_within(parts, 63)
+}
+
+/// [`rule_name`], at most `max` characters (253 for a cluster-scoped object's name).
+pub(super) fn name_within(parts: &[&str], max: usize) -> String {
     let whole: String = parts
         .join("-")
         .to_lowercase()
@@ -20,11 +25,11 @@ pub(super) fn rule_name(parts: &[&str]) -> String {
         })
         .collect();
     let whole = whole.trim_matches('-').to_owned();
-    if whole.len() <= 63 {
+    if whole.len() <= max {
         return whole;
     }
     let hash = crate::sync::hash::digest_bytes(whole.as_bytes());
-    format!("{}-{}", whole[..54].trim_end_matches('-'), &hash[7..15])
+    format!("{}-{}", whole[..max - 9].trim_end_matches('-'), &hash[7..15])
 }
 
 /// A `SyncRule` in `namespace` copying `kind`/`name` to `targets`.
