@@ -545,16 +545,8 @@ pub async fn diff(
         }
     };
     report.kind = resource.kind.clone();
-    if let Err(problem) = validate::check_scope(key.kind, spec, &kind, namespaced) {
+    if let Err(problem) = diffable(key, spec, &kind, namespaced) {
         return refuse(report, problem.reason, problem.message);
-    }
-    if spec.targets.iter().any(|t| t.for_each.is_some()) {
-        // Its places depend on objects in other clusters, which a diff does not read.
-        return refuse(
-            report,
-            "ForEachNotShown",
-            "mimeo diff does not read the objects of forEach targets (they may be in other clusters): this rule is not diffed; `kubectl get clustersyncrule` and `mimeo status` show its copies".into(),
-        );
     }
 
     // Inputs, as the controller places and checks them.
@@ -916,6 +908,24 @@ async fn remote_notes(client: &Client, key: &RuleKey, spec: &RuleSpec) -> Result
         notes.push(said);
     }
     Ok(notes)
+}
+
+/// The controller's checks of a rule against its kind's scope, and one of a diff's own: the
+/// places of a `forEach` target depend on objects in other clusters, which a diff does not read.
+fn diffable(
+    key: &RuleKey,
+    spec: &RuleSpec,
+    kind: &KindRef,
+    namespaced: bool,
+) -> Result<(), crate::sync::rule_problem::RuleProblem> {
+    validate::check_scope(key.kind, spec, kind, namespaced)?;
+    if spec.targets.iter().any(|t| t.for_each.is_some()) {
+        return Err(crate::sync::rule_problem::RuleProblem {
+            reason: "ForEachNotShown",
+            message: "mimeo diff does not read the objects of forEach targets (they may be in other clusters): this rule is not diffed; `kubectl get clustersyncrule` and `mimeo status` show its copies".into(),
+        });
+    }
+    Ok(())
 }
 
 fn refused_by(mut report: Report, stop: Stop) -> Result<Report, DiffError> {

@@ -192,76 +192,12 @@ async fn keep(
 ) -> Result<Action, InventoryError> {
     let (inventory, ctx) = (inventory.clone(), ctx.clone());
     let kind = Kind::of(&inventory.spec);
-    let matcher = match Matcher::new(&inventory.spec.selector.clone().unwrap_or_default()) {
-        Ok(matcher) => matcher,
-        Err(e) => {
-            write_status(
-                &ctx,
-                &inventory,
-                Summary::broken("InvalidSelector", e.to_string()),
-            )
-            .await?;
-            return Ok(Action::await_change());
-        }
-    };
-    let read = match EntryNamespaces::of(&inventory.spec) {
+    let (selected, requests) = match read_entries(&ctx, &inventory, kind).await {
         Ok(read) => read,
-        Err(e) => {
-            let message = format!("spec.namespaceSelector: {e}");
-            write_status(&ctx, &inventory, Summary::broken("InvalidSelector", message)).await?;
-            return Ok(Action::await_change());
+        Err((summary, next)) => {
+            write_status(&ctx, &inventory, summary).await?;
+            return Ok(next);
         }
-    };
-    // Before the entries: their watch wakes inventories by the labels this one holds.
-    let namespaces = match ctx.watches.namespaces().await {
-        Ok(namespaces) => namespaces,
-        Err(e) => {
-            write_status(
-                &ctx,
-                &inventory,
-                Summary::broken("NamespacesUnreadable", e.to_string()),
-            )
-            .await?;
-            return Ok(Action::requeue(Duration::from_secs(30)));
-        }
-    };
-    let entries = match ctx.watches.objects(Watched::Entries(kind)).await {
-        Ok(objects) => objects,
-        Err(e) => {
-            write_status(
-                &ctx,
-                &inventory,
-                Summary::broken("EntriesUnreadable", e.to_string()),
-            )
-            .await?;
-            return Ok(Action::requeue(Duration::from_secs(30)));
-        }
-    };
-    let selected: Vec<Entry> = entries
-        .iter()
-        .filter_map(|o| Entry::from_json(serde_json::to_value(&**o).ok()?))
-        .map(|e| {
-            let namespace = namespaces.get(&ObjectRef::new(&e.namespace));
-            e.in_namespace(namespace.as_ref().map(|n| n.labels()))
-        })
-        .filter(|e| entry::is_selected(&read, &matcher, e))
-        .collect();
-    // Also with nothing selected: the requests of entries that went are deleted.
-    let requests = if kind == Kind::OpenMcp {
-        match ctx.watches.objects(Watched::AccessRequests).await {
-            Ok(requests) => requests,
-            Err(e) => {
-                write_status(
-                    &ctx,
-                    &inventory,
-                    Summary::broken("AccessRequestsUnreadable", e.to_string()),
-                )
-                .await?;
-                return Ok(Action::requeue(Duration::from_secs(30)));
-            }
-        }
-    } else {
-        Vec::new()
     };
     let create_namespaces = inventory
         .spec
@@ -301,6 +237,44 @@ async fn keep(
         next = next.min(RECHECK_WAITING);
     }
     Ok(Action::requeue(next))
+}
+
+/// The entries an inventory selects, and (openMCP) the `AccessRequest`s there are, also with
+/// nothing selected, so that those of entries that went are deleted; or the status that says why
+/// they cannot be read, and when to look again.
+async fn read_entries(
+    ctx: &InventoryContext,
+    inventory: &ClusterInventory,
+    kind: Kind,
+) -> Result<(Vec<Entry>, Vec<Arc<kube::api::DynamicObject>>), (Summary, Action)> {
+    let broken = |reason: &str, message: String, next: Action| (Summary::broken(reason, message), next);
+    let later = || Action::requeue(Duration::from_secs(30));
+    let matcher = Matcher::new(&inventory.spec.selector.clone().unwrap_or_default())
+        .map_err(|e| broken("InvalidSelector", e.to_string(), Action::await_change()))?;
+    let read = EntryNamespaces::of(&inventory.spec).map_err(|e| {
+        let message = format!("spec.namespaceSelector: {e}");
+        broken("InvalidSelector", message, Action::await_change())
+    })?;
+    // Before the entries: their watch wakes inventories by the labels this one holds.
+    let namespaces = (ctx.watches.namespaces().await)
+        .map_err(|e| broken("NamespacesUnreadable", e.to_string(), later()))?;
+    let entries = (ctx.watches.objects(Watched::Entries(kind)).await)
+        .map_err(|e| broken("EntriesUnreadable", e.to_string(), later()))?;
+    let selected = entries
+        .iter()
+        .filter_map(|o| Entry::from_json(serde_json::to_value(&**o).ok()?))
+        .map(|e| {
+            let namespace = namespaces.get(&ObjectRef::new(&e.namespace));
+            e.in_namespace(namespace.as_ref().map(|n| n.labels()))
+        })
+        .filter(|e| entry::is_selected(&read, &matcher, e))
+        .collect();
+    let requests = match kind {
+        Kind::OpenMcp => (ctx.watches.objects(Watched::AccessRequests).await)
+            .map_err(|e| broken("AccessRequestsUnreadable", e.to_string(), later()))?,
+        _ => Vec::new(),
+    };
+    Ok((selected, requests))
 }
 
 /// One selected entry's `RemoteCluster`, applied with the access mimeo has to its cluster; or

@@ -20,7 +20,6 @@ use crate::controller::watches::{Interest, NamespaceInterest, SourceInterest, So
 use crate::locks::lock;
 use crate::sync::consent::shares;
 use crate::sync::desired::CopyTarget;
-use crate::sync::for_each;
 use crate::sync::kinds::{AllowedKind, KindRef};
 use crate::sync::live::LiveCopy;
 use crate::sync::next_to::Holders;
@@ -144,13 +143,8 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
     let kind = checked_kind(ctx, &key, spec, previous)?;
     let chain = resolve_chain(rule, ctx, &key).await?;
     let source_cluster = spec.source.cluster.clone().filter(|c| !c.is_empty());
-    let (orders, order_clusters) = orders::find(ctx, &key, spec, previous).await?;
-    let (targets, left_out) = for_each::expand(&spec.targets, &orders);
-    if !left_out.is_empty() {
-        tracing::warn!(rule = %key, objects = ?left_out, "forEach objects left out: what they fill in is no valid label value, namespace or name");
-    }
-    let mut used = order_clusters.clone();
-    used.extend(source_cluster.iter().cloned());
+    let (targets, order_clusters) = orders::targets(ctx, &key, spec, previous).await?;
+    let used = order_clusters.iter().chain(&source_cluster).cloned().collect();
     let (by_cluster, known) = choose_clusters(rule, ctx, &key, &targets, used);
     let KnownCopies {
         copies: mut previous_copies,

@@ -5,10 +5,10 @@
 //! tenant having cancelled its order.
 
 use super::stop::{Next, Stop, refused};
-use crate::api::{ForEach, RuleSpec, RuleStatus};
+use crate::api::{ForEach, RuleSpec, RuleStatus, Target};
 use crate::controller::context::Context;
 use crate::controller::rule_status::Readiness;
-use crate::sync::for_each::{Orders, kind_of};
+use crate::sync::for_each::{Orders, expand, kind_of};
 use crate::sync::ownership::RuleKey;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,8 +17,24 @@ use std::time::Duration;
 /// sooner).
 const RETRY: Duration = Duration::from_secs(30);
 
+/// The rule's targets with each `forEach` target made once per object it found, and the
+/// clusters those objects are read in.
+pub(super) async fn targets(
+    ctx: &Context,
+    key: &RuleKey,
+    spec: &RuleSpec,
+    previous: Option<&RuleStatus>,
+) -> Result<(Vec<Target>, BTreeSet<String>), Stop> {
+    let (orders, clusters) = find(ctx, key, spec, previous).await?;
+    let (targets, left_out) = expand(&spec.targets, &orders);
+    if !left_out.is_empty() {
+        tracing::warn!(rule = %key, objects = ?left_out, "forEach objects left out: what they fill in is no valid label value, namespace or name");
+    }
+    Ok((targets, clusters))
+}
+
 /// The objects of every `forEach` of the rule, and the clusters they are read in.
-pub(super) async fn find(
+async fn find(
     ctx: &Context,
     key: &RuleKey,
     spec: &RuleSpec,
