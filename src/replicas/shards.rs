@@ -180,19 +180,27 @@ impl Shards {
 
     /// Renewed (or taken) until `until`: a shard just taken is writable only after
     /// [`HANDOFF_GRACE`]. Says whether the hold had lapsed before this renewal: writes and looks
-    /// were turned away meanwhile, though the shards held are the same before and after.
+    /// were turned away meanwhile, though the shards held are the same before and after. A
+    /// lapsed hold waits out the grace too: in the gap another replica may have taken the shard
+    /// and given it back (a frozen replica that resumes while the others make room for it), and
+    /// its last writes may still be on the way.
     fn set(&self, shard: u32, until: Instant) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let before = held.get(&shard).copied();
+        let lapsed = before.is_some_and(|h| h.until.is_some_and(|until| until <= now));
+        let from = match before {
+            Some(hold) if !lapsed => hold.from,
+            _ => now + HANDOFF_GRACE,
+        };
         held.insert(
             shard,
             Hold {
-                from: before.map_or(now + HANDOFF_GRACE, |h| h.from),
+                from,
                 until: Some(until),
             },
         );
-        before.is_some_and(|h| h.until.is_some_and(|until| until <= now))
+        lapsed
     }
 
     fn drop_shard(&self, shard: u32) {
@@ -348,17 +356,18 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
             tracing::info!(shard, live, "took a shard");
         }
     }
-    if took {
-        // Published once its writes may start, so that its rules are looked at then.
+    shards.publish();
+    if took || lapsed {
+        // Told once their writes may start, so that their rules are looked at then; a lapsed
+        // hold's rules were let go meanwhile, with the shards held the same before and after.
         let shards = shards.clone();
         tokio::spawn(async move {
             tokio::time::sleep(HANDOFF_GRACE).await;
-            shards.publish();
+            match lapsed {
+                true => shards.wake(),
+                false => shards.publish(),
+            }
         });
-    }
-    match lapsed {
-        true => shards.wake(),
-        false => shards.publish(),
     }
 }
 
@@ -590,6 +599,11 @@ mod tests {
             shards.set(0, Instant::now() + Duration::from_secs(60)),
             "renewed late"
         );
+        assert!(
+            !shards.holds(0),
+            "renewed late, it waits for the handoff: another replica may have held it meanwhile"
+        );
+        shards.held.lock().unwrap().get_mut(&0).unwrap().from = Instant::now();
         shards.wake();
         assert!(
             changes.has_changed().unwrap(),
