@@ -2,6 +2,8 @@
 //! CRDs, the controller running in-process against it, and helpers to wait for convergence.
 #![allow(dead_code)]
 
+pub mod openmcp_provider;
+
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;

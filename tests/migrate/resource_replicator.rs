@@ -5,21 +5,25 @@
 //! (Cluster)Replicas as the replicator left them (with its finalizer), and the copies as their
 //! `_after` files show them. Then the plan, the cut-over as the notes say it (ignore, apply,
 //! Synced, finalizer removed, (Cluster)Replica deleted), and the controller's adoption: each copy
-//! the same object (same uid), now mimeo's. The examples that copy onto other Clusters are
-//! unit-tested (`src/cmd/migrate/resource_replicator.rs`): they would need a control plane per
-//! workload Cluster.
+//! the same object (same uid), now mimeo's. The examples that copy onto other Clusters run with
+//! the environment's two workload Clusters as control planes of their own, reached through
+//! `--cluster-kubeconfig` and, once migrated, through the inventory's `AccessRequest`s, answered
+//! by the test playing openMCP's cluster provider.
 
 use crate::harness;
 
 use harness::Harness;
+use harness::openmcp_provider::{ProviderRules, run_provider};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use mimeo::api::ClusterSyncRule;
 use mimeo::cmd::migrate::Plan;
+use mimeo_envtest::ControlPlane;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const OPENMCP: &str = "../shared/fixtures/inventory/openmcp";
@@ -83,22 +87,48 @@ fn patched_crds(dir: &Path) -> Vec<PathBuf> {
         .to_vec()
 }
 
-/// What an example leaves on the platform cluster once the replicator ran.
+/// What an example leaves once the replicator ran.
 struct Example {
     /// The (Cluster)Replica: kind, namespace, name.
     replica: (String, Option<String>, String),
     /// Its copies on the platform cluster (`namespace/name`), with their uids.
     copies: BTreeMap<String, String>,
+    /// Its copies on other Clusters: (`namespace/name` of the Cluster, of the copy), with their
+    /// uids.
+    cluster_copies: BTreeMap<(String, String), String>,
+    /// Each copy as its `_after` file shows it, by `namespace/name`.
+    shown: BTreeMap<String, Value>,
+}
+
+/// The workload Clusters of the upstream environment (`workloads/wl-01`, `-02`) as control
+/// planes of their own, by `namespace/name`.
+type Workloads = BTreeMap<String, Arc<ControlPlane>>;
+
+/// Applies `file` (or a folder of them) with kubectl to the plane of `kubeconfig`.
+fn apply_on(kubeconfig: &Path, file: &Path) {
+    harness::kubectl(kubeconfig, &["apply", "-f", file.to_str().unwrap()], b"");
+}
+
+/// Creates `namespace` with kubectl where it is missing, as the replicator would have.
+fn namespace_on(kubeconfig: &Path, namespace: &str) {
+    let (exists, _) = harness::run_kubectl(kubeconfig, &["get", "namespace", namespace], b"");
+    if !exists {
+        harness::kubectl(kubeconfig, &["create", "namespace", namespace], b"");
+    }
 }
 
 /// The plane with the CRDs, the environment and `examples` (`simple/replica`): each one's
 /// sources (those upstream lacks are `simple_cross_cluster/dynamic_namespace_before/source.yaml`,
 /// as the fixture's README says), its (Cluster)Replica as `_after` shows it (the replicator's
-/// finalizer on it) and its copies there, all applied with kubectl.
-async fn platform(examples: &[&str]) -> (Harness, Vec<Example>) {
+/// finalizer on it) and its copies where `assign.json` puts them (on the platform cluster
+/// without one, else on those of `workloads`), all applied with kubectl.
+async fn platform(examples: &[&str], workloads: &Workloads) -> (Harness, Vec<Example>) {
     let h = Harness::without_controller().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut crds = vec![fixture("clusters.openmcp.cloud_clusters.yaml")];
+    let mut crds = vec![
+        fixture("clusters.openmcp.cloud_clusters.yaml"),
+        fixture("clusters.openmcp.cloud_accessrequests.yaml"),
+    ];
     crds.extend(patched_crds(dir.path()));
     h.plane
         .install_crds(&crds)
@@ -128,34 +158,75 @@ async fn platform(examples: &[&str]) -> (Harness, Vec<Example>) {
             ));
         }
         let after = files("after");
+        let assign: BTreeMap<String, Vec<String>> =
+            std::fs::read_to_string(replicator(&format!("examples/{name}_after/assign.json")))
+                .map(|t| serde_json::from_str(&t).unwrap())
+                .unwrap_or_default();
+        let clusters_of = |copy: &Path| -> Vec<&String> {
+            let file = copy.file_name().unwrap().to_str().unwrap().to_owned();
+            assign
+                .iter()
+                .filter(|(_, files)| files.contains(&file))
+                .map(|(cluster, _)| cluster)
+                .collect()
+        };
         let (replicas, copies): (Vec<PathBuf>, Vec<PathBuf>) =
             after.into_iter().partition(|p| kind_of(p).ends_with("Replica"));
+        let (onto, here): (Vec<PathBuf>, Vec<PathBuf>) =
+            copies.into_iter().partition(|c| !clusters_of(c).is_empty());
         let replica = yaml(&replicas[0]);
         let namespaces: BTreeSet<String> = sources
             .iter()
-            .chain(&copies)
+            .chain(&here)
             .chain(&replicas)
             .filter_map(|p| yaml(p)["metadata"]["namespace"].as_str().map(str::to_owned))
             .collect();
         for ns in namespaces {
-            let (exists, _) =
-                harness::run_kubectl(h.plane.kubeconfig_path(), &["get", "namespace", &ns], b"");
-            if !exists {
-                kubectl(&h, &["create", "namespace", &ns]);
-            }
+            namespace_on(h.plane.kubeconfig_path(), &ns);
         }
-        for file in sources.iter().chain(&replicas).chain(&copies) {
+        for file in sources.iter().chain(&replicas).chain(&here) {
             kubectl(&h, &["apply", "-f", file.to_str().unwrap()]);
         }
-        let mut uids = BTreeMap::new();
-        for copy in &copies {
-            let copy = yaml(copy);
-            let (ns, name) = (
+        let ns_name = |copy: &Value| {
+            format!(
+                "{}/{}",
                 copy["metadata"]["namespace"].as_str().unwrap(),
-                copy["metadata"]["name"].as_str().unwrap(),
-            );
-            let secret = h.secrets(ns).get(name).await.unwrap();
+                copy["metadata"]["name"].as_str().unwrap()
+            )
+        };
+        let mut uids = BTreeMap::new();
+        let mut shown = BTreeMap::new();
+        for copy in &here {
+            let copy = yaml(copy);
+            let (ns, name) = ns_name(&copy)
+                .split_once('/')
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .unwrap();
+            let secret = h.secrets(&ns).get(&name).await.unwrap();
             uids.insert(format!("{ns}/{name}"), secret.metadata.uid.unwrap());
+            shown.insert(ns_name(&copy), copy);
+        }
+        let mut cluster_uids = BTreeMap::new();
+        for file in &onto {
+            let copy = yaml(file);
+            let (ns, name) = ns_name(&copy)
+                .split_once('/')
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .unwrap();
+            for cluster in clusters_of(file) {
+                let plane = &workloads[cluster];
+                namespace_on(plane.kubeconfig_path(), &ns);
+                apply_on(plane.kubeconfig_path(), file);
+                let secret = Api::<Secret>::namespaced(plane.client().await.unwrap(), &ns)
+                    .get(&name)
+                    .await
+                    .unwrap();
+                cluster_uids.insert(
+                    (cluster.clone(), format!("{ns}/{name}")),
+                    secret.metadata.uid.unwrap(),
+                );
+            }
+            shown.insert(ns_name(&copy), copy);
         }
         applied.push(Example {
             replica: (
@@ -164,6 +235,8 @@ async fn platform(examples: &[&str]) -> (Harness, Vec<Example>) {
                 replica["metadata"]["name"].as_str().unwrap().to_owned(),
             ),
             copies: uids,
+            cluster_copies: cluster_uids,
+            shown,
         });
     }
     (h, applied)
@@ -214,7 +287,7 @@ fn relabel(note: &str) -> Vec<&str> {
 
 /// The plan for `examples`, applied as its notes say; then the controller adopts each copy.
 async fn cut_over(examples: &[&str], rules: &[&str], untranslated: &[&str]) -> (Harness, Vec<Example>, Plan) {
-    let (mut h, applied) = platform(examples).await;
+    let (mut h, applied) = platform(examples, &Workloads::new()).await;
     let (code, yaml, notes) = mimeo_migrate(&h, &["--from", P]);
     assert_eq!(code, 0, "{notes}");
     assert!(
@@ -483,4 +556,248 @@ async fn from_openmcp_resource_replicator_cluster_replica() {
             .get("mimeo.dev/rule"),
         Some(&format!("ClusterSyncRule/{rule}"))
     );
+}
+
+/// The replicator's labels on its copies.
+fn replicator_labels(secret: &Secret) -> Vec<String> {
+    secret
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .map(|(key, _)| key.clone())
+        .filter(|l| l.starts_with("replica.core.open-control-plane.io/") || l == "openmcp.cloud/managed-by")
+        .collect()
+}
+
+/// A cross-cluster example on a platform with the two workload Clusters as control planes of
+/// their own: `mimeo migrate` reads them through `--cluster-kubeconfig` and plans each copy there
+/// for adoption (in namespaces named or chosen by labels); the cut-over goes as its notes say;
+/// the controller reaches the Clusters through the migrated ClusterInventory (AccessRequests
+/// granted by the test, as openMCP's cluster provider) and adopts each copy in place: the same
+/// object, with the data, type, labels and annotations the `_after` file shows, now mimeo's.
+async fn onto_workload_clusters(example: &str) {
+    let (wl_01, wl_02) = tokio::join!(ControlPlane::start(), ControlPlane::start());
+    let workloads: Workloads = [("wl-01", wl_01), ("wl-02", wl_02)]
+        .into_iter()
+        .map(|(name, plane)| {
+            let plane = Arc::new(plane.unwrap_or_else(|e| panic!("{e}")));
+            apply_on(
+                plane.kubeconfig_path(),
+                &replicator(&format!("examples/environment/cluster_{name}")),
+            );
+            (format!("workloads/{name}"), plane)
+        })
+        .collect();
+    let (mut h, applied) = platform(&[example], &workloads).await;
+    let example_of = &applied[0];
+    let rule = format!("{P}-test-01-simple");
+    let reference = format!("ClusterSyncRule/{rule}");
+    let with_clusters: Vec<String> = workloads
+        .iter()
+        .flat_map(|(cluster, plane)| {
+            [
+                "--cluster-kubeconfig".to_owned(),
+                format!("{cluster}={}", plane.kubeconfig_path().display()),
+            ]
+        })
+        .collect();
+    let with_clusters: Vec<&str> = with_clusters.iter().map(String::as_str).collect();
+
+    let mut args = vec!["--from", P];
+    args.extend(&with_clusters);
+    let (code, yaml, notes) = mimeo_migrate(&h, &args);
+    assert_eq!(code, 0, "{notes}");
+    assert!(
+        !yaml.contains("cGFzc3dvcmQxMjM"),
+        "a Secret value in the output:\n{yaml}"
+    );
+    let plan = Plan::from_document(&serde_yaml_ng::from_str(&yaml).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.rules.len(), 1, "{yaml}\n{notes}");
+    assert_eq!(plan.rules[0]["metadata"]["name"], rule.as_str());
+    let adopt: BTreeSet<String> = plan
+        .adopt
+        .iter()
+        .map(|a| {
+            format!(
+                "{} {}/{} {}",
+                a.cluster.as_deref().unwrap_or("platform"),
+                a.namespace,
+                a.name,
+                a.rule
+            )
+        })
+        .collect();
+    let expected: BTreeSet<String> = example_of
+        .cluster_copies
+        .keys()
+        .map(|(cluster, copy)| format!("{cluster} {copy} {reference}"))
+        .collect();
+    assert_eq!(adopt, expected, "every copy on the workload Clusters:\n{notes}");
+    assert!(!notes.contains("were not read"), "{notes}");
+
+    // 1. Ignore, 2. apply (the adoption marks go onto the workload Clusters).
+    kubectl(
+        &h,
+        &[
+            "annotate",
+            "replicas.core.open-control-plane.io",
+            "simple",
+            "-n",
+            "test-01",
+            "openmcp.cloud/operation=ignore",
+        ],
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &yaml).unwrap();
+    let mut args = vec!["--apply", file.path().to_str().unwrap()];
+    args.extend(&with_clusters);
+    let (code, out, errors) = mimeo_migrate(&h, &args);
+    assert_eq!(code, 0, "{out}{errors}");
+    let copy_on = |cluster: &str, copy: &str| {
+        let plane = workloads[cluster].clone();
+        let (ns, name) = copy
+            .split_once('/')
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .unwrap();
+        async move {
+            Api::<Secret>::namespaced(plane.client().await.unwrap(), &ns)
+                .get(&name)
+                .await
+                .unwrap()
+        }
+    };
+    for (cluster, copy) in example_of.cluster_copies.keys() {
+        let secret = copy_on(cluster, copy).await;
+        let annotations = secret.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get("mimeo.dev/adopt-by"),
+            Some(&reference),
+            "{cluster} {copy}"
+        );
+    }
+
+    // 3. The controller reaches the Clusters through the migrated inventory, and adopts.
+    let planes = workloads.iter().map(|(cluster, plane)| async move {
+        let (_, name) = cluster.split_once('/').unwrap();
+        (name.to_owned(), (plane.clone(), plane.client().await.unwrap()))
+    });
+    let planes: BTreeMap<_, _> = futures::future::join_all(planes).await.into_iter().collect();
+    run_provider(
+        h.client.clone(),
+        Arc::new(planes),
+        Arc::new(Mutex::new(ProviderRules::default())),
+    );
+    h.start_controller().await;
+    let synced = wait_synced(&h, &rule).await;
+    let counts = synced.status.unwrap().counts;
+    assert_eq!(
+        counts.get("Synced").copied().unwrap_or_default() as usize,
+        example_of.cluster_copies.len(),
+        "{counts:?}"
+    );
+    for ((cluster, copy), uid) in &example_of.cluster_copies {
+        let secret = copy_on(cluster, copy).await;
+        assert_eq!(
+            secret.metadata.uid.as_ref(),
+            Some(uid),
+            "{cluster} {copy}: adopted in place"
+        );
+        let labels = secret.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("mimeo.dev/managed-by").map(String::as_str),
+            Some("mimeo"),
+            "{cluster} {copy}: {labels:?}"
+        );
+        let shown = &example_of.shown[copy];
+        assert_eq!(
+            serde_json::to_value(&secret.data).unwrap(),
+            shown["data"],
+            "{cluster} {copy}: the data the _after file shows"
+        );
+        assert_eq!(secret.type_.as_deref(), shown["type"].as_str());
+        for (key, value) in shown["metadata"]["labels"].as_object().unwrap() {
+            assert_eq!(
+                labels.get(key).map(String::as_str),
+                value.as_str(),
+                "{cluster} {copy}: label {key}"
+            );
+        }
+        let annotations = secret.metadata.annotations.clone().unwrap_or_default();
+        for (key, value) in shown["metadata"]["annotations"].as_object().unwrap() {
+            assert_eq!(
+                annotations.get(key).map(String::as_str),
+                value.as_str(),
+                "{cluster} {copy}: annotation {key}"
+            );
+        }
+    }
+
+    // 4. The finalizer removed and the Replica deleted; then its labels dropped on each Cluster.
+    let note = cut_over_note(&notes, "Replica test-01/simple");
+    assert!(note.contains("on each Cluster it copied onto"), "{note}");
+    let resource = "replicas.core.open-control-plane.io";
+    kubectl(
+        &h,
+        &[
+            "patch",
+            resource,
+            "simple",
+            "-n",
+            "test-01",
+            "--type=json",
+            "-p",
+            finalizer_patch(note),
+        ],
+    );
+    kubectl(
+        &h,
+        &[
+            "delete",
+            resource,
+            "simple",
+            "-n",
+            "test-01",
+            "--wait=true",
+            "--timeout=30s",
+        ],
+    );
+    for plane in workloads.values() {
+        harness::kubectl(plane.kubeconfig_path(), &relabel(note), b"");
+    }
+    for (cluster, copy) in example_of.cluster_copies.keys() {
+        let secret = copy_on(cluster, copy).await;
+        assert_eq!(
+            replicator_labels(&secret),
+            Vec::<String>::new(),
+            "{cluster} {copy}"
+        );
+    }
+    // The copies outlive the Replica: still there, still mimeo's, a while later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for ((cluster, copy), uid) in &example_of.cluster_copies {
+        let secret = copy_on(cluster, copy).await;
+        assert_eq!(secret.metadata.uid.as_ref(), Some(uid), "{cluster} {copy}");
+    }
+    wait_synced(&h, &rule).await;
+}
+
+/// `simple_cross_cluster/fixed_namespace`: `bar` on each workload Cluster (created there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_openmcp_resource_replicator_onto_a_named_namespace() {
+    onto_workload_clusters("simple_cross_cluster/fixed_namespace").await;
+}
+
+/// `simple_cross_cluster/dynamic_namespace`: the namespaces a label chooses on each Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_openmcp_resource_replicator_onto_namespaces_chosen_by_labels() {
+    onto_workload_clusters("simple_cross_cluster/dynamic_namespace").await;
+}
+
+/// `simple_cross_cluster/same_namespace`: the source's namespace, on each Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_openmcp_resource_replicator_onto_the_sources_namespace() {
+    onto_workload_clusters("simple_cross_cluster/same_namespace").await;
 }

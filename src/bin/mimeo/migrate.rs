@@ -39,8 +39,10 @@ pub async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> 
     namespaces.extend(mimeo::cmd::migrate::resource_replicator::target_namespaces(
         &inventory,
     ));
+    let selectors = mimeo::cmd::migrate::resource_replicator::target_namespace_selectors(&inventory);
     for (cluster, client) in cluster_clients(&args.cluster_kubeconfigs).await? {
-        let read = mimeo::cmd::migrate::read::target_cluster(&cluster, &client, &namespaces).await?;
+        let read =
+            mimeo::cmd::migrate::read::target_cluster(&cluster, &client, &namespaces, &selectors).await?;
         inventory.clusters.insert(cluster, read);
     }
     let migration = mimeo::cmd::migrate::migrate(&inventory, &args.options());

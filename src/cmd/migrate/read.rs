@@ -66,33 +66,50 @@ pub async fn cluster_client(cluster: &str, path: &Path) -> Result<Client, Cluste
     Client::try_from(config).map_err(|e| unusable(&e))
 }
 
-/// What migrating needs of an openMCP `Cluster` HelmDeployer copies onto: those of `namespaces`
-/// that exist there, and the metadata of their Secrets. Only those: a kubeconfig for a workload
-/// cluster may well grant no more.
+/// What migrating needs of an openMCP `Cluster` that HelmDeployer or the resource replicator
+/// copies onto: those of `namespaces` that exist there, those that `selectors` (label selectors
+/// as JSON) choose, and the metadata of their Secrets. Only those: a kubeconfig for a workload
+/// cluster may well grant no more (a selector needs `list` on namespaces, a name only `get`).
 pub async fn target_cluster(
     cluster: &str,
     client: &Client,
     namespaces: &BTreeSet<String>,
+    selectors: &[serde_json::Value],
 ) -> Result<Inventory, ClusterError> {
     let read = async {
         let mut inventory = Inventory::default();
+        let namespace_error = |source| ReadError {
+            what: "namespaces",
+            source,
+        };
+        let mut found = Vec::new();
         for name in namespaces {
-            let found = Api::<KubeNamespace>::all(client.clone())
+            let namespace = Api::<KubeNamespace>::all(client.clone())
                 .get_opt(name)
                 .await
-                .map_err(|source| ReadError {
-                    what: "namespaces",
-                    source,
-                })?;
-            let Some(found) = found else {
+                .map_err(namespace_error)?;
+            found.extend(namespace);
+        }
+        for selector in selectors {
+            let Some(selector) = label_selector(selector) else {
                 continue;
             };
+            let chosen = Api::<KubeNamespace>::all(client.clone())
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(namespace_error)?;
+            found.extend(chosen.items);
+        }
+        found.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        found.dedup_by(|a, b| a.metadata.name == b.metadata.name);
+        for namespace in found {
+            let name = namespace.metadata.name.unwrap_or_default();
             inventory.namespaces.push(Namespace {
                 name: name.clone(),
-                labels: map(found.metadata.labels),
-                annotations: map(found.metadata.annotations),
+                labels: map(namespace.metadata.labels),
+                annotations: map(namespace.metadata.annotations),
             });
-            let secrets = Api::<Secret>::namespaced(client.clone(), name)
+            let secrets = Api::<Secret>::namespaced(client.clone(), &name)
                 .list_metadata(&ListParams::default())
                 .await
                 .map_err(|source| ReadError {
@@ -109,6 +126,14 @@ pub async fn target_cluster(
         cluster: cluster.to_owned(),
         source,
     })
+}
+
+/// A label selector as JSON in the apiserver's query form; `None` when it does not read as one
+/// (the translation notes that).
+fn label_selector(selector: &serde_json::Value) -> Option<String> {
+    let selector = serde_json::from_value(selector.clone()).ok()?;
+    let selector = crate::sync::object_selector::selector(&selector).ok()?;
+    Some(selector.to_string())
 }
 
 fn map(m: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {

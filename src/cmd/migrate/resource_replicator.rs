@@ -11,13 +11,16 @@
 //! something else. Its copies carry its labels naming the (Cluster)Replica; those are adopted, a
 //! same-named object without them is left alone. Pure: nothing here reads the cluster.
 
+mod targets;
+
 use super::model::{Inventory, Migration, Object, Place, Provenance, ResourceReplicator, Tool};
-use super::openmcp::{CLUSTER_API_VERSION, INVENTORY_LABEL, InventorySpec, selected_clusters};
-use super::rules::{name_within, rule_name, selected};
+use super::openmcp::InventorySpec;
+use super::rules::name_within;
 use regex::Regex;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
+use targets::{Namespaces, Parts, Shared, has_cluster, namespaces_of, targets};
 
 /// The replicator's marks on every copy.
 pub const MANAGED_BY: &str = "openmcp.cloud/managed-by";
@@ -43,12 +46,6 @@ const SECRET_TYPES: [&str; 6] = [
     "kubernetes.io/basic-auth",
     "kubernetes.io/ssh-auth",
     "kubernetes.io/tls",
-];
-const SELECTOR_FIELDS: [&str; 4] = [
-    "matchLabels",
-    "matchExpressions",
-    "matchPurposes",
-    "matchIdentities",
 ];
 
 /// One `{{ ... }}` action of a Go template, with its trim markers.
@@ -364,392 +361,6 @@ fn secret_type(value: &Value, source: &Source) -> Result<Option<String>, String>
     Err(format!("sets type {value}"))
 }
 
-/// `{{object.name}}` and the other placeholders of a name filled in for one copy.
-fn render(name: &str, source: &Source, cluster: Option<&(String, String)>, namespace: &str) -> String {
-    let mut out = name
-        .replace("{{source.name}}", &source.name)
-        .replace(
-            "{{source.namespace}}",
-            source.namespace.as_deref().unwrap_or_default(),
-        )
-        .replace("{{target.namespace}}", namespace);
-    if let Some((cluster_namespace, cluster_name)) = cluster {
-        out = out
-            .replace("{{object.name}}", cluster_name)
-            .replace("{{object.namespace}}", cluster_namespace);
-    }
-    out
-}
-
-/// `targetConflictPolicy` as a rule's `conflict`, strictest first.
-fn conflict(policy: &str) -> Option<&'static str> {
-    match policy {
-        "Fail" => Some("Fail"),
-        "Skip" => Some("Skip"),
-        // The replicator takes the object over in place.
-        "Overwrite" => Some("Adopt"),
-        _ => None,
-    }
-}
-
-/// A `ClusterInventory` in the making: the selector, where its Clusters are now, and whether a
-/// rule creates namespaces through it.
-#[derive(Clone, Default)]
-struct InventoryParts {
-    selector: Value,
-    namespaces: BTreeSet<String>,
-    create_namespaces: bool,
-}
-
-/// One replica's rule in the making.
-#[derive(Default)]
-struct Parts {
-    targets: Vec<Value>,
-    /// The copies in this cluster.
-    places: BTreeSet<Place>,
-    /// The copies on openMCP `Cluster`s (`namespace/name`), where they are by name.
-    cluster_places: BTreeSet<(String, Place)>,
-    /// The Clusters where the copies are in namespaces chosen by labels (not read there).
-    by_labels: BTreeSet<String>,
-    conflicts: BTreeSet<&'static str>,
-    /// A target with `namespacePolicy: Skip` writes into a namespace by name.
-    skips_missing: bool,
-    follows_clusters: bool,
-    notes: Vec<String>,
-}
-
-/// How a target chooses namespaces: by name, by labels, or not at all (the template's).
-enum Namespaces {
-    Named(Vec<String>),
-    Selector(Value),
-    Unset,
-}
-
-fn namespaces_of(target: &Value) -> Result<Namespaces, String> {
-    let selector = &target["namespace"]["selector"];
-    if selector.is_null() {
-        return Ok(Namespaces::Unset);
-    }
-    if let Some(identities) = selector.get("matchIdentities").filter(|v| !v.is_null()) {
-        let names: Vec<String> = identities
-            .as_array()
-            .ok_or("matchIdentities is not a list")?
-            .iter()
-            .filter_map(|i| i["name"].as_str().map(str::to_owned))
-            .collect();
-        return Ok(Namespaces::Named(names));
-    }
-    let mut labels = json!({});
-    for field in ["matchLabels", "matchExpressions"] {
-        if let Some(value) = selector.get(field).filter(|v| !v.is_null()) {
-            labels[field] = value.clone();
-        }
-    }
-    Ok(Namespaces::Selector(labels))
-}
-
-/// The openMCP selector of a cluster target: its fields, none for every Cluster.
-fn cluster_selector(target: &Value) -> Value {
-    let selector = &target["cluster"]["selector"];
-    let fields: Map<String, Value> = SELECTOR_FIELDS
-        .iter()
-        .filter_map(|f| {
-            selector
-                .get(*f)
-                .filter(|v| !v.is_null())
-                .map(|v| ((*f).to_owned(), v.clone()))
-        })
-        .collect();
-    Value::Object(fields)
-}
-
-/// Everything the translation of all replicas shares: the `ClusterInventory`s by name.
-#[derive(Clone, Default)]
-struct Shared {
-    inventories: BTreeMap<String, InventoryParts>,
-}
-
-impl Shared {
-    /// The inventory for `selector`: one that has it already, else a new one named `name`.
-    fn inventory(&mut self, name: String, selector: &Value, clusters: &[(String, String)]) -> String {
-        let name = self
-            .inventories
-            .iter()
-            .find(|(_, parts)| parts.selector == *selector)
-            .map(|(name, _)| name.clone())
-            .unwrap_or(name);
-        let parts = self
-            .inventories
-            .entry(name.clone())
-            .or_insert_with(|| InventoryParts {
-                selector: selector.clone(),
-                ..InventoryParts::default()
-            });
-        parts.namespaces.extend(clusters.iter().map(|(ns, _)| ns.clone()));
-        name
-    }
-}
-
-/// The targets of one replica and the copies they make now, or why it cannot be a rule.
-fn targets(
-    inventory: &Inventory,
-    shared: &mut Shared,
-    replica: &Replica,
-    rule: &str,
-    source: &Source,
-    copy: &CopyShape,
-) -> Result<Parts, Untranslatable> {
-    let mut parts = Parts::default();
-    let list = replica.spec()["targets"].as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
-        return Err("has no targets".into());
-    }
-    let copy_kind = source.kind.clone();
-    let place = |namespace: &str, name: String| Place {
-        kind: copy_kind.clone(),
-        namespace: namespace.to_owned(),
-        name,
-    };
-    let is_source =
-        |p: &Place| Some(p.namespace.as_str()) == source.namespace.as_deref() && p.name == source.name;
-    for (i, target) in list.iter().enumerate() {
-        let at = format!("targets[{i}]");
-        let policy = target["targetConflictPolicy"].as_str().unwrap_or("Fail");
-        parts
-            .conflicts
-            .insert(conflict(policy).ok_or_else(|| format!("{at}: unknown targetConflictPolicy {policy}"))?);
-        let create = match target["namespacePolicy"].as_str().unwrap_or("Create") {
-            "Create" => true,
-            "Skip" => false,
-            "Fail" => false,
-            other => return Err(format!("{at}: unknown namespacePolicy {other}")),
-        };
-        let skip = target["namespacePolicy"] == "Skip";
-        let namespaces = namespaces_of(target).map_err(|e| format!("{at}: {e}"))?;
-        let has_cluster = target.get("cluster").is_some_and(|c| !c.is_null());
-        let location = target["cluster"]["location"].as_str().unwrap_or("Onto");
-        if copy.per_cluster && !(has_cluster && location == "NextTo") {
-            return Err(format!(
-                "{at}: names its copies after the Cluster (.target.cluster) in a target that is not `location: NextTo`: onto a Cluster, mimeo's {{{{target.cluster}}}} is the RemoteCluster's name (<inventory>-<namespace>-<name>), not the Cluster's; on the platform cluster there is no Cluster to name; not supported"
-            ));
-        }
-        // The name each copy of this target gets.
-        let named = |namespace: &str, cluster: Option<&(String, String)>| {
-            render(
-                copy.name.as_deref().unwrap_or(&source.name),
-                source,
-                cluster,
-                namespace,
-            )
-        };
-        let mut spec = |mut t: Value| {
-            if let Some(name) = &copy.name {
-                t["name"] = json!(name);
-            }
-            if !parts.targets.contains(&t) {
-                parts.targets.push(t);
-            }
-        };
-        // The namespace the template (or the source, without one) gives, for targets that name none.
-        let fixed = match copy.templated {
-            true => copy.namespace.clone(),
-            false => source.namespace.clone(),
-        };
-        if source.namespace.is_none() && !matches!(namespaces, Namespaces::Unset) {
-            return Err(format!(
-                "{at}: chooses namespaces for a cluster-scoped {}",
-                source.kind
-            ));
-        }
-        if has_cluster && location == "NextTo" {
-            if !matches!(namespaces, Namespaces::Unset) {
-                return Err(format!(
-                    "{at}: `location: NextTo` with a namespace selector, which the replicator refuses too"
-                ));
-            }
-            if source.namespace.is_none() {
-                return Err(format!(
-                    "{at}: copies a cluster-scoped {} next to Clusters: it has no namespace to go in",
-                    source.kind
-                ));
-            }
-            let selector = cluster_selector(target);
-            let clusters = selected_clusters(&inventory.openmcp_clusters, &selector)
-                .map_err(|e| format!("{at}: its cluster selector does not read as openMCP's ({e})"))?;
-            parts.follows_clusters = true;
-            let mut follow = json!({"apiVersion": CLUSTER_API_VERSION, "kind": "Cluster"});
-            for (key, value) in selector.as_object().into_iter().flatten() {
-                follow[key] = value.clone();
-            }
-            if copy.per_cluster {
-                spec(json!({"forEach": follow, "namespace": "{{object.namespace}}"}));
-                for cluster in &clusters {
-                    let p = place(&cluster.0, named(&cluster.0, Some(cluster)));
-                    if !is_source(&p) {
-                        parts.places.insert(p);
-                    }
-                }
-            } else {
-                let namespaces: BTreeSet<&String> = clusters.iter().map(|(ns, _)| ns).collect();
-                if namespaces.is_empty() {
-                    parts.notes.push(format!(
-                        "{at}: its selector chooses no Cluster now, so the rule's nextTo is not narrowed to their namespaces: it counts Clusters in every namespace, as the replicator does; add `namespaces` to it to trust only those"
-                    ));
-                } else {
-                    follow["namespaces"] = json!(namespaces);
-                }
-                spec(json!({"nextTo": follow}));
-                for ns in namespaces {
-                    let p = place(ns, named(ns, None));
-                    if !is_source(&p) {
-                        parts.places.insert(p);
-                    }
-                }
-            }
-            continue;
-        }
-        if has_cluster {
-            // Onto the selected Clusters, through a ClusterInventory of them.
-            let selector = cluster_selector(target);
-            let clusters = selected_clusters(&inventory.openmcp_clusters, &selector)
-                .map_err(|e| format!("{at}: its cluster selector does not read as openMCP's ({e})"))?;
-            if clusters.is_empty() {
-                parts.notes.push(format!(
-                    "{at}: its selector chooses no Cluster now; no ClusterInventory and no target for it (add them once it does: a ClusterInventory with this selector, and a clusterSelector target on its mimeo.dev/inventory label)"
-                ));
-                continue;
-            }
-            let suffix = format!("{i}");
-            let name = shared.inventory(rule_name(&[rule, &suffix]), &selector, &clusters);
-            let remote = json!({"matchLabels": {INVENTORY_LABEL: name}});
-            let on = |p: Place| {
-                clusters
-                    .iter()
-                    .map(move |(ns, n)| (format!("{ns}/{n}"), p.clone()))
-            };
-            match (&namespaces, &fixed) {
-                (Namespaces::Named(names), _) => {
-                    if names.is_empty() {
-                        parts
-                            .notes
-                            .push(format!("{at}: matchIdentities is empty: no namespace, no copy"));
-                    }
-                    for ns in names {
-                        let mut t = json!({"clusterSelector": remote, "namespace": ns});
-                        if create {
-                            t["createNamespace"] = json!(true);
-                            shared.inventories.get_mut(&name).unwrap().create_namespaces = true;
-                        }
-                        parts.skips_missing |= skip;
-                        spec(t);
-                        let p = place(ns, named(ns, None));
-                        parts.cluster_places.extend(on(p));
-                    }
-                }
-                (Namespaces::Selector(labels), _) => {
-                    spec(json!({"clusterSelector": remote, "namespaceSelector": labels}));
-                    parts
-                        .by_labels
-                        .extend(clusters.iter().map(|(ns, n)| format!("{ns}/{n}")));
-                }
-                (Namespaces::Unset, Some(ns)) => {
-                    let mut t = json!({"clusterSelector": remote, "namespace": ns});
-                    if create {
-                        t["createNamespace"] = json!(true);
-                        shared.inventories.get_mut(&name).unwrap().create_namespaces = true;
-                    }
-                    parts.skips_missing |= skip;
-                    spec(t);
-                    let p = place(ns, named(ns, None));
-                    parts.cluster_places.extend(on(p));
-                }
-                (Namespaces::Unset, None) if source.namespace.is_none() => {
-                    // A cluster-scoped copy on each Cluster: not planned for adoption (a plan's
-                    // entries are namespaced).
-                    spec(json!({"clusterSelector": remote}));
-                    parts.notes.push(format!(
-                        "{at}: the replicator's cluster-scoped copies on the Clusters are not planned for adoption: annotate each mimeo.dev/adopt-by: ClusterSyncRule/{rule} there before the rule runs, or mimeo reports Conflict on them"
-                    ));
-                }
-                (Namespaces::Unset, None) => {
-                    return Err(format!("{at}: names no namespace, and neither does its template"));
-                }
-            }
-            continue;
-        }
-        // This cluster.
-        if source.namespace.is_none() {
-            return Err(format!(
-                "{at}: copies a cluster-scoped {} within the platform cluster: mimeo writes a cluster-scoped copy only into another cluster",
-                source.kind
-            ));
-        }
-        match (&namespaces, &fixed) {
-            (Namespaces::Named(names), _) => {
-                if names.is_empty() {
-                    parts
-                        .notes
-                        .push(format!("{at}: matchIdentities is empty: no namespace, no copy"));
-                }
-                for ns in names {
-                    let mut t = json!({"namespace": ns});
-                    if create {
-                        t["createNamespace"] = json!(true);
-                    }
-                    parts.skips_missing |= skip;
-                    spec(t);
-                    let p = place(ns, named(ns, None));
-                    if !is_source(&p) {
-                        parts.places.insert(p);
-                    }
-                }
-            }
-            (Namespaces::Selector(labels), _) => {
-                let source_namespace = source.namespace.as_deref().unwrap_or_default();
-                // The source's own namespace, where a copy of its name would be the source.
-                let labels = if copy.name.is_none() {
-                    super::rules::selector_target(labels, source_namespace)["namespaceSelector"].clone()
-                } else {
-                    labels.clone()
-                };
-                for ns in selected(inventory, &labels) {
-                    let p = place(&ns.name, named(&ns.name, None));
-                    if !is_source(&p) {
-                        parts.places.insert(p);
-                    }
-                }
-                spec(json!({"namespaceSelector": labels}));
-            }
-            (Namespaces::Unset, Some(ns)) => {
-                let p = place(ns, named(ns, None));
-                if is_source(&p) {
-                    return Err(format!(
-                        "{at}: writes its copy onto its own source ({} {ns}/{}): there is nothing to copy",
-                        source.kind, source.name
-                    ));
-                }
-                let mut t = json!({"namespace": ns});
-                if create {
-                    t["createNamespace"] = json!(true);
-                }
-                parts.skips_missing |= skip;
-                spec(t);
-                parts.places.insert(p);
-            }
-            (Namespaces::Unset, None) => {
-                return Err(format!("{at}: names no namespace, and neither does its template"));
-            }
-        }
-    }
-    if parts.targets.is_empty() {
-        return Err(format!(
-            "none of its targets chooses anything now ({})",
-            parts.notes.join("; ")
-        ));
-    }
-    Ok(parts)
-}
-
 /// Whether `copy` carries the replicator's marks naming `replica`: its kind, name and (for a
 /// `Replica`) namespace, and the managed-by label. Anyone who may write the object may write them
 /// too, and only such a one: the evidence is as good as the object's own RBAC.
@@ -795,6 +406,23 @@ pub fn target_namespaces(inventory: &Inventory) -> BTreeSet<String> {
         })
         .flat_map(|parts| parts.cluster_places.into_iter().map(|(_, p)| p.namespace))
         .collect()
+}
+
+/// The label selectors (as JSON) by which the replicator's rules choose namespaces on other
+/// Clusters: the namespaces they select there are read too.
+pub fn target_namespace_selectors(inventory: &Inventory) -> Vec<Value> {
+    let mut selectors = Vec::new();
+    for replica in all(&inventory.replicas) {
+        let onto = replica.spec()["targets"].as_array().into_iter().flatten();
+        for target in onto.filter(|t| has_cluster(t)) {
+            if let Ok(Namespaces::Selector(labels)) = namespaces_of(target)
+                && !selectors.contains(&labels)
+            {
+                selectors.push(labels);
+            }
+        }
+    }
+    selectors
 }
 
 fn all(replicas: &ResourceReplicator) -> impl Iterator<Item = Replica<'_>> {
@@ -950,9 +578,9 @@ fn cut_over(migration: &mut Migration, translated: &[(Replica, String, bool)]) {
             tool,
             &replica.what(),
             format!(
-                "cut-over: before applying, kubectl annotate {target} {OPERATION_ANNOTATION}=ignore; once its rule is Synced, {release}kubectl delete {target}; then, if you like, kubectl label {resource} -A -l {} {labels}{}",
-                selector.join(","),
-                if *onto { " (and so on each Cluster it copied onto)" } else { "" }
+                "cut-over: before applying, kubectl annotate {target} {OPERATION_ANNOTATION}=ignore; once its rule is Synced, {release}kubectl delete {target}; then, if you like{}, kubectl label {resource} -A -l {} {labels}",
+                if *onto { " (here, and with each Cluster's kubeconfig on each Cluster it copied onto)" } else { "" },
+                selector.join(",")
             ),
         );
     }
@@ -971,6 +599,64 @@ fn add(
     let tool = Tool::ResourceReplicator;
     let what = replica.what();
     let mut notes = parts.notes.clone();
+    let rule = rule_of(replica, rule_name, source, copy, &parts, &mut notes);
+    let reference = format!("ClusterSyncRule/{rule_name}");
+    let evidence = |o: &Object| made_by_replicator(o, replica);
+    let provenance = Provenance {
+        evidence: &evidence,
+        asked_by: format!("spec of {what}"),
+        written_in: replica.namespace.unwrap_or_default().to_owned(),
+    };
+    migration.add_copies_in(
+        None,
+        inventory,
+        &rule,
+        parts.places.iter().cloned().collect(),
+        &provenance,
+    );
+    let mut by_cluster: BTreeMap<&str, Vec<Place>> = BTreeMap::new();
+    for (cluster, place) in &parts.cluster_places {
+        by_cluster.entry(cluster).or_default().push(place.clone());
+    }
+    let mut unread = BTreeSet::new();
+    for (cluster, places) in by_cluster {
+        match inventory.clusters.get(cluster) {
+            Some(read) => migration.add_copies_in(Some(cluster), read, &rule, places, &provenance),
+            None => {
+                unread.insert(cluster.to_owned());
+            }
+        }
+    }
+    if !unread.is_empty() {
+        notes.push(format!(
+            "its copies onto Clusters {} were not read (give --cluster-kubeconfig NAMESPACE/NAME=PATH for each, and run again): none is planned for adoption there, and mimeo reports Conflict on the replicator's copies there until they are annotated mimeo.dev/adopt-by: {reference} (or removed)",
+            unread.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let by_labels: Vec<&String> = parts.by_labels.iter().collect();
+    if !by_labels.is_empty() {
+        notes.push(format!(
+            "its copies onto Clusters {} are in namespaces chosen by labels, which were not read (give --cluster-kubeconfig NAMESPACE/NAME=PATH for each, and run again): none is planned for adoption there, and mimeo reports Conflict on the replicator's copies there until they are annotated mimeo.dev/adopt-by: {reference} (or removed)",
+            by_labels.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    notes.extend(kept(inventory, migration, &reference, &parts));
+    notes.extend(status_not_made(replica, source, &parts));
+    for note in notes {
+        migration.note(tool, &what, note);
+    }
+    migration.rules.push(rule);
+}
+
+/// The rule itself, with notes on what it does otherwise than the replica.
+fn rule_of(
+    replica: &Replica,
+    rule_name: &str,
+    source: &Source,
+    copy: &CopyShape,
+    parts: &Parts,
+    notes: &mut Vec<String>,
+) -> Value {
     // The strictest: Fail, then Skip, then Adopt.
     let strictest = ["Fail", "Skip", "Adopt"]
         .into_iter()
@@ -1014,55 +700,22 @@ fn add(
     if copy.carries_metadata {
         spec["metadata"] = json!({"labels": {"include": ["*"]}, "annotations": {"include": ["*"]}});
     }
-    let rule = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
-        "metadata": {"name": rule_name, "labels": {"mimeo.dev/migrated-from": tool.name()}},
-        "spec": spec});
-    let reference = format!("ClusterSyncRule/{rule_name}");
-    let evidence = |o: &Object| made_by_replicator(o, replica);
-    let provenance = Provenance {
-        evidence: &evidence,
-        asked_by: format!("spec of {what}"),
-        written_in: replica.namespace.unwrap_or_default().to_owned(),
-    };
-    migration.add_copies_in(
-        None,
-        inventory,
-        &rule,
-        parts.places.iter().cloned().collect(),
-        &provenance,
-    );
-    let mut by_cluster: BTreeMap<&str, Vec<Place>> = BTreeMap::new();
-    for (cluster, place) in &parts.cluster_places {
-        by_cluster.entry(cluster).or_default().push(place.clone());
-    }
-    let mut unread = BTreeSet::new();
-    for (cluster, places) in by_cluster {
-        match inventory.clusters.get(cluster) {
-            Some(read) => migration.add_copies_in(Some(cluster), read, &rule, places, &provenance),
-            None => {
-                unread.insert(cluster.to_owned());
-            }
-        }
-    }
-    if !unread.is_empty() {
-        notes.push(format!(
-            "its copies onto Clusters {} were not read (give --cluster-kubeconfig NAMESPACE/NAME=PATH for each, and run again): none is planned for adoption there, and mimeo reports Conflict on the replicator's copies there until they are annotated mimeo.dev/adopt-by: {reference} (or removed)",
-            unread.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    let by_labels: Vec<&String> = parts.by_labels.iter().collect();
-    if !by_labels.is_empty() {
-        notes.push(format!(
-            "its copies onto Clusters {} are in namespaces chosen by labels, which are not read there: none is planned for adoption, and mimeo reports Conflict on the replicator's copies there until they are annotated mimeo.dev/adopt-by: {reference} (or removed)",
-            by_labels.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-        ));
-    }
-    // Copies the user marked to be kept: after adoption, mimeo's own mark says the same.
+    json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
+        "metadata": {"name": rule_name, "labels": {"mimeo.dev/migrated-from": Tool::ResourceReplicator.name()}},
+        "spec": spec})
+}
+
+/// Notes for the copies the user marked to be kept: after adoption, mimeo's own mark should say
+/// the same.
+fn kept(inventory: &Inventory, migration: &Migration, reference: &str, parts: &Parts) -> Vec<String> {
     let adopted = |cluster: Option<&str>, p: &Place| match cluster {
-        None => migration.adoptions.get(p) == Some(&reference),
-        Some(c) => migration.cluster_adoptions.get(&(c.to_owned(), p.clone())) == Some(&reference),
+        None => migration.adoptions.get(p).map(String::as_str) == Some(reference),
+        Some(c) => {
+            let key = (c.to_owned(), p.clone());
+            migration.cluster_adoptions.get(&key).map(String::as_str) == Some(reference)
+        }
     };
-    let kept: Vec<String> = parts
+    parts
         .places
         .iter()
         .map(|p| (None, p))
@@ -1090,13 +743,7 @@ fn add(
                 p.name
             )
         })
-        .collect();
-    notes.extend(kept);
-    notes.extend(status_not_made(replica, source, &parts));
-    for note in notes {
-        migration.note(tool, &what, note);
-    }
-    migration.rules.push(rule);
+        .collect()
 }
 
 /// The copies the (Cluster)Replica's status lists that the rule does not make now: they stay,
@@ -1452,13 +1099,40 @@ mod tests {
                     "spec": {"namespaces": ["workloads"], "selector": workload(), "openMCP": {}}})
             ]
         );
-        assert!(m.copies.is_empty() && m.cluster_adoptions.is_empty());
+        assert!(m.copies.is_empty(), "none on the platform cluster");
+        let adopted: Vec<String> = m
+            .cluster_adoptions
+            .keys()
+            .map(|(c, p)| format!("{c}: {}/{}", p.namespace, p.name))
+            .collect();
+        assert_eq!(
+            adopted,
+            [
+                "workloads/wl-01: abc/cryptic",
+                "workloads/wl-01: xyz/cryptic",
+                "workloads/wl-02: test/cryptic"
+            ],
+            "the namespaces the selector chooses on each Cluster read"
+        );
+        assert!(!notes(&m).contains("its status lists it"), "{}", notes(&m));
+
+        // A Cluster not read: its copies are a note.
+        let m = run(&example(
+            "simple_cross_cluster/dynamic_namespace",
+            true,
+            &["workloads/wl-01"],
+        ));
+        assert_eq!(m.cluster_adoptions.len(), 2);
         assert!(
-            notes(&m).contains("its copies onto Clusters workloads/wl-01, workloads/wl-02 are in namespaces chosen by labels, which are not read there"),
+            notes(&m).contains("its copies onto Clusters workloads/wl-02 are in namespaces chosen by labels, which were not read (give --cluster-kubeconfig"),
             "{}",
             notes(&m)
         );
-        assert!(!notes(&m).contains("its status lists it"), "{}", notes(&m));
+        let inventory = example("simple_cross_cluster/dynamic_namespace", false, &[]);
+        assert_eq!(
+            target_namespace_selectors(&inventory),
+            [json!({"matchExpressions": [{"key": "foo.bar.baz/target", "operator": "Exists"}]})]
+        );
     }
 
     #[test]

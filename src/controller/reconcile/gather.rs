@@ -165,14 +165,8 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
     let placed_inputs = place_inputs(rule, ctx, &key, &source_side).await?;
     let mut clusters = target_clusters(ctx, &key, &kind, &resource, by_cluster, &held).await;
     one_registration_per_cluster(ctx, &mut clusters, &mut previous_copies);
-    let source_selector = spec.source.selector.as_ref().and_then(|s| selector(s).ok());
-    let source_interest = SourceInterest {
-        watch: SourceWatchKey::new(&resource, &source_ns),
-        resource: resource.clone(),
-        name: spec.source.name.clone(),
-        selector: source_selector.clone(),
-        matched: previous_copies.iter().map(|c| c.source.name.clone()).collect(),
-    };
+    let source_interest = source_interest(spec, &resource, &source_ns, &previous_copies);
+    let source_selector = source_interest.selector.clone();
     let declared = Declared {
         key: &key,
         source_cluster: &source_cluster,
@@ -200,17 +194,7 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
     source_side
         .watches
         .set_matched(&key, found.iter().map(|o| o.name_any()).collect());
-    // Another cluster's objects are read only where their owner consents.
-    let (shared, unshared): (Vec<_>, Vec<_>) = found
-        .into_iter()
-        .partition(|o| shares(&key, source_cluster.is_some(), o.annotations()));
-    let sources = shared
-        .iter()
-        .map(|o| {
-            Source::new(&key, &spec.metadata, spec.secret_type, o, &resource)
-                .sealed_by(Some(ctx.seal_key.clone()))
-        })
-        .collect();
+    let (sources, unshared) = shared_sources(ctx, &key, spec, found, &resource, source_cluster.is_some());
     let (holders, next_to_problem) = holders::find(ctx, &key, spec, &previous_copies).await;
     let (reachable, places) = reachable(&clusters, namespaced, &holders);
     Ok(Gathered {
@@ -228,7 +212,7 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
         reachable,
         places,
         sources,
-        unshared: unshared.len(),
+        unshared,
         previous_copies,
         unsealed,
         inputs,
@@ -239,6 +223,46 @@ pub(crate) async fn gather<'r, R: RuleResource>(rule: &'r R, ctx: &Context) -> R
 
 /// The rule's sources in the source watch's cache: the one named, or those its selector
 /// chooses, in `namespace`, by name.
+/// What the rule's source watch looks for: the source by name or selector, and the names its
+/// copies were last made from (so that a source that went is noticed).
+fn source_interest(
+    spec: &RuleSpec,
+    resource: &ApiResource,
+    source_ns: &str,
+    previous_copies: &[CopyStatus],
+) -> SourceInterest {
+    SourceInterest {
+        watch: SourceWatchKey::new(resource, source_ns),
+        resource: resource.clone(),
+        name: spec.source.name.clone(),
+        selector: spec.source.selector.as_ref().and_then(|s| selector(s).ok()),
+        matched: previous_copies.iter().map(|c| c.source.name.clone()).collect(),
+    }
+}
+
+/// The sources found, as copies are made from them, and how many were not: another cluster's
+/// objects are read only where their owner consents.
+fn shared_sources(
+    ctx: &Context,
+    key: &RuleKey,
+    spec: &RuleSpec,
+    found: Vec<Arc<DynamicObject>>,
+    resource: &ApiResource,
+    from_another_cluster: bool,
+) -> (Vec<Source>, usize) {
+    let (shared, unshared): (Vec<_>, Vec<_>) = found
+        .into_iter()
+        .partition(|o| shares(key, from_another_cluster, o.annotations()));
+    let sources = shared
+        .iter()
+        .map(|o| {
+            Source::new(key, &spec.metadata, spec.secret_type, o, resource)
+                .sealed_by(Some(ctx.seal_key.clone()))
+        })
+        .collect();
+    (sources, unshared.len())
+}
+
 fn sources_in(
     store: &Store<DynamicObject>,
     namespace: &str,
