@@ -239,9 +239,11 @@ impl RbacOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RbacError {
-    #[error("unknown kind {given:?}: mimeo copies {supported}")]
+    #[error(
+        "unknown kind {given:?}: this command knows {supported}. mimeo copies any kind its --allow-kind lists (docs/kinds.md); for another kind, take the rules this command prints for Secret and put that kind's resource and API group in their place"
+    )]
     UnknownKind { given: String, supported: String },
-    #[error("no kind given: mimeo copies {0}")]
+    #[error("no kind given: this command knows {0}")]
     NoKinds(String),
     #[error("invalid namespace {0:?}: a namespace name is at most 63 lowercase letters, digits and '-'")]
     InvalidNamespace(String),
@@ -1150,13 +1152,13 @@ mod tests {
         let error = objects(&target(&["Secret", "Pod"], &[])).unwrap_err().to_string();
         assert!(
             error.starts_with(
-                "unknown kind \"Pod\": mimeo copies Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io, \
+                "unknown kind \"Pod\": this command knows Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io, \
                  ValidatingPolicy.policies.kyverno.io,"
             ),
             "{error}"
         );
         assert!(
-            error.ends_with(", NamespacedImageValidatingPolicy.policies.kyverno.io"),
+            error.contains(", NamespacedImageValidatingPolicy.policies.kyverno.io. mimeo copies any kind its --allow-kind lists"),
             "{error}"
         );
         assert!(matches!(objects(&target(&[], &[])), Err(RbacError::NoKinds(_))));

@@ -424,7 +424,7 @@ fn an_unknown_kind_is_refused_with_the_supported_ones() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "unknown kind \"Pod\": mimeo copies Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io"
+            "unknown kind \"Pod\": this command knows Secret, ConfigMap, Policy.kyverno.io, ClusterPolicy.kyverno.io"
         ),
         "{stderr}"
     );
