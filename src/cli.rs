@@ -458,7 +458,8 @@ pub struct PluginPullArgs {
 #[derive(Args, Debug, Clone)]
 pub struct RegistryArgs {
     /// Registry user name, with --password. Without them, the Docker config's entry for the
-    /// registry is used if there is one, else no credentials.
+    /// registry is used if there is one, else the credential helper it names (credHelpers,
+    /// credsStore: docker-credential-<name> on the PATH), else no credentials.
     #[arg(long, env = "MIMEO_REGISTRY_USERNAME", value_name = "NAME")]
     pub username: Option<String>,
     /// Registry password or token, with --username.
@@ -469,8 +470,8 @@ pub struct RegistryArgs {
         value_name = "SECRET"
     )]
     pub password: Option<String>,
-    /// A Docker config file to take registry credentials from (its "auths") [default:
-    /// $DOCKER_CONFIG/config.json, else ~/.docker/config.json, when present].
+    /// A Docker config file to take registry credentials from (its "auths", credHelpers and
+    /// credsStore) [default: $DOCKER_CONFIG/config.json, else ~/.docker/config.json, when present].
     #[arg(long, value_name = "PATH")]
     pub docker_config: Option<PathBuf>,
     /// Reach the registry over plain HTTP instead of HTTPS (loopback registries are, unless given

@@ -18,6 +18,7 @@
 mod address;
 mod cache;
 mod challenge;
+mod credential_helper;
 mod credentials;
 mod distribution;
 mod error;
@@ -33,6 +34,7 @@ pub use address::RegistryReach;
 pub use error::OciError;
 pub use network::{Network, NetworkError};
 
+pub use credential_helper::{HelperError, helper_for, run_helper};
 pub use credentials::{Credentials, credentials_from_docker_config};
 pub use manifest::{
     CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, LAYER_MEDIA_TYPES, MANIFEST_MEDIA_TYPE, accepts_layer_media_type,

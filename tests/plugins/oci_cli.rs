@@ -1163,3 +1163,100 @@ async fn a_manifest_is_capped_before_it_is_read_whole() {
     let output = pull_path(&cli, &server.host(), "p:1", work.path(), &[]);
     failed_with(&output, &["more than the 4194304 allowed"]);
 }
+
+/// A Docker config that keeps the password in a credential helper (Docker Desktop's
+/// `credsStore`, gcloud's `credHelpers`): `mimeo plugin push` and `pull` run the helper, a real
+/// program on the PATH speaking the helpers' protocol, as docker and oras do. A helper with
+/// nothing for the registry means no credentials, said in a note; a helper not installed is named.
+#[tokio::test]
+async fn credential_helpers_are_run_as_docker_runs_them() {
+    let registry = Registry::start_with_auth(USER, PASSWORD)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cli = Cli::new();
+    let plugin = filter_keys();
+    let target = format!("oci://{}/helped/filter-keys:1", registry.host());
+    let work = tempfile::tempdir().unwrap();
+    let bin = work.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // The helper answers for this registry only, and logs what it was asked.
+    let asked = work.path().join("asked");
+    let helper = bin.join("docker-credential-mimeo-test");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread -r server\necho \"$server\" >> {asked}\nif [ \"$server\" = \"{host}\" ]; then\n  printf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{PASSWORD}\"}}' \"$server\"\nelse\n  echo 'credentials not found in native keychain'\n  exit 1\nfi\n",
+            asked = asked.display(),
+            host = registry.host(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let docker = work.path().join("config.json");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let with_config = |config: &str, args: &[&str]| {
+        std::fs::write(&docker, config).unwrap();
+        let mut all = args.to_vec();
+        all.extend(["--docker-config", docker.to_str().unwrap()]);
+        cli.command(&all).env("PATH", &path).output().unwrap()
+    };
+
+    // credsStore: pushed with the helper's password, and pulled back.
+    let store = r#"{"auths": {}, "credsStore": "mimeo-test"}"#;
+    let pushed = with_config(store, &["plugin", "push", plugin.to_str().unwrap(), &target]);
+    let digest = field(&succeeded(&pushed), "digest");
+    let (stdout, stderr) = text(&pushed);
+    assert!(!stdout.contains(PASSWORD) && !stderr.contains(PASSWORD));
+    assert!(
+        std::fs::read_to_string(&asked)
+            .unwrap()
+            .contains(&registry.host())
+    );
+    let out = work.path().join("p.wasm");
+    let helpers = format!(r#"{{"credHelpers": {{"{}": "mimeo-test"}}}}"#, registry.host());
+    let pulled = with_config(
+        &helpers,
+        &[
+            "plugin",
+            "pull",
+            &format!("{target}@{digest}"),
+            "-o",
+            out.to_str().unwrap(),
+            "--artifact-cache-dir",
+            work.path().join("fresh").to_str().unwrap(),
+        ],
+    );
+    succeeded(&pulled);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&plugin).unwrap());
+
+    // A helper with nothing for the registry: anonymous, and the registry's refusal.
+    let elsewhere = r#"{"credHelpers": {"other.example": "mimeo-test"}, "credsStore": "mimeo-test"}"#;
+    std::fs::write(
+        &helper,
+        "#!/bin/sh\necho 'credentials not found in native keychain'\nexit 1\n",
+    )
+    .unwrap();
+    let refused = with_config(
+        elsewhere,
+        &["plugin", "pull", &target, "-o", out.to_str().unwrap()],
+    );
+    assert!(!refused.status.success());
+    let (_, stderr) = text(&refused);
+    assert!(
+        stderr.contains("docker-credential-mimeo-test has nothing for"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("refused the credentials"), "{stderr}");
+
+    // A helper not installed: named, with what to do.
+    let missing = with_config(
+        r#"{"credsStore": "not-installed"}"#,
+        &["plugin", "pull", &target, "-o", out.to_str().unwrap()],
+    );
+    assert!(!missing.status.success());
+    let (_, stderr) = text(&missing);
+    assert!(
+        stderr.contains("docker-credential-not-installed") && stderr.contains("not on the PATH"),
+        "{stderr}"
+    );
+}

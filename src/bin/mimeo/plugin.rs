@@ -7,7 +7,7 @@ use mimeo::cli::{
 };
 use mimeo::plugin::oci::{
     ANNOTATION_DESCRIPTION, Credentials, Fetched, Oci, OciReference, credentials_from_docker_config,
-    plugin_annotations,
+    helper_for, plugin_annotations, run_helper,
 };
 use mimeo::plugin::{ChainOutcome, PluginError, PluginHost, TransformContext, TransformInput};
 use std::path::{Path, PathBuf};
@@ -51,7 +51,22 @@ fn credentials(args: &RegistryArgs, registry: &str) -> anyhow::Result<Credential
     };
     let found =
         credentials_from_docker_config(&json, registry).with_context(|| format!("in {}", path.display()))?;
-    Ok(found.unwrap_or(Credentials::Anonymous))
+    if let Some(found) = found {
+        return Ok(found);
+    }
+    // No password in `auths`: the helper the config names for the registry, as docker runs it.
+    let Some(helper) = helper_for(&json, registry) else {
+        return Ok(Credentials::Anonymous);
+    };
+    match run_helper(&helper, registry)? {
+        Some(found) => Ok(found),
+        None => {
+            eprintln!(
+                "note: the credential helper docker-credential-{helper} has nothing for {registry}: trying without credentials"
+            );
+            Ok(Credentials::Anonymous)
+        }
+    }
 }
 
 /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.

@@ -60,8 +60,8 @@ struct DockerAuth {
 
 /// From a docker config / `kubernetes.io/dockerconfigjson` payload
 /// (`{"auths": {host: {"auth": b64(user:pass)} | {"username", "password"}}}`); `None` when it has
-/// no entry for the registry, or an entry without credentials (a credential helper's, which mimeo
-/// does not run).
+/// no entry for the registry, or an entry without credentials (a credential helper's: only
+/// `mimeo plugin`'s commands run those, `credential_helper`).
 pub fn credentials_from_docker_config(json: &[u8], registry: &str) -> Result<Option<Credentials>, OciError> {
     // Only where it went wrong: serde_json's messages can quote a value, which may be a password.
     let config: DockerConfig = serde_json::from_slice(json).map_err(|e| {
@@ -113,7 +113,7 @@ pub fn credentials_from_docker_config(json: &[u8], registry: &str) -> Result<Opt
 
 /// A Docker config key (`https://index.docker.io/v1/`, `http://host:5000`, `host:5000`) or a
 /// registry, reduced to the `host[:port]` both name.
-fn normalize(key: &str) -> String {
+pub(super) fn normalize(key: &str) -> String {
     let key = key
         .strip_prefix("https://")
         .or_else(|| key.strip_prefix("http://"))
