@@ -11,6 +11,7 @@ pub mod for_each;
 pub mod hash;
 pub mod inputs;
 pub mod kinds;
+pub mod kstatus;
 pub mod live;
 pub mod next_to;
 pub mod object_selector;

@@ -118,7 +118,7 @@ fn sync_rule_source_is_namespaced() -> Rule {
     shortname = "msr",
     category = "mimeo",
     printcolumn(name = "Kind", type_ = "string", json_path = ".spec.source.kind"),
-    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.name"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".status.source", description = "the source's name, or the selector that chooses the sources"),
     printcolumn(name = "Targets", type_ = "string", json_path = ".status.copies", description = "copies in sync / copies wanted"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
@@ -149,7 +149,7 @@ pub struct SyncRuleSpec {
     category = "mimeo",
     printcolumn(name = "Kind", type_ = "string", json_path = ".spec.source.kind"),
     printcolumn(name = "Namespace", type_ = "string", json_path = ".spec.source.namespace"),
-    printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.name"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".status.source", description = "the source's name, or the selector that chooses the sources"),
     printcolumn(name = "Targets", type_ = "string", json_path = ".status.copies", description = "copies in sync / copies wanted"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
@@ -570,6 +570,10 @@ pub struct RuleStatus {
     /// `Ready` says whether every copy is in sync, and if not, why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The source as `kubectl get` shows it: its name, or the label selector that chooses the
+    /// sources (`selector app=web`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// A digest over the content of every source object the copies were made from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_hash: Option<String>,

@@ -8,6 +8,7 @@ use crate::api::{MimeoConfig, MimeoConfigStatus};
 use crate::cli::RunArgs;
 use crate::config::{self, ConfigProblem, Kinds};
 use crate::replicas::shards::Shards;
+use crate::sync::kstatus::STALLED;
 use crate::sync::ownership::FIELD_MANAGER;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -122,14 +123,12 @@ fn take(source: &ConfigSource, object: &MimeoConfig, kinds: &LiveKinds) -> Mimeo
         }
         Err(ConfigProblem { field, message }) => {
             tracing::error!(config = %source.name, %field, %message, "the configuration object is invalid; keeping the last good settings");
-            status.conditions = vec![condition(
-                &previous,
-                "Ready",
-                false,
-                "Invalid",
-                format!("{field}: {message}; mimeo keeps running on the last good settings"),
-                generation,
-            )];
+            let why = format!("{field}: {message}; mimeo keeps running on the last good settings");
+            // Stalled too, as kstatus reads it: only an edit of the object fixes it.
+            status.conditions = vec![
+                condition(&previous, "Ready", false, "Invalid", why.clone(), generation),
+                condition(&previous, STALLED, true, "Invalid", why, generation),
+            ];
             status.conditions.extend(
                 previous
                     .conditions

@@ -7,7 +7,7 @@ mod access;
 mod entries;
 
 use super::live_kinds::LiveKinds;
-use super::rule_status::{Readiness, ready_condition};
+use super::rule_status::{Readiness, ready_conditions};
 use crate::api::{ClusterInventory, ClusterInventoryStatus, EntryProblem, RemoteCluster};
 use crate::inventory::InventorySettings;
 use crate::inventory::entry::{self, Entry, EntryNamespaces, Kind};
@@ -600,11 +600,11 @@ async fn write_status(
     problems.truncate(LISTED_PROBLEMS);
     let status = ClusterInventoryStatus {
         observed_generation: inventory.meta().generation,
-        conditions: vec![ready_condition(
+        conditions: ready_conditions(
             previous.map(|s| s.conditions.as_slice()),
             inventory.meta().generation,
             summary.readiness(),
-        )],
+        ),
         selected: summary.selected as i32,
         connected: summary.connected as i32,
         problems,

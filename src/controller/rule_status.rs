@@ -6,6 +6,7 @@ use super::error::short_message;
 use crate::api::{ClusterCopies, CopyState, CopyStatus, PluginPin, RuleStatus};
 use crate::sync::decide::SKIPPED_FOR_CONFLICT;
 use crate::sync::hash::digest_bytes;
+use crate::sync::kstatus;
 use crate::sync::plan::PlaceKey;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::{BTreeMap, BTreeSet};
@@ -214,12 +215,21 @@ pub fn with_ready(
     ready: Readiness,
 ) -> RuleStatus {
     status.observed_generation = generation;
-    status.conditions = vec![ready_condition(
-        previous.map(|p| p.conditions.as_slice()),
-        generation,
-        ready,
-    )];
+    status.conditions = ready_conditions(previous.map(|p| p.conditions.as_slice()), generation, ready);
     status
+}
+
+/// A rule's source as `kubectl get` shows it (the Source column): its name, or its selector in
+/// the apiserver's query form.
+pub fn source_shown(source: &crate::api::Source) -> Option<String> {
+    if let Some(name) = &source.name {
+        return Some(name.clone());
+    }
+    let selector = crate::sync::object_selector::selector(source.selector.as_ref()?).ok()?;
+    match selector.to_string() {
+        text if text.is_empty() => Some("selector: every object".into()),
+        text => Some(format!("selector {text}")),
+    }
 }
 
 /// The `PluginsRefreshed` condition, only while a tag due to be resolved again could not be,
@@ -276,6 +286,32 @@ pub fn ready_condition(
     }
 }
 
+/// `Ready`, and beside `Ready=False` the `Reconciling` or `Stalled` condition kstatus reads
+/// (`sync::kstatus`), with the same reason and message, each keeping its previous transition time
+/// while its status holds.
+pub fn ready_conditions(
+    previous: Option<&[Condition]>,
+    generation: Option<i64>,
+    ready: Readiness,
+) -> Vec<Condition> {
+    let progress = kstatus::progress(ready.ready, &ready.reason);
+    let ready = ready_condition(previous, generation, ready);
+    let mut conditions = vec![ready.clone()];
+    if let Some(type_) = progress.condition_type() {
+        let since = previous
+            .and_then(|p| p.iter().find(|c| c.type_ == type_ && c.status == "True"))
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
+        conditions.push(Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            last_transition_time: since,
+            ..ready
+        });
+    }
+    conditions
+}
+
 /// What mimeo last wrote to one rule's status, and the copies it knew of then. The rule in the
 /// cache can predate that write (the rule's own watch event not in yet when a copy's event wakes
 /// it again); deciding on the cached status alone would then write the same status once more,
@@ -285,7 +321,7 @@ pub struct LastWritten {
     /// The rule's uid: a rule deleted and made again under the same name starts afresh.
     uid: String,
     ready: Option<(String, Time)>,
-    /// Digest of the status without the `Ready` transition time.
+    /// Digest of the status without the conditions' transition times.
     digest: String,
     /// Every copy of the last reconcile, in memory only: copies the cache may not show yet must
     /// still be cleaned up, and a cluster that stops answering keeps its copies listed.
@@ -416,8 +452,8 @@ fn ready_mut(status: &mut RuleStatus) -> Option<&mut Condition> {
 
 fn timeless_digest(status: &RuleStatus) -> String {
     let mut status = status.clone();
-    if let Some(ready) = ready_mut(&mut status) {
-        ready.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    for condition in &mut status.conditions {
+        condition.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     }
     // A problem dated anew from a stale cache is the same problem: no write for that alone.
     for problem in &mut status.problems {

@@ -14,6 +14,7 @@ mod flap_guard;
 mod inputs;
 mod inventories;
 mod kinds;
+mod kstatus;
 mod namespace_pattern;
 mod next_to;
 mod operation;

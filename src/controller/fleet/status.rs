@@ -6,7 +6,7 @@ use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::clusters::{self, KubeconfigProblem};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, short_message};
-use crate::controller::rule_status::{Readiness, ready_condition};
+use crate::controller::rule_status::{Readiness, ready_conditions};
 use crate::sync::ownership::FIELD_MANAGER;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -61,11 +61,11 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
         .set_remote_cluster(&cluster.name_any(), Some((ready.ready, i64::from(rules))));
     let status = RemoteClusterStatus {
         observed_generation: generation,
-        conditions: vec![ready_condition(
+        conditions: ready_conditions(
             previous.map(|s| s.conditions.as_slice()),
             generation,
             ready.clone(),
-        )],
+        ),
         server_version: version.or_else(|| previous.and_then(|s| s.server_version.clone())),
         rules: Some(rules),
         // Written by each shard's holder under a field manager of its own, never here.

@@ -13,8 +13,8 @@ use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::rule::RuleResource;
 use crate::controller::rule_status::{
-    LastWritten, Readiness, Unusable, date_problems, needs_write, plugins_not_refreshed, still_unsealed,
-    summarize, summarize_copies, with_ready,
+    LastWritten, Readiness, Unusable, date_problems, needs_write, plugins_not_refreshed, source_shown,
+    still_unsealed, summarize, summarize_copies, with_ready,
 };
 use crate::sync::consent::not_shared_message;
 use crate::sync::desired::CopyTarget;
@@ -374,6 +374,7 @@ async fn write_status<R: RuleResource>(
             .unwrap_or_default()
     });
     Fence::for_rule(&ctx.shards, &key).check()?;
+    status.source = source_shown(&rule.rule_spec().source);
     if !needs_write(&mut status, rule.rule_status(), last.as_ref(), &uid) {
         ctx.statuses
             .lock()

@@ -1,6 +1,6 @@
-//! Finds the control-plane binaries, the ORAS and Helm CLIs and promtool, building them with
-//! `build-control-plane.sh`, `build-oras.sh`, `build-helm.sh` and `build-promtool.sh` on first
-//! use, so that `cargo test --workspace` passes on a fresh machine by itself.
+//! Finds the control-plane binaries, the ORAS and Helm CLIs, promtool and the kstatus reader,
+//! building them with `build-control-plane.sh`, `build-oras.sh`, `build-helm.sh`,
+//! `build-promtool.sh` and `build-kstatus.sh` on first use, so that `cargo test --workspace` passes on a fresh machine by itself.
 
 use crate::Error;
 use std::path::PathBuf;
@@ -87,6 +87,17 @@ pub fn promtool() -> Result<PathBuf, Error> {
         )
         .clone()
         .map_err(Error::Promtool)
+}
+
+/// The kstatus reader (`kstatus/`: objects as JSON on stdin, what Flux's kstatus library makes of
+/// each on stdout), from `build-kstatus.sh`'s cache (built from the Go module proxy the first
+/// time: about half a minute cold, instant warm). The script runs once per test process.
+pub fn kstatus() -> Result<PathBuf, Error> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| run_script("build-kstatus.sh", "path"))
+        .clone()
+        .map_err(Error::Kstatus)
 }
 
 /// Runs one of this crate's build scripts and returns the last line it printed: the scripts log to

@@ -14,10 +14,11 @@
 //! [`Registry`] is the same for OCI registries: a real CNCF distribution registry on a free loopback
 //! port with storage in a temporary directory, optionally behind basic auth or serving HTTPS under a
 //! CA of its own, from which mimeo fetches Wasm plugins; [`oras()`] is the ORAS CLI that tests push
-//! artifacts with, [`helm()`] the Helm CLI that tests install the chart with, and [`promtool()`]
-//! Prometheus's tool that tests check the chart's alerts and dashboard queries with. [`Scripted`] is
-//! an HTTP(S) server that answers what a test scripts: a hostile registry, a token service, a
-//! sidecar that must receive nothing.
+//! artifacts with, [`helm()`] the Helm CLI that tests install the chart with, [`kstatus()`] the
+//! reader of conditions as GitOps tools read them, and [`promtool()`] Prometheus's tool that tests
+//! check the chart's alerts and dashboard queries with. [`Scripted`] is an HTTP(S) server that
+//! answers what a test scripts: a hostile registry, a token service, a sidecar that must receive
+//! nothing.
 
 mod binaries;
 mod pki;
@@ -26,7 +27,7 @@ mod process;
 mod registry;
 mod scripted;
 
-pub use binaries::{Binaries, binaries, helm, oras, promtool};
+pub use binaries::{Binaries, binaries, helm, kstatus, oras, promtool};
 pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, registry_binary};
 pub use scripted::{Answer, Asked, Scripted, local_address};
 
@@ -106,6 +107,8 @@ pub enum Error {
     Helm(String),
     #[error("promtool unavailable: {0}")]
     Promtool(String),
+    #[error("kstatus reader unavailable: {0}")]
+    Kstatus(String),
     #[error("{command} failed ({status}):\n{stderr}")]
     OrasFailed {
         command: String,
