@@ -15,8 +15,23 @@ use std::path::PathBuf;
     about = "Copies Kubernetes objects between namespaces and clusters"
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Which cluster a user's command talks to, as kubectl's flags say it. `run` and `init` take the
+/// in-cluster service account when there is no kubeconfig.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClusterArgs {
+    /// The kubeconfig file. Default: $KUBECONFIG, else ~/.kube/config (else, in a pod, its
+    /// service account).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context. Default: its current context.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -85,6 +100,51 @@ pub enum Command {
     /// patch the copied kind. Exit status: 0 every rule was read (and with --apply every seal
     /// written), 1 otherwise.
     Reseal(ResealArgs),
+    /// Stop a rule without deleting its copies: sets spec.suspend.
+    ///
+    /// mimeo then writes and removes nothing for the rule (its status says Suspended) until it
+    /// is resumed; deleting it still removes its copies per its deletion policy. Exit status 0
+    /// when the rule was patched, 1 otherwise.
+    Suspend(RuleActionArgs),
+    /// Let a suspended rule go on: clears spec.suspend.
+    ///
+    /// Exit status 0 when the rule was patched, 1 otherwise.
+    Resume(RuleActionArgs),
+    /// Ask for a pass over a rule now, and wait for it.
+    ///
+    /// Annotates the rule openmcp.cloud/operation=reconcile; mimeo makes a pass and removes the
+    /// annotation, and this prints the rule's Ready condition then. Refused for a suspended or
+    /// ignored rule. Exit status 0 when the pass was made, 1 otherwise (not taken up within
+    /// --timeout: is the controller running?).
+    Reconcile(ReconcileArgs),
+    /// Print a shell completion script: `source <(mimeo completion bash)`.
+    Completion(CompletionArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RuleActionArgs {
+    /// The rule: NAME (a SyncRule in the namespace), syncrule/NAME or clustersyncrule/NAME.
+    #[arg(value_name = "RULE")]
+    pub rule: String,
+    /// The namespace of the SyncRule. Default: the kubeconfig context's.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub rule: RuleActionArgs,
+    /// How long to wait for mimeo to make the pass: `90s`, `2m`, or seconds.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompletionArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -101,6 +161,24 @@ pub struct ResealArgs {
     pub apply: bool,
 }
 
+/// `90s`, `2m`, `1h` or a number of seconds, as kubectl's `--timeout` takes them.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?} is no duration: write 90s, 2m or 1h")),
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is no duration: write 90s, 2m or 1h"))?;
+    Ok(std::time::Duration::from_secs(number * seconds))
+}
+
 fn parse_rule_key(text: &str) -> Result<crate::sync::ownership::RuleKey, String> {
     text.parse().map_err(|()| {
         format!("{text:?} names no rule: write SyncRule/NAMESPACE/NAME or ClusterSyncRule/NAME")
@@ -114,8 +192,14 @@ pub struct StatusArgs {
     #[arg(value_name = "RULE")]
     pub rule: Option<String>,
     /// The namespace of the SyncRules. Default: the kubeconfig context's.
-    #[arg(short = 'n', long)]
+    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
     pub namespace: Option<String>,
+    /// Every SyncRule of every namespace, and every ClusterSyncRule.
+    #[arg(short = 'A', long, conflicts_with = "rule")]
+    pub all_namespaces: bool,
+    /// Only the rules that are not Ready (or have no status yet).
+    #[arg(long)]
+    pub problems: bool,
     /// `text`: a tree; `json`: the same as `{"rules": [...]}`, times as RFC 3339.
     #[arg(short = 'o', long, value_enum, default_value_t = StatusOutput::Text)]
     pub output: StatusOutput,
@@ -1057,6 +1141,41 @@ fn parse_secret_ref(text: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_kubectl_writes_them() {
+        let secs = |t: &str| parse_duration(t).map(|d| d.as_secs());
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("2m"), Ok(120));
+        assert_eq!(secs("1h"), Ok(3600));
+        assert_eq!(secs("45"), Ok(45));
+        assert!(secs("1.5m").is_err() && secs("m").is_err() && secs("10d").is_err());
+    }
+
+    #[test]
+    fn the_cluster_flags_go_before_or_after_the_command() {
+        let cli = Cli::try_parse_from([
+            "mimeo",
+            "--context",
+            "admin",
+            "suspend",
+            "creds",
+            "-n",
+            "platform",
+            "--kubeconfig",
+            "/tmp/k",
+        ])
+        .unwrap();
+        assert_eq!(cli.cluster.context.as_deref(), Some("admin"));
+        assert_eq!(cli.cluster.kubeconfig, Some(PathBuf::from("/tmp/k")));
+        let Command::Suspend(args) = cli.command else {
+            panic!("not suspend")
+        };
+        assert_eq!(
+            (args.rule.as_str(), args.namespace.as_deref()),
+            ("creds", Some("platform"))
+        );
+    }
 
     #[test]
     fn a_clusters_kubeconfig_is_namespace_slash_name_equals_path() {

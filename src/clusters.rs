@@ -13,6 +13,7 @@
 pub mod fence;
 mod in_flight;
 pub mod remote_rbac;
+pub mod user_config;
 
 use crate::error_text::with_causes;
 use crate::metrics::CountRequests;
@@ -191,10 +192,9 @@ pub async fn client(
     })
 }
 
-/// The client of the cluster mimeo runs in (kubeconfig or in-cluster, as `kubectl` finds it),
-/// its requests counted by `requests`.
-pub async fn local_client(requests: &CountRequests) -> Result<kube::Client, kube::Error> {
-    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+/// The client of the cluster mimeo runs in (`config`: see [`user_config`]), its requests
+/// counted by `requests`.
+pub fn local_client(config: kube::Config, requests: &CountRequests) -> Result<kube::Client, kube::Error> {
     counted_client(config, requests)
 }
 

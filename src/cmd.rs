@@ -4,4 +4,5 @@ pub mod diff;
 pub mod init;
 pub mod migrate;
 pub mod reseal;
+pub mod rule_actions;
 pub mod status;

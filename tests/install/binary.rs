@@ -1,6 +1,7 @@
 //! The `mimeo` binary as an operator runs it: refuses to start without CRDs or with registry CAs
 //! it cannot use, serves health and metrics, and shuts down cleanly on SIGTERM; its `--help`
-//! lists each command on one short line.
+//! lists each command on one short line; its completion scripts work in bash; kubectl runs it as
+//! a plugin; without a cluster to talk to it says so in one line.
 
 use crate::harness;
 
@@ -42,6 +43,104 @@ fn help_lists_each_command_on_one_short_line() {
     assert!(
         long.contains("Exit status as `kubectl diff`"),
         "diff --help keeps its long text:\n{long}"
+    );
+}
+
+/// `mimeo completion bash`, sourced in a real bash, completes the commands; the script for each
+/// other shell is made too.
+#[test]
+fn completion_scripts_complete_the_commands_in_bash() {
+    let script = mimeo().args(["completion", "bash"]).output().unwrap();
+    assert!(script.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mimeo.bash");
+    std::fs::write(&file, &script.stdout).unwrap();
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let program = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _mimeo mimeo; echo \"${{COMPREPLY[@]}}\"",
+            file.display(),
+            words
+                .iter()
+                .map(|w| format!("'{w}'"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            words.len() - 1,
+            line.len()
+        );
+        let output = Command::new("bash").args(["-c", &program]).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let offered = complete("mimeo su");
+    assert!(offered.split_whitespace().any(|w| w == "suspend"), "{offered}");
+    let offered = complete("mimeo status --c");
+    assert!(offered.split_whitespace().any(|w| w == "--context"), "{offered}");
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let output = mimeo().args(["completion", shell]).output().unwrap();
+        assert!(output.status.success() && output.stdout.len() > 100, "{shell}");
+    }
+}
+
+/// Installed as `kubectl-mimeo` on the PATH (krew's convention), `kubectl mimeo ...` runs it, and
+/// its help says so.
+#[test]
+fn kubectl_runs_it_as_a_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_mimeo"), dir.path().join("kubectl-mimeo")).unwrap();
+    let kubectl = mimeo_envtest::binaries().unwrap().kubectl();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new(&kubectl)
+        .args(["mimeo", "--help"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        help.contains("Usage: kubectl mimeo [OPTIONS] <COMMAND>"),
+        "{help}"
+    );
+    let listed = Command::new(&kubectl)
+        .args(["plugin", "list"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("kubectl-mimeo"));
+}
+
+/// No kubeconfig anywhere and not in a pod: one line says what was tried and what to do.
+#[test]
+fn no_cluster_to_talk_to_is_said_in_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let output = mimeo()
+        .args(["status", "-n", "x"])
+        .env_remove("KUBECONFIG")
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no cluster to talk to: KUBECONFIG is not set")
+            && stderr.contains("give --kubeconfig FILE"),
+        "{stderr}"
     );
 }
 

@@ -193,3 +193,123 @@ async fn a_suspended_rule_writes_nothing_until_resumed() {
     })
     .await;
 }
+
+/// `mimeo ARGS` with the plane's kubeconfig given as `--kubeconfig`: (exit code, stdout, stderr).
+async fn mimeo(h: &Harness, args: &[&str]) -> (i32, String, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .arg("--kubeconfig")
+        .arg(h.plane.kubeconfig_path())
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `mimeo suspend`, `resume` and `reconcile`, run as the binary a user runs, with `--kubeconfig`
+/// and `--context`: suspended, a rotation makes no write of a copy; `reconcile` is refused for a
+/// suspended rule and, resumed, makes a pass (no write, the copy in sync) and says how the rule
+/// stands; with the controller stopped it says nobody took the request up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_resume_and_reconcile_from_the_command_line() {
+    let mut h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("app", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    h.put_secret("platform", "creds", &[("password", "one")]).await;
+    harness::kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                "metadata": {"name": "creds", "namespace": "platform"},
+                "spec": {"source": {"kind": "Secret", "name": "creds"}, "targets": [{"namespace": "app"}]}}),
+    );
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+
+    let (code, out, err) = mimeo(&h, &["suspend", "creds", "-n", "platform"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("SyncRule platform/creds suspended"), "{out}");
+    h.wait_ready("platform", "creds", "False", "Suspended").await;
+    let before = h.apiserver_writes(&["secrets"]).await;
+    h.put_secret("platform", "creds", &[("password", "two")]).await;
+    stays(
+        "the copy untouched while suspended",
+        Duration::from_secs(2),
+        || async { copy_value(&h).await.as_deref() == Some("one") },
+    )
+    .await;
+    assert_eq!(
+        h.apiserver_writes(&["secrets"]).await - before,
+        1,
+        "the rotation alone"
+    );
+    let (code, _, err) = mimeo(&h, &["reconcile", "creds", "-n", "platform"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("is suspended") && err.contains("mimeo resume"),
+        "{err}"
+    );
+
+    let (code, out, err) = mimeo(
+        &h,
+        &[
+            "resume",
+            "syncrule/creds",
+            "-n",
+            "platform",
+            "--context",
+            "envtest",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    eventually("the rotation reaches the copy once resumed", || async {
+        (copy_value(&h).await.as_deref() == Some("two")).then_some(())
+    })
+    .await;
+    h.wait_ready("platform", "creds", "True", "Synced").await;
+
+    let before = h.apiserver_writes(&["secrets"]).await;
+    let (code, out, err) = mimeo(&h, &["reconcile", "creds", "-n", "platform"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("SyncRule platform/creds reconciled: Ready True (Synced): 1/1 copies in sync"),
+        "{out}"
+    );
+    assert_eq!(
+        h.apiserver_writes(&["secrets"]).await - before,
+        0,
+        "a pass over a rule in sync writes no copy"
+    );
+    let rule = h.rule("platform", "creds").await.unwrap();
+    assert!(
+        !rule
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("openmcp.cloud/operation"),
+        "the request taken up"
+    );
+
+    // Mistakes say what is wrong, in one line.
+    let (code, _, err) = mimeo(&h, &["suspend", "nope", "-n", "platform"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("SyncRule platform/nope does not exist"), "{err}");
+    let (code, _, err) = mimeo(
+        &h,
+        &["resume", "creds", "-n", "platform", "--context", "elsewhere"],
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("elsewhere"), "{err}");
+
+    // Nobody to take the request up.
+    h.stop_controller().await;
+    let (code, _, err) = mimeo(&h, &["reconcile", "creds", "-n", "platform", "--timeout", "2s"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("did not take up the request"), "{err}");
+}

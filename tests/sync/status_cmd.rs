@@ -228,6 +228,31 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
         "{json:#}"
     );
 
+    // Every rule everywhere, and only those with problems: `creds` (not in sync), not `quiet`.
+    let (code, json_text, stderr) = status(&admin, &["-A", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let names = |text: &str| -> Vec<String> {
+        let json: Value = serde_json::from_str(text).unwrap();
+        json["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}/{}",
+                    r["namespace"].as_str().unwrap_or("-"),
+                    r["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(names(&json_text), ["team-a/creds", "team-a/quiet"]);
+    let (code, json_text, stderr) = status(&admin, &["-A", "--problems", "-o", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(names(&json_text), ["team-a/creds"]);
+    let (code, _, stderr) = status(&admin, &["-A", "-n", "team-a"]);
+    assert_ne!(code, 0, "-A and -n do not go together: {stderr}");
+
     // What does not exist is an error naming it; what the tenant may not read is the apiserver's
     // refusal, not an empty tree.
     let (code, _, stderr) = status(&kubeconfig, &["nosuch", "-n", "team-a"]);

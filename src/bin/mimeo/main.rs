@@ -9,12 +9,14 @@ mod migrate;
 mod plugin;
 mod remote;
 mod reseal;
+mod rule_actions;
 mod run;
 mod status;
 
 use anyhow::Context;
-use clap::Parser;
-use mimeo::cli::{Cli, Command, PluginCommand, RemoteCommand};
+use clap::{CommandFactory, FromArgMatches};
+use mimeo::cli::{Cli, ClusterArgs, Command, PluginCommand, RemoteCommand};
+use mimeo::cmd::rule_actions::Action;
 use std::process::ExitCode;
 
 /// jemalloc, set to hand freed pages back to the system within about a second (a background
@@ -40,15 +42,21 @@ pub static malloc_conf: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muz
 async fn main() -> anyhow::Result<ExitCode> {
     // Before any TLS client (kube's or the registry's) is built.
     mimeo::plugin::oci::install_crypto_provider();
-    let cli = Cli::parse();
+    // Called as kubectl's plugin, its help says `kubectl mimeo`.
+    let command = match bin_name() {
+        "kubectl-mimeo" => Cli::command().bin_name("kubectl mimeo"),
+        _ => Cli::command(),
+    };
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    let cluster = &cli.cluster;
     match cli.command {
         Command::Crds => {
             let yaml = mimeo::api::crds_yaml().context("rendering the CRDs as YAML")?;
             print!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Init(args) => init::init(args).await,
-        Command::Run(args) => run::run(*args).await.map(|()| ExitCode::SUCCESS),
+        Command::Init(args) => init::init(args, cluster).await,
+        Command::Run(args) => run::run(*args, cluster).await.map(|()| ExitCode::SUCCESS),
         Command::Plugin(PluginCommand::Test(args)) => plugin::test(args).await,
         Command::Plugin(PluginCommand::Inspect(args)) => plugin::inspect(args).await,
         Command::Plugin(PluginCommand::Push(args)) => plugin::push(args).await,
@@ -62,11 +70,38 @@ async fn main() -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Migrate(args) => migrate::migrate(args).await,
-        Command::Diff(args) => Ok(diff::diff(args).await),
-        Command::Reseal(args) => reseal::reseal(args).await,
-        Command::Status(args) => status::status(args).await,
+        Command::Migrate(args) => migrate::migrate(args, cluster).await,
+        Command::Diff(args) => Ok(diff::diff(args, cluster).await),
+        Command::Reseal(args) => reseal::reseal(args, cluster).await,
+        Command::Status(args) => status::status(args, cluster).await,
         Command::Remote(RemoteCommand::Rbac(args)) => remote::rbac(args),
+        Command::Suspend(args) => rule_actions::act(args, Action::Suspend, None, cluster).await,
+        Command::Resume(args) => rule_actions::act(args, Action::Resume, None, cluster).await,
+        Command::Reconcile(args) => {
+            rule_actions::act(args.rule, Action::Reconcile, Some(args.timeout), cluster).await
+        }
+        Command::Completion(args) => {
+            clap_complete::generate(
+                args.shell,
+                &mut Cli::command(),
+                bin_name(),
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The name this binary was called by: `kubectl-mimeo` (so `kubectl mimeo ...` works, krew's
+/// convention) or `mimeo`.
+fn bin_name() -> &'static str {
+    let called = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    match called.as_deref() {
+        Some("kubectl-mimeo") => "kubectl-mimeo",
+        _ => "mimeo",
     }
 }
 
@@ -79,9 +114,18 @@ fn seal_key_secret(given: Option<(String, String)>) -> (String, String) {
     })
 }
 
-/// A client of the current kubeconfig's cluster, as a user's command reads it.
-async fn connect() -> anyhow::Result<kube::Client> {
-    kube::Client::try_default().await.map_err(|e| {
+/// The configuration `--kubeconfig` and `--context` name, else the one kubectl would use.
+async fn cluster_config(cluster: &ClusterArgs) -> anyhow::Result<kube::Config> {
+    Ok(
+        mimeo::clusters::user_config::user_config(cluster.kubeconfig.as_deref(), cluster.context.as_deref())
+            .await?,
+    )
+}
+
+/// A client of the cluster a user's command talks to (`cluster_config`).
+async fn connect(cluster: &ClusterArgs) -> anyhow::Result<kube::Client> {
+    let config = cluster_config(cluster).await?;
+    kube::Client::try_from(config).map_err(|e| {
         anyhow::anyhow!(
             "connecting to the cluster: {}",
             mimeo::clusters::explain_client_error(&e)

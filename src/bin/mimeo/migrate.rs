@@ -6,8 +6,11 @@ use std::process::ExitCode;
 
 /// `mimeo migrate`: exit 0 when the plan was printed (or, with `--apply`, applied whole), 1 when
 /// the cluster could not be read, the file not parsed, or a part of it not applied.
-pub async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
-    let client = connect().await?;
+pub async fn migrate(
+    args: mimeo::cli::MigrateArgs,
+    cluster: &mimeo::cli::ClusterArgs,
+) -> anyhow::Result<ExitCode> {
+    let client = connect(cluster).await?;
     if let Some(file) = &args.apply {
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let document: serde_json::Value =

@@ -4,17 +4,26 @@ use crate::connect;
 use std::process::ExitCode;
 
 /// `mimeo status`: the trees of the rules named, as text or JSON.
-pub async fn status(args: mimeo::cli::StatusArgs) -> anyhow::Result<ExitCode> {
+pub async fn status(
+    args: mimeo::cli::StatusArgs,
+    cluster: &mimeo::cli::ClusterArgs,
+) -> anyhow::Result<ExitCode> {
     use mimeo::cli::{ColorChoice, StatusOutput};
     use mimeo::cmd::status::{read, render};
     use std::io::IsTerminal;
-    let client = connect().await?;
+    let client = connect(cluster).await?;
     let namespace = args
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let selection = read::Selection::parse(args.rule.as_deref(), &namespace)?;
-    let trees = read::read(&client, &selection).await?;
+    let selection = match args.all_namespaces {
+        true => read::Selection::Everywhere,
+        false => read::Selection::parse(args.rule.as_deref(), &namespace)?,
+    };
+    let mut trees = read::read(&client, &selection).await?;
+    if args.problems {
+        trees.retain(|tree| !tree.is_ready());
+    }
     match args.output {
         StatusOutput::Json => {
             let json = serde_json::json!({ "rules": trees });

@@ -25,6 +25,8 @@ pub enum Selection {
     SyncRules { namespace: String, name: Option<String> },
     /// One `ClusterSyncRule`, or (no name) every one.
     ClusterSyncRules { name: Option<String> },
+    /// Every `SyncRule` of every namespace, and every `ClusterSyncRule`.
+    Everywhere,
 }
 
 /// The rule argument could not be read.
@@ -126,6 +128,38 @@ async fn rules(client: &Client, selection: &Selection) -> Result<Vec<Rule>, Stat
         Selection::ClusterSyncRules { name } => {
             let api: Api<ClusterSyncRule> = Api::all(client.clone());
             rules_of(api, name.as_deref(), str::to_owned, "the cluster").await
+        }
+        Selection::Everywhere => {
+            let none_is_fine = |found: Result<Vec<Rule>, StatusError>| match found {
+                Err(StatusError::NoneFound { .. }) => Ok(Vec::new()),
+                other => other,
+            };
+            let place = |name: &str| name.to_owned();
+            let mut rules = none_is_fine(
+                rules_of(
+                    Api::<SyncRule>::all(client.clone()),
+                    None,
+                    place,
+                    "every namespace",
+                )
+                .await,
+            )?;
+            rules.extend(none_is_fine(
+                rules_of(
+                    Api::<ClusterSyncRule>::all(client.clone()),
+                    None,
+                    place,
+                    "the cluster",
+                )
+                .await,
+            )?);
+            if rules.is_empty() {
+                return Err(StatusError::NoneFound {
+                    kind: "rule",
+                    place: "in the cluster".into(),
+                });
+            }
+            Ok(rules)
         }
     }
 }

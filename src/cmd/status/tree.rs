@@ -38,6 +38,13 @@ pub struct RuleTree {
     pub notes: Vec<String>,
 }
 
+impl RuleTree {
+    /// Whether the rule is `Ready=True`.
+    pub fn is_ready(&self) -> bool {
+        self.ready.as_ref().is_some_and(|r| r.status == "True")
+    }
+}
+
 /// The rule's `Ready` condition.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
