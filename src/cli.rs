@@ -15,22 +15,21 @@ use std::path::PathBuf;
     about = "Copies Kubernetes objects between namespaces and clusters"
 )]
 pub struct Cli {
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Which cluster a user's command talks to, as kubectl's flags say it. `run` and `init` take the
-/// in-cluster service account when there is no kubeconfig.
+/// Which cluster a command talks to, as kubectl's flags say it: on every command that talks to
+/// one (not on `plugin`'s, whose `test --context` is the transform's context). `run` and `init`
+/// take the in-cluster service account when there is no kubeconfig.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterArgs {
     /// The kubeconfig file. Default: $KUBECONFIG, else ~/.kube/config (else, in a pod, its
     /// service account).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context. Default: its current context.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 }
 
@@ -123,6 +122,8 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone)]
 pub struct RuleActionArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The rule: NAME (a SyncRule in the namespace), syncrule/NAME or clustersyncrule/NAME.
     #[arg(value_name = "RULE")]
     pub rule: String,
@@ -149,6 +150,8 @@ pub struct CompletionArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ResealArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The rules, as copies name them: SyncRule/NAMESPACE/NAME or ClusterSyncRule/NAME.
     #[arg(value_name = "RULE", required = true, value_parser = parse_rule_key)]
     pub rules: Vec<crate::sync::ownership::RuleKey>,
@@ -187,6 +190,8 @@ fn parse_rule_key(text: &str) -> Result<crate::sync::ownership::RuleKey, String>
 
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The rule: NAME (a SyncRule in the namespace), syncrule/NAME, clustersyncrule/NAME, or
     /// clustersyncrules for every ClusterSyncRule. Default: every SyncRule of the namespace.
     #[arg(value_name = "RULE")]
@@ -208,6 +213,13 @@ pub struct StatusArgs {
     pub color: ColorChoice,
 }
 
+/// How a command prints an object or a document.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectOutput {
+    Yaml,
+    Json,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatusOutput {
     Text,
@@ -223,6 +235,8 @@ pub enum ColorChoice {
 
 #[derive(Args, Debug, Clone)]
 pub struct DiffArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The rule, as YAML or JSON (`-` for stdin).
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub file: PathBuf,
@@ -255,6 +269,8 @@ pub struct DiffArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct MigrateArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The tool to migrate from: replicator (mittwald's kubernetes-replicator), reflector
     /// (emberstack's kubernetes-reflector), kubed (config-syncer), kyverno (generate rules that
     /// clone with synchronize: true), openmcp-helmdeployer (openMCP's HelmDeployer
@@ -276,6 +292,9 @@ pub struct MigrateArgs {
     /// touched, and nothing is created), then create its rules. Nothing is read for a new plan.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "allow_system_namespaces"])]
     pub apply: Option<PathBuf>,
+    /// How to print the plan: `yaml` or `json` (--apply reads either).
+    #[arg(short = 'o', long, value_enum, default_value_t = ObjectOutput::Yaml, conflicts_with = "apply")]
+    pub output: ObjectOutput,
     /// The kubeconfig file of an openMCP Cluster (NAMESPACE/NAME of the Cluster object) that
     /// HelmDeployer (toTargetCluster) or the resource replicator (location: Onto) copies onto.
     /// Repeat for each. With it, migrate reads that cluster and plans consent and adoption of
@@ -370,11 +389,19 @@ impl RemoteRbacArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
+    /// Start a plugin: a folder with a buildable plugin, the WIT, a build script and fixtures.
+    ///
+    /// For python, javascript, go and c, the repository's example in that language (it adds an
+    /// annotation) under the new name; for rust, a crate on wit-bindgen that does the same.
+    /// `./build.sh` then writes build/NAME.wasm, and `mimeo plugin test --fixtures fixtures
+    /// build/NAME.wasm` runs its cases.
+    New(PluginNewArgs),
     /// Run a plugin, or a chain of plugins, on an object, as the controller would.
     ///
     /// Runs the chain in order with the controller's limits and checks, and prints the object to
     /// write as YAML. Exit codes: 0 written (or unchanged), 1 the plugin failed or broke a rule,
-    /// 3 the plugin skipped the copy.
+    /// 3 the plugin skipped the copy. With --fixtures, every case of a fixtures folder, a line
+    /// each: exit 0 when all pass, 1 otherwise.
     Test(PluginTestArgs),
     /// Show what a plugin is: interface version, description, imports, exports, size, digest.
     Inspect(PluginInspectArgs),
@@ -462,8 +489,13 @@ pub struct PluginTestArgs {
     #[arg(required = true, value_name = "PLUGIN")]
     pub plugins: Vec<PluginLocation>,
     /// The object to transform, as YAML or JSON.
-    #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
+    #[arg(short = 'f', long = "file", required_unless_present = "fixtures")]
+    pub file: Option<PathBuf>,
+    /// Run every case of a fixtures folder instead (a folder per case: object.yaml, config.json,
+    /// context.json, inputs/, and expected.yaml, expected-skip.txt or expected-error.txt; see
+    /// docs/plugins.md): a line per case, exit 1 when one fails.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "configs", "context", "inputs"])]
+    pub fixtures: Option<PathBuf>,
     /// A plugin's config as JSON, or @file; give one per plugin, in order (missing ones are `{}`).
     #[arg(long = "config")]
     pub configs: Vec<String>,
@@ -486,8 +518,11 @@ pub struct PluginTestArgs {
     /// interface 0.2.0 and later; repeat it for each, in the rule's order.
     #[arg(long = "input", value_name = "NAME=FILE")]
     pub inputs: Vec<String>,
-    /// Print the result as JSON instead of YAML.
-    #[arg(long)]
+    /// How to print the object written: `yaml` or `json`.
+    #[arg(short = 'o', long, value_enum, default_value_t = ObjectOutput::Yaml)]
+    pub output: ObjectOutput,
+    /// The same as `-o json` (kept for scripts written before -o).
+    #[arg(long, hide = true)]
     pub json: bool,
     /// When a plugin traps, print wasmtime's raw backtrace (its frames) too.
     #[arg(long, short = 'v')]
@@ -496,6 +531,19 @@ pub struct PluginTestArgs {
     pub limits: PluginLimitArgs,
     #[command(flatten)]
     pub registry: RegistryArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PluginNewArgs {
+    /// The plugin's name: its folder, component file and crate (lowercase letters, digits, '-').
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The language to write it in.
+    #[arg(long, value_enum)]
+    pub lang: crate::cmd::plugin_new::Lang,
+    /// The folder to make the plugin's folder in.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -725,6 +773,8 @@ impl LogArgs {
 #[derive(Args, Debug, Clone)]
 pub struct InitArgs {
     #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
     pub platform: PlatformArgs,
     #[command(flatten)]
     pub log: LogArgs,
@@ -740,6 +790,8 @@ pub struct InitArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     #[command(flatten)]
     pub platform: PlatformArgs,
     #[command(flatten)]
@@ -1153,12 +1205,12 @@ mod tests {
     }
 
     #[test]
-    fn the_cluster_flags_go_before_or_after_the_command() {
+    fn the_cluster_flags_are_kubectls_and_plugin_tests_context_is_its_own() {
         let cli = Cli::try_parse_from([
             "mimeo",
+            "suspend",
             "--context",
             "admin",
-            "suspend",
             "creds",
             "-n",
             "platform",
@@ -1166,15 +1218,31 @@ mod tests {
             "/tmp/k",
         ])
         .unwrap();
-        assert_eq!(cli.cluster.context.as_deref(), Some("admin"));
-        assert_eq!(cli.cluster.kubeconfig, Some(PathBuf::from("/tmp/k")));
         let Command::Suspend(args) = cli.command else {
             panic!("not suspend")
         };
+        assert_eq!(args.cluster.context.as_deref(), Some("admin"));
+        assert_eq!(args.cluster.kubeconfig, Some(PathBuf::from("/tmp/k")));
         assert_eq!(
             (args.rule.as_str(), args.namespace.as_deref()),
             ("creds", Some("platform"))
         );
+        // `plugin test --context` is the transform's context file, not kubectl's.
+        let cli = Cli::try_parse_from([
+            "mimeo",
+            "plugin",
+            "test",
+            "p.wasm",
+            "-f",
+            "o.yaml",
+            "--context",
+            "c.json",
+        ])
+        .unwrap();
+        let Command::Plugin(PluginCommand::Test(args)) = cli.command else {
+            panic!("not plugin test")
+        };
+        assert_eq!(args.context, Some(PathBuf::from("c.json")));
     }
 
     #[test]

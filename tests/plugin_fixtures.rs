@@ -44,39 +44,21 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// A case's `inputs/<name>.yaml` (or `.json`) files, one object each, as `--input <name>=<file>`
-/// in file-name order, the order the context lists them in (as the SDK's fixture runner reads
-/// them); none without an `inputs` folder. Any other file there is refused, so that a misnamed
-/// input is not silently left out.
+/// A case's inputs as `--input <name>=<file>`, read as `mimeo plugin test --fixtures` reads them
+/// (`mimeo::cmd::plugin_fixtures`): `inputs/<name>.yaml|json` in file-name order, any other file
+/// there refused.
 fn input_args(case: &Path) -> Result<Vec<String>, String> {
-    let dir = case.join("inputs");
-    if !dir.exists() {
-        return Ok(Vec::new());
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .map(|e| e.map(|e| e.path()).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    files.sort();
-    let mut args: Vec<String> = Vec::new();
-    let mut names: Vec<String> = Vec::new();
-    for file in files {
-        let name = file
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let extension = file.extension().and_then(|e| e.to_str());
-        if !file.is_file() || !matches!(extension, Some("yaml" | "json")) {
-            return Err(format!("{}: an input is a .yaml or .json file", file.display()));
-        }
-        if names.contains(&name) {
-            return Err(format!("{}: a second input named {name:?}", file.display()));
-        }
-        args.push(format!("--input={name}={}", file.display()));
-        names.push(name);
-    }
-    Ok(args)
+    let parent = case.parent().ok_or("a case has a parent folder")?;
+    let read = mimeo::cmd::plugin_fixtures::cases(parent).map_err(|e| e.to_string())?;
+    let this = read
+        .into_iter()
+        .find(|c| case.ends_with(&c.name))
+        .ok_or_else(|| format!("{}: not read as a case", case.display()))?;
+    Ok(this
+        .inputs
+        .iter()
+        .map(|(name, file)| format!("--input={name}={}", file.display()))
+        .collect())
 }
 
 /// Runs one case; returns what went wrong, if anything.
@@ -170,6 +152,179 @@ fn fixtures_pass_through_mimeo_plugin_test() {
     }
     println!("{ran} fixture cases");
     assert!(ran >= 8, "too few fixture cases found: {ran}");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// `mimeo plugin test --fixtures DIR PLUGIN` over every first-party plugin's folder: the same
+/// verdicts as the runner above, a line per case; a case whose expectation is wrong fails it
+/// with why, exit 1.
+#[test]
+fn plugin_test_fixtures_runs_every_case_of_a_folder() {
+    let fixtures = |plugin: &Path, dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_mimeo"))
+            .args([
+                "plugin",
+                "test",
+                "--rule",
+                "SyncRule/platform/fixtures",
+                "--deadline-ms",
+                "5000",
+            ])
+            .arg("--fixtures")
+            .arg(dir)
+            .arg(plugin)
+            .output()
+            .unwrap()
+    };
+    for (plugin, dir) in first_party() {
+        let output = fixtures(&plugin, &dir);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let count = cases(&dir).len();
+        assert!(
+            output.status.success() && stdout.contains(&format!("{count} of {count} cases passed")),
+            "{}: {stdout}{}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Step lines while a plugin loads on a terminal (util-linux `script` gives it one), none in
+    // a pipe.
+    let (plugin, dir) = &first_party()[0];
+    let piped = fixtures(plugin, dir);
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("loading "));
+    let command = format!(
+        "{} plugin test --fixtures {} {}",
+        env!("CARGO_BIN_EXE_mimeo"),
+        dir.display(),
+        plugin.display()
+    );
+    let on_terminal = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&on_terminal.stdout);
+    assert!(
+        shown.contains(&format!(
+            "loading {} (compiled on first use, then cached)...",
+            plugin.display()
+        )) && shown.contains("loaded "),
+        "{shown}"
+    );
+
+    // A wrong expectation: the case fails, with what came out instead.
+    let (plugin, dir) = &first_party()[0];
+    let copy = tempfile::tempdir().unwrap();
+    let first = cases(dir).into_iter().next().unwrap();
+    let case = copy.path().join("wrong");
+    std::fs::create_dir_all(&case).unwrap();
+    for entry in std::fs::read_dir(&first).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file()
+            && !path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("expected")
+        {
+            std::fs::copy(&path, case.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(case.join("expected-skip.txt"), "a reason no plugin gives").unwrap();
+    let output = fixtures(plugin, copy.path());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL  wrong: expected a skip containing \"a reason no plugin gives\", got")
+            && stdout.contains("0 of 1 cases passed, 1 failed"),
+        "{stdout}"
+    );
+}
+
+/// `mimeo plugin new --lang LANG NAME` for each language: built by its own build script, its
+/// fixtures run through `mimeo plugin test --fixtures`, and `inspect` shows its name. Rust always;
+/// the other languages where their example is built (their toolchains are then in the cache),
+/// and all of them in CI (`MIMEO_REQUIRE_EXAMPLES=1`, after the examples are built).
+#[test]
+fn plugin_new_gives_a_plugin_that_builds_and_passes_its_fixtures() {
+    let require = std::env::var_os("MIMEO_REQUIRE_EXAMPLES").is_some();
+    let built = harness::plugin_dir();
+    let work = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for lang in ["rust", "python", "javascript", "go", "c"] {
+        if lang != "rust" && !require && !built.join(format!("add-annotation-{lang}.wasm")).exists() {
+            eprintln!("skipping {lang}: its example is not built (plugins/examples/{lang}/build.sh)");
+            continue;
+        }
+        let name = format!("tenant-note-{lang}");
+        let made = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+            .args(["plugin", "new", "--lang", lang, &name, "--dir"])
+            .arg(work.path())
+            .output()
+            .unwrap();
+        if !made.status.success() {
+            failures.push(format!(
+                "{lang}: plugin new: {}",
+                String::from_utf8_lossy(&made.stderr)
+            ));
+            continue;
+        }
+        let folder = work.path().join(&name);
+        let build = Command::new(folder.join("build.sh"))
+            .current_dir(&folder)
+            .env_remove("MIMEO_PLUGIN_OUT")
+            .env_remove("MIMEO_WIT")
+            // Rust's build cache outside the temporary folder, so that a second run is quick.
+            .env(
+                "MIMEO_PLUGIN_TARGET_DIR",
+                std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(".cache/mimeo/target-new-plugin"))
+                    .unwrap_or_else(|| work.path().join("target")),
+            )
+            .output()
+            .unwrap();
+        if !build.status.success() {
+            failures.push(format!(
+                "{lang}: build.sh: {}",
+                String::from_utf8_lossy(&build.stderr)
+            ));
+            continue;
+        }
+        let component = folder.join("build").join(format!("{name}.wasm"));
+        let tested = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+            .args(["plugin", "test", "--deadline-ms", "5000", "--fixtures"])
+            .arg(folder.join("fixtures"))
+            .arg(&component)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&tested.stdout);
+        if !tested.status.success() || !stdout.contains("3 of 3 cases passed") {
+            failures.push(format!(
+                "{lang}: plugin test --fixtures: {stdout}{}",
+                String::from_utf8_lossy(&tested.stderr)
+            ));
+            continue;
+        }
+        match inspect(&component) {
+            Ok(shown) if shown.contains(&name) => {}
+            Ok(shown) => failures.push(format!("{lang}: inspect does not name {name}:\n{shown}")),
+            Err(why) => failures.push(format!("{lang}: {why}")),
+        }
+    }
+    let again = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["plugin", "new", "--lang", "rust", "tenant-note-rust", "--dir"])
+        .arg(work.path())
+        .output()
+        .unwrap();
+    assert!(
+        !again.status.success(),
+        "a folder that holds files is not written over"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(["plugin", "new", "--lang", "rust", "Bad_Name", "--dir"])
+        .arg(work.path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot name a plugin"));
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 

@@ -46,7 +46,7 @@ for file in $(LC_ALL=C ls "$case/inputs"); do # file-name order, as the fixtures
     inputs+=(--input "${file%.yaml}=$case/inputs/$file")
 done
 "$mimeo" plugin test "$built" -f "$case/object.yaml" --config "@$case/config.json" \
-    --context "$case/context.json" "${inputs[@]}" --json >"$work/got.json"
+    --context "$case/context.json" "${inputs[@]}" -o json >"$work/got.json"
 # The fixture's expectation, in the one field it is about (expected.yaml holds the whole object).
 python3 - "$work/got.json" <<'PY'
 import json, sys

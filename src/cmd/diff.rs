@@ -65,6 +65,9 @@ pub struct DiffOptions {
     pub oci: OciSettings,
     /// Show Secret values instead of their digests.
     pub show_secrets: bool,
+    /// Told of the slow step, the plugins' first compile (15 to 20 s for Python or JavaScript),
+    /// as it starts and ends: the command says so on a terminal.
+    pub progress: Option<fn(&str)>,
 }
 
 /// Why `mimeo diff` could not say what the rule would do.
@@ -560,11 +563,25 @@ pub async fn diff(
         .as_ref()
         .map(|p| p.plugins.as_slice())
         .unwrap_or_default();
+    let say = |line: &str| {
+        if let Some(progress) = options.progress.filter(|_| !spec.transforms.is_empty()) {
+            progress(line);
+        }
+    };
+    let started = std::time::Instant::now();
+    say(&format!(
+        "{key}: loading {} plugins (compiled on first use, then cached)...",
+        spec.transforms.len()
+    ));
     let (plugins, chain) =
         match diff_chain(&client, rule, pins, options.host, options.plugin_dir, options.oci).await? {
             Ok(found) => found,
             Err(stop) => return refused_by(report, stop),
         };
+    say(&format!(
+        "{key}: plugins loaded in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
 
     // Sources, namespaces and places.
     report.notes.extend(remote_notes(&client, key, spec).await?);

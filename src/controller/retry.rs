@@ -20,9 +20,20 @@ pub const CAP: Duration = Duration::from_secs(60);
 const JITTER: f64 = 0.2;
 
 /// The delay before try number `attempt` (0 for the first retry): `FIRST` doubled per attempt,
-/// capped, moved by `spread` (in -1..=1) times [`JITTER`], and at least `at_least`.
+/// capped (backon's exponential backoff), moved by `spread` (in -1..=1) times [`JITTER`], and at
+/// least `at_least`. The jitter is mimeo's own: backon's adds up to a whole delay on top, which
+/// would put every retry later than the documented doubling; this one spreads rules that failed
+/// together both ways around it.
 pub fn delay(attempt: u32, spread: f64, at_least: Option<Duration>) -> Duration {
-    let doubled = FIRST.saturating_mul(1u32 << attempt.min(16)).min(CAP);
+    use backon::BackoffBuilder;
+    let doubled = backon::ExponentialBuilder::new()
+        .with_min_delay(FIRST)
+        .with_max_delay(CAP)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(attempt.min(16) as usize)
+        .unwrap_or(CAP);
     let jittered = doubled.mul_f64(1.0 + JITTER * spread.clamp(-1.0, 1.0)).min(CAP);
     at_least.map_or(jittered, |floor| jittered.max(floor))
 }

@@ -109,10 +109,7 @@ fn kubectl_runs_it_as_a_plugin() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(
-        help.contains("Usage: kubectl mimeo [OPTIONS] <COMMAND>"),
-        "{help}"
-    );
+    assert!(help.contains("Usage: kubectl mimeo "), "{help}");
     let listed = Command::new(&kubectl)
         .args(["plugin", "list"])
         .env("PATH", &path)

@@ -296,6 +296,10 @@ async fn cut_over(examples: &[&str], rules: &[&str], untranslated: &[&str]) -> (
     );
     let document: Value = serde_yaml_ng::from_str(&yaml).unwrap();
     let plan = Plan::from_document(&document).unwrap().unwrap();
+    // `-o json` prints the same plan as JSON.
+    let (code, json, _) = mimeo_migrate(&h, &["--from", P, "-o", "json"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), document);
     let names: BTreeSet<&str> = plan
         .rules
         .iter()

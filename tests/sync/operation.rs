@@ -197,9 +197,9 @@ async fn a_suspended_rule_writes_nothing_until_resumed() {
 /// `mimeo ARGS` with the plane's kubeconfig given as `--kubeconfig`: (exit code, stdout, stderr).
 async fn mimeo(h: &Harness, args: &[&str]) -> (i32, String, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
+        .args(args)
         .arg("--kubeconfig")
         .arg(h.plane.kubeconfig_path())
-        .args(args)
         .env_remove("KUBECONFIG")
         .output()
         .await

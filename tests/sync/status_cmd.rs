@@ -228,6 +228,10 @@ async fn status_shows_each_copy_its_state_since_when_and_why() {
         "{json:#}"
     );
 
+    // The rule's recent Warning events, as kubectl describe shows them, read with the tenant's
+    // rights (it may list events.k8s.io in its namespace).
+    expect(&text, &["│ Warning NotAccepted ", "│ Warning Conflict "]);
+
     // Every rule everywhere, and only those with problems: `creds` (not in sync), not `quiet`.
     let (code, json_text, stderr) = status(&admin, &["-A", "-o", "json"]);
     assert_eq!(code, 0, "{stderr}");

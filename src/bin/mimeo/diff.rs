@@ -7,8 +7,8 @@ use std::process::ExitCode;
 /// `mimeo diff`: exit 0 when applying the rule changes nothing, 1 when it changes something, 2
 /// when it would be refused, the diff failed, or a copy is undecided (`Report::exit_code`; as
 /// `kubectl diff`).
-pub async fn diff(args: mimeo::cli::DiffArgs, cluster: &mimeo::cli::ClusterArgs) -> ExitCode {
-    match diff_reports(args, cluster).await {
+pub async fn diff(args: mimeo::cli::DiffArgs) -> ExitCode {
+    match diff_reports(args).await {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -18,14 +18,14 @@ pub async fn diff(args: mimeo::cli::DiffArgs, cluster: &mimeo::cli::ClusterArgs)
 }
 
 /// Diffs every rule of the file, printing each report; the exit code of the worst.
-async fn diff_reports(args: mimeo::cli::DiffArgs, cluster: &mimeo::cli::ClusterArgs) -> anyhow::Result<u8> {
+async fn diff_reports(args: mimeo::cli::DiffArgs) -> anyhow::Result<u8> {
     use mimeo::cmd::diff::{DiffOptions, Documents};
     let text = if args.file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the rule from stdin")?
     } else {
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?
     };
-    let client = connect(cluster).await?;
+    let client = connect(&args.cluster).await?;
     let documents = Documents::parse(&text, client.default_namespace())?;
     let registries: Vec<String> = documents
         .rules
@@ -51,6 +51,9 @@ async fn diff_reports(args: mimeo::cli::DiffArgs, cluster: &mimeo::cli::ClusterA
             host: args.limits.host_settings(),
             oci: args.registry.oci_settings(&registries)?,
             show_secrets: args.show_secrets,
+            // Step lines on a terminal; in a pipe, only the report.
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr())
+                .then_some(|line: &str| eprintln!("{line}")),
         };
         let code = match mimeo::cmd::diff::diff(client.clone(), rule, &documents.overlay, options).await {
             Ok(report) => {

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Exit 0 when the CRDs are applied and Established and the seal key exists; 1 with what failed.
-pub async fn init(args: mimeo::cli::InitArgs, cluster: &mimeo::cli::ClusterArgs) -> anyhow::Result<ExitCode> {
+pub async fn init(args: mimeo::cli::InitArgs) -> anyhow::Result<ExitCode> {
     mimeo::telemetry::init(args.log.filter(&args.platform), args.log.log_format)
         .map_err(anyhow::Error::msg)?;
     crate::log_platform(&args.platform);
-    let client = connect(cluster).await?;
+    let client = connect(&args.cluster).await?;
     let (namespace, name) = seal_key_secret(args.seal_key_secret.clone());
     let wait = Duration::from_secs(args.wait_seconds.max(1));
     match mimeo::cmd::init::init(&client, (&namespace, &name), wait).await {

@@ -48,15 +48,15 @@ async fn main() -> anyhow::Result<ExitCode> {
         _ => Cli::command(),
     };
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
-    let cluster = &cli.cluster;
     match cli.command {
         Command::Crds => {
             let yaml = mimeo::api::crds_yaml().context("rendering the CRDs as YAML")?;
             print!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Init(args) => init::init(args, cluster).await,
-        Command::Run(args) => run::run(*args, cluster).await.map(|()| ExitCode::SUCCESS),
+        Command::Init(args) => init::init(args).await,
+        Command::Run(args) => run::run(*args).await.map(|()| ExitCode::SUCCESS),
+        Command::Plugin(PluginCommand::New(args)) => plugin::new(args),
         Command::Plugin(PluginCommand::Test(args)) => plugin::test(args).await,
         Command::Plugin(PluginCommand::Inspect(args)) => plugin::inspect(args).await,
         Command::Plugin(PluginCommand::Push(args)) => plugin::push(args).await,
@@ -70,16 +70,14 @@ async fn main() -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Migrate(args) => migrate::migrate(args, cluster).await,
-        Command::Diff(args) => Ok(diff::diff(args, cluster).await),
-        Command::Reseal(args) => reseal::reseal(args, cluster).await,
-        Command::Status(args) => status::status(args, cluster).await,
+        Command::Migrate(args) => migrate::migrate(args).await,
+        Command::Diff(args) => Ok(diff::diff(args).await),
+        Command::Reseal(args) => reseal::reseal(args).await,
+        Command::Status(args) => status::status(args).await,
         Command::Remote(RemoteCommand::Rbac(args)) => remote::rbac(args),
-        Command::Suspend(args) => rule_actions::act(args, Action::Suspend, None, cluster).await,
-        Command::Resume(args) => rule_actions::act(args, Action::Resume, None, cluster).await,
-        Command::Reconcile(args) => {
-            rule_actions::act(args.rule, Action::Reconcile, Some(args.timeout), cluster).await
-        }
+        Command::Suspend(args) => rule_actions::act(args, Action::Suspend, None).await,
+        Command::Resume(args) => rule_actions::act(args, Action::Resume, None).await,
+        Command::Reconcile(args) => rule_actions::act(args.rule, Action::Reconcile, Some(args.timeout)).await,
         Command::Completion(args) => {
             clap_complete::generate(
                 args.shell,

@@ -6,11 +6,8 @@ use std::process::ExitCode;
 
 /// `mimeo migrate`: exit 0 when the plan was printed (or, with `--apply`, applied whole), 1 when
 /// the cluster could not be read, the file not parsed, or a part of it not applied.
-pub async fn migrate(
-    args: mimeo::cli::MigrateArgs,
-    cluster: &mimeo::cli::ClusterArgs,
-) -> anyhow::Result<ExitCode> {
-    let client = connect(cluster).await?;
+pub async fn migrate(args: mimeo::cli::MigrateArgs) -> anyhow::Result<ExitCode> {
+    let client = connect(&args.cluster).await?;
     if let Some(file) = &args.apply {
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let document: serde_json::Value =
@@ -24,10 +21,10 @@ pub async fn migrate(
             })?
             .with_context(|| format!("{} does not read as a Migration", file.display()))?;
         let clusters = cluster_clients(&args.cluster_kubeconfigs).await?;
-        let applied = mimeo::cmd::migrate::apply::apply(&client, &clusters, &plan).await;
-        for line in &applied.lines {
-            println!("{line}");
-        }
+        // Each line as it is applied, not all of them at the end.
+        let applied =
+            mimeo::cmd::migrate::apply::apply(&client, &clusters, &plan, Some(|line| println!("{line}")))
+                .await;
         for line in &applied.unreached {
             eprintln!("{line}");
         }
@@ -49,7 +46,13 @@ pub async fn migrate(
         inventory.clusters.insert(cluster, read);
     }
     let migration = mimeo::cmd::migrate::migrate(&inventory, &args.options());
-    print!("{}", migration.to_yaml());
+    match args.output {
+        mimeo::cli::ObjectOutput::Yaml => print!("{}", migration.to_yaml()),
+        mimeo::cli::ObjectOutput::Json => {
+            let document: serde_json::Value = serde_yaml_ng::from_str(&migration.to_yaml())?;
+            println!("{}", serde_json::to_string_pretty(&document)?);
+        }
+    }
     for note in &migration.notes {
         eprintln!("note: {note}");
     }

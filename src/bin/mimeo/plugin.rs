@@ -3,15 +3,18 @@
 
 use anyhow::{Context, bail};
 use mimeo::cli::{
-    PluginInspectArgs, PluginLocation, PluginPullArgs, PluginPushArgs, PluginTestArgs, RegistryArgs,
+    PluginInspectArgs, PluginLocation, PluginNewArgs, PluginPullArgs, PluginPushArgs, PluginTestArgs,
+    RegistryArgs,
 };
+use mimeo::cmd::plugin_fixtures::{self, Ran};
 use mimeo::plugin::oci::{
     ANNOTATION_DESCRIPTION, Credentials, Fetched, Oci, OciReference, credentials_from_docker_config,
     helper_for, plugin_annotations, run_helper,
 };
-use mimeo::plugin::{ChainOutcome, PluginError, PluginHost, TransformContext, TransformInput};
+use mimeo::plugin::{ChainOutcome, Plugin, PluginError, PluginHost, TransformContext, TransformInput};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// Exit code when the chain skipped the copy.
 const EXIT_SKIPPED: u8 = 3;
@@ -121,23 +124,186 @@ async fn plugin_bytes(
     Ok(plugins)
 }
 
+/// `mimeo plugin new`: writes the new plugin's files into DIR/NAME, which must not hold any.
+pub fn new(args: PluginNewArgs) -> anyhow::Result<ExitCode> {
+    use std::os::unix::fs::PermissionsExt;
+    let files = mimeo::cmd::plugin_new::files(args.lang, &args.name)?;
+    let folder = args.dir.join(&args.name);
+    if folder.exists() && std::fs::read_dir(&folder).map_or(true, |mut d| d.next().is_some()) {
+        bail!(
+            "{} exists and is not empty: mimeo plugin new writes into a new folder",
+            folder.display()
+        );
+    }
+    for file in &files {
+        let path = folder.join(&file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("making {}", parent.display()))?;
+        }
+        std::fs::write(&path, &file.content).with_context(|| format!("writing {}", path.display()))?;
+        if file.executable {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} executable", path.display()))?;
+        }
+    }
+    println!("wrote {} files into {}", files.len(), folder.display());
+    println!(
+        "next: cd {} && ./build.sh && mimeo plugin test --fixtures fixtures build/{}.wasm",
+        folder.display(),
+        args.name
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn test(args: PluginTestArgs) -> anyhow::Result<ExitCode> {
     mimeo::telemetry::init_plugin_log();
     let plugins = plugin_bytes(&args.plugins, &args.registry).await?;
-    tokio::task::block_in_place(|| run_test(args, plugins))
+    tokio::task::block_in_place(|| {
+        let host = PluginHost::new(args.limits.host_settings())?;
+        // A Python or JavaScript component compiles for 15 to 20 s the first time: say so on a
+        // terminal (in a pipe, nothing but the result).
+        let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let loaded = plugins
+            .iter()
+            .map(|(name, bytes, _)| {
+                let started = std::time::Instant::now();
+                if on_terminal {
+                    eprintln!("loading {name} (compiled on first use, then cached)...");
+                }
+                let plugin = host
+                    .load(name, bytes)
+                    .with_context(|| format!("loading {name}"))?;
+                if on_terminal {
+                    eprintln!("loaded {name} in {:.1} s", started.elapsed().as_secs_f64());
+                }
+                Ok((name.clone(), plugin))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        match &args.fixtures {
+            Some(dir) => run_fixtures(&host, &loaded, &args, dir),
+            None => run_test(&host, &loaded, &args),
+        }
+    })
 }
 
-fn run_test(
-    args: PluginTestArgs,
-    plugins: Vec<(String, Vec<u8>, Option<Fetched>)>,
+/// The plugins, loaded once, with the name each is shown under.
+type Loaded = [(String, Arc<Plugin>)];
+
+/// One run of the chain: the object and what the context, configs and inputs come from.
+struct OneRun<'a> {
+    object: &'a Path,
+    /// Per plugin, in order: JSON, or `@file`.
+    configs: Vec<String>,
+    context: Option<&'a Path>,
+    /// `NAME=FILE`, in the rule's order.
+    inputs: Vec<String>,
+}
+
+/// What a run gave, and wasmtime's frames when a plugin trapped.
+struct Outcome {
+    ran: Ran,
+    frames: Option<String>,
+}
+
+/// `mimeo plugin test -f FILE`: the outcome on stderr, the object written on stdout.
+fn run_test(host: &PluginHost, loaded: &Loaded, args: &PluginTestArgs) -> anyhow::Result<ExitCode> {
+    let file = args.file.as_deref().context("give -f FILE (or --fixtures DIR)")?;
+    let run = OneRun {
+        object: file,
+        configs: args.configs.clone(),
+        context: args.context.as_deref(),
+        inputs: args.inputs.clone(),
+    };
+    let outcome = run_once(host, loaded, args, &run)?;
+    match outcome.ran {
+        Ran::Write { object, unchanged } => {
+            // On a line of its own, so that a script (or an author) can tell the two apart.
+            let outcome = if unchanged { "unchanged" } else { "write" };
+            eprintln!("outcome: {outcome}");
+            if args.json || args.output == mimeo::cli::ObjectOutput::Json {
+                println!("{}", serde_json::to_string_pretty(&object)?);
+            } else {
+                print!("{}", serde_yaml_ng::to_string(&object)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Ran::Skip(said) => {
+            eprintln!("{said}");
+            Ok(ExitCode::from(EXIT_SKIPPED))
+        }
+        Ran::Error(message) => {
+            eprintln!("error: {message}");
+            if let (true, Some(frames)) = (args.verbose, outcome.frames) {
+                eprintln!("{frames}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `mimeo plugin test --fixtures DIR`: every case of the folder (`cmd::plugin_fixtures`), a line
+/// each; exit 1 when one did not come out as it expects.
+fn run_fixtures(
+    host: &PluginHost,
+    loaded: &Loaded,
+    args: &PluginTestArgs,
+    dir: &Path,
 ) -> anyhow::Result<ExitCode> {
-    let host = PluginHost::new(args.limits.host_settings())?;
+    let cases = plugin_fixtures::cases(dir)?;
+    let mut failed = 0;
+    for case in &cases {
+        let run = OneRun {
+            object: &case.object,
+            configs: case.config.iter().map(|c| format!("@{}", c.display())).collect(),
+            context: case.context.as_deref(),
+            inputs: case
+                .inputs
+                .iter()
+                .map(|(name, file)| format!("{name}={}", file.display()))
+                .collect(),
+        };
+        let judged = run_once(host, loaded, args, &run)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|outcome| plugin_fixtures::check(&case.expected, &outcome.ran));
+        match judged {
+            Ok(()) => println!("ok    {}", case.name),
+            Err(why) => {
+                failed += 1;
+                println!("FAIL  {}: {why}", case.name);
+            }
+        }
+    }
+    println!(
+        "{} of {} cases passed{}",
+        cases.len() - failed,
+        cases.len(),
+        if failed > 0 {
+            format!(", {failed} failed")
+        } else {
+            String::new()
+        }
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs the chain once. A file that cannot be read is an error; what the plugins and mimeo's
+/// checks say is the outcome.
+fn run_once(
+    host: &PluginHost,
+    loaded: &Loaded,
+    args: &PluginTestArgs,
+    run: &OneRun,
+) -> anyhow::Result<Outcome> {
     let text =
-        std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+        std::fs::read_to_string(run.object).with_context(|| format!("reading {}", run.object.display()))?;
     let mut object: serde_json::Value = serde_yaml_ng::from_str(&text)
-        .with_context(|| format!("{} is not a YAML or JSON object", args.file.display()))?;
+        .with_context(|| format!("{} is not a YAML or JSON object", run.object.display()))?;
     if !object.is_object() {
-        bail!("{} does not hold an object", args.file.display());
+        bail!("{} does not hold an object", run.object.display());
     }
     if let Some(ns) = &args.target_namespace {
         object["metadata"]["namespace"] = ns.clone().into();
@@ -146,11 +312,8 @@ fn run_test(
         object["metadata"]["name"] = name.clone().into();
     }
     let mut chain = Vec::new();
-    for (i, (name, bytes, _)) in plugins.iter().enumerate() {
-        let plugin = host
-            .load(name, bytes)
-            .with_context(|| format!("loading {name}"))?;
-        let config = match args.configs.get(i).map(String::as_str) {
+    for (i, (name, plugin)) in loaded.iter().enumerate() {
+        let config = match run.configs.get(i).map(String::as_str) {
             Some(file) if file.starts_with('@') => std::fs::read_to_string(&file[1..])
                 .with_context(|| format!("reading config {}", &file[1..]))?,
             Some(json) => json.to_owned(),
@@ -158,11 +321,13 @@ fn run_test(
         };
         serde_json::from_str::<serde_json::Value>(&config)
             .with_context(|| format!("the config for {name} is not JSON"))?;
-        if let Err(e) = host.validate_config(&plugin, &config) {
-            eprintln!("error: {name}: {e}");
-            return Ok(ExitCode::FAILURE);
+        if let Err(e) = host.validate_config(plugin, &config) {
+            return Ok(Outcome {
+                ran: Ran::Error(format!("{name}: {e}")),
+                frames: None,
+            });
         }
-        chain.push((plugin, config));
+        chain.push((plugin.clone(), config));
     }
     let mut ctx = TransformContext {
         rule: args.rule.clone(),
@@ -176,43 +341,39 @@ fn run_test(
         target_name: object["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
         inputs: Default::default(),
     };
-    if let Some(path) = &args.context {
+    if let Some(path) = run.context {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let given: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
         apply_context(&mut ctx, &given).with_context(|| format!("in {}", path.display()))?;
     }
-    ctx.inputs = args
+    ctx.inputs = run
         .inputs
         .iter()
         .map(|given| read_input(given, &ctx.source_cluster))
         .collect::<anyhow::Result<Vec<_>>>()?
         .into();
     let input = object.clone();
-    match host.run_chain(&chain, &ctx, object) {
-        Ok(ChainOutcome::Write(out)) => {
-            // On a line of its own, so that a script (or an author) can tell the two apart.
-            let outcome = if out == input { "unchanged" } else { "write" };
-            eprintln!("outcome: {outcome}");
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&out)?);
-            } else {
-                print!("{}", serde_yaml_ng::to_string(&out)?);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Ok(ChainOutcome::Skip { plugin, reason }) => {
-            eprintln!("skipped by plugin {plugin}: {reason}");
-            Ok(ExitCode::from(EXIT_SKIPPED))
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            if let (true, PluginError::Trap { frames, .. }) = (args.verbose, &e.error) {
-                eprintln!("{frames}");
-            }
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    Ok(match host.run_chain(&chain, &ctx, object) {
+        Ok(ChainOutcome::Write(out)) => Outcome {
+            ran: Ran::Write {
+                unchanged: out == input,
+                object: out,
+            },
+            frames: None,
+        },
+        Ok(ChainOutcome::Skip { plugin, reason }) => Outcome {
+            ran: Ran::Skip(format!("skipped by plugin {plugin}: {reason}")),
+            frames: None,
+        },
+        Err(e) => Outcome {
+            frames: match &e.error {
+                PluginError::Trap { frames, .. } => Some(frames.clone()),
+                _ => None,
+            },
+            ran: Ran::Error(e.to_string()),
+        },
+    })
 }
 
 /// One `--input NAME=FILE`: the object read from the file, its reference from its own fields.

@@ -5,11 +5,8 @@ use std::process::ExitCode;
 
 /// `mimeo reseal`: exit 0 when every rule was read (and with `--apply` every seal written), 1
 /// otherwise.
-pub async fn reseal(
-    args: mimeo::cli::ResealArgs,
-    cluster: &mimeo::cli::ClusterArgs,
-) -> anyhow::Result<ExitCode> {
-    let client = connect(cluster).await?;
+pub async fn reseal(args: mimeo::cli::ResealArgs) -> anyhow::Result<ExitCode> {
+    let client = connect(&args.cluster).await?;
     let (namespace, name) = seal_key_secret(args.seal_key_secret.clone());
     let key = mimeo::controller::seal_key::load(&client, &namespace, &name).await?;
     let outcome = mimeo::cmd::reseal::reseal(&client, &key, &args.rules, args.apply).await;

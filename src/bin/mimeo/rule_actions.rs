@@ -1,7 +1,7 @@
 //! `mimeo suspend`, `resume` and `reconcile`: a rule stopped, let go, or asked for a pass now.
 
 use crate::connect;
-use mimeo::cli::{ClusterArgs, RuleActionArgs};
+use mimeo::cli::RuleActionArgs;
 use mimeo::cmd::rule_actions::{Action, Rule, act as carry_out};
 use mimeo::cmd::status::read::Selection;
 use std::process::ExitCode;
@@ -12,9 +12,8 @@ pub async fn act(
     args: RuleActionArgs,
     action: Action,
     timeout: Option<Duration>,
-    cluster: &ClusterArgs,
 ) -> anyhow::Result<ExitCode> {
-    let client = connect(cluster).await?;
+    let client = connect(&args.cluster).await?;
     let namespace = args
         .namespace
         .clone()

@@ -3,7 +3,7 @@
 use crate::seal_key_secret;
 use anyhow::Context;
 use mimeo::api::MimeoConfig;
-use mimeo::cli::{ClusterArgs, RunArgs};
+use mimeo::cli::RunArgs;
 use mimeo::controller::configuration::ConfigSource;
 use mimeo::controller::{self, ControllerConfig};
 use mimeo::metrics::Metrics;
@@ -12,7 +12,7 @@ use mimeo::server::{self, Readiness};
 use mimeo::sync::scope::Scope;
 use std::sync::Arc;
 
-pub async fn run(args: RunArgs, cluster: &ClusterArgs) -> anyhow::Result<()> {
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.metrics_secure == Some(true) {
         anyhow::bail!(
             "--metrics-secure=true: mimeo serves /metrics over plain HTTP only; pass \
@@ -27,7 +27,7 @@ pub async fn run(args: RunArgs, cluster: &ClusterArgs) -> anyhow::Result<()> {
     // Refused before connecting to anything: the flags' own registry settings.
     args.oci.settings()?;
     let metrics = Arc::new(Metrics::new());
-    let config = crate::cluster_config(cluster).await?;
+    let config = crate::cluster_config(&args.cluster).await?;
     let client = mimeo::clusters::local_client(config, &metrics.requests_layer(None)).map_err(|e| {
         anyhow::anyhow!(
             "connecting to the cluster (kubeconfig or in-cluster): {}",

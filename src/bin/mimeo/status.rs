@@ -4,14 +4,11 @@ use crate::connect;
 use std::process::ExitCode;
 
 /// `mimeo status`: the trees of the rules named, as text or JSON.
-pub async fn status(
-    args: mimeo::cli::StatusArgs,
-    cluster: &mimeo::cli::ClusterArgs,
-) -> anyhow::Result<ExitCode> {
+pub async fn status(args: mimeo::cli::StatusArgs) -> anyhow::Result<ExitCode> {
     use mimeo::cli::{ColorChoice, StatusOutput};
     use mimeo::cmd::status::{read, render};
     use std::io::IsTerminal;
-    let client = connect(cluster).await?;
+    let client = connect(&args.cluster).await?;
     let namespace = args
         .namespace
         .clone()

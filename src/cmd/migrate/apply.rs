@@ -26,15 +26,21 @@ pub struct Applied {
     pub lines: Vec<String>,
     pub unreached: Vec<String>,
     pub failed: usize,
+    /// Told each line as it happens (the command prints it), so that a long plan shows its
+    /// progress instead of everything at the end.
+    echo: Option<fn(&str)>,
 }
 
 impl Applied {
     fn done(&mut self, line: String) {
+        if let Some(echo) = self.echo {
+            echo(&line);
+        }
         self.lines.push(line);
     }
 
     fn failed(&mut self, line: String) {
-        self.lines.push(format!("! {line}"));
+        self.done(format!("! {line}"));
         self.failed += 1;
     }
 
@@ -64,8 +70,17 @@ impl Applied {
 /// Consent first, then the adoption marks, then the `ClusterInventory`s, then the rules: a rule
 /// sees its consent, marks and clusters from its first reconcile. `clusters` are the clients for
 /// the openMCP `Cluster`s (`namespace/name`) the plan has entries on.
-pub async fn apply(client: &Client, clusters: &BTreeMap<String, Client>, plan: &Plan) -> Applied {
-    let mut applied = Applied::default();
+/// `echo`, if given, is told each line as it happens.
+pub async fn apply(
+    client: &Client,
+    clusters: &BTreeMap<String, Client>,
+    plan: &Plan,
+    echo: Option<fn(&str)>,
+) -> Applied {
+    let mut applied = Applied {
+        echo,
+        ..Applied::default()
+    };
     for consent in &plan.consent {
         let what = consent.what();
         let Some(client) = applied.client_for(client, clusters, consent.cluster.as_deref(), &what) else {

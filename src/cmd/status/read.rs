@@ -5,7 +5,7 @@
 //! tenant) gets them from the namespaces it names and may read, and the tree says which copies
 //! are counted but not listed.
 
-use super::tree::{FoundCopy, Listing, RuleFacts, RuleTree, build};
+use super::tree::{FoundCopy, Listing, RuleFacts, RuleTree, WarningView, build, recent_warnings};
 use crate::api::{ClusterSyncRule, RuleSpec, RuleStatus, SyncRule};
 use crate::controller::RuleResource;
 use crate::sync::kinds::KindRef;
@@ -105,9 +105,33 @@ pub async fn read(client: &Client, selection: &Selection) -> Result<Vec<RuleTree
             source: describe_source(&rule.spec, rule.key.namespace.as_deref()),
             status: rule.status.as_ref(),
         };
-        trees.push(build(&facts, &listing));
+        let mut tree = build(&facts, &listing);
+        match warnings_of(client, &rule.key).await {
+            Ok(warnings) => tree.warnings = warnings,
+            Err(why) => tree.notes.push(why),
+        }
+        trees.push(tree);
     }
     Ok(trees)
+}
+
+/// The rule's recent Warning events, from its namespace (a `ClusterSyncRule`'s are in `default`,
+/// where Kubernetes puts the events of cluster-scoped objects); a reader who may not list them
+/// gets a note instead.
+async fn warnings_of(client: &Client, key: &RuleKey) -> Result<Vec<WarningView>, String> {
+    let (namespace, kind) = match &key.namespace {
+        Some(ns) => (ns.as_str(), "SyncRule"),
+        None => ("default", "ClusterSyncRule"),
+    };
+    let fields = format!("regarding.kind={kind},regarding.name={}", key.name);
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .map_err(|e| format!("its events in namespace {namespace} could not be read: {e}"))?;
+    Ok(recent_warnings(
+        &events.items,
+        k8s_openapi::jiff::Timestamp::now(),
+    ))
 }
 
 /// A rule as read, whichever its kind.

@@ -2,6 +2,7 @@
 //! each copy's state coloured when the reader's terminal shows colours.
 
 use super::tree::{ClusterNode, CopyNode, RuleTree};
+use anstyle::{AnsiColor, Style};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use std::fmt::Write;
@@ -63,6 +64,20 @@ fn rule(out: &mut String, tree: &RuleTree, now: Timestamp, colors: Colors) {
     }
     for note in &tree.notes {
         let _ = writeln!(out, "│ note: {note}");
+    }
+    for warning in &tree.warnings {
+        let times = match warning.count {
+            1 => String::new(),
+            n => format!(" (x{n})"),
+        };
+        let _ = writeln!(
+            out,
+            "│ {} {}{times} {} ago: {}",
+            paint("Warning", RED, colors),
+            warning.reason,
+            ago(&warning.last, now),
+            one_line(&warning.message)
+        );
     }
     for (i, cluster_node) in tree.clusters.iter().enumerate() {
         let last = i + 1 == tree.clusters.len();
@@ -174,13 +189,14 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-const GREEN: &str = "32";
-const YELLOW: &str = "33";
-const RED: &str = "31";
+const GREEN: Style = AnsiColor::Green.on_default();
+const YELLOW: Style = AnsiColor::Yellow.on_default();
+const RED: Style = AnsiColor::Red.on_default();
+const BOLD: Style = Style::new().bold();
 
 /// In sync is green; waiting on someone else (consent, a namespace, a plugin's decision) is
 /// yellow; what failed or what mimeo stopped doing is red.
-fn color_of(state: &str) -> &'static str {
+fn color_of(state: &str) -> Style {
     match state {
         "Synced" => GREEN,
         "NotAccepted" | "NamespaceMissing" | "Skipped" | "NotWatched" | "Deleting" => YELLOW,
@@ -188,15 +204,15 @@ fn color_of(state: &str) -> &'static str {
     }
 }
 
-fn paint(text: &str, color: &str, colors: Colors) -> String {
+fn paint(text: &str, style: Style, colors: Colors) -> String {
     match colors {
-        Colors::On => format!("\x1b[{color}m{text}\x1b[0m"),
+        Colors::On => format!("{style}{text}{style:#}"),
         Colors::Off => text.to_owned(),
     }
 }
 
 fn bold(text: &str, colors: Colors) -> String {
-    paint(text, "1", colors)
+    paint(text, BOLD, colors)
 }
 
 #[cfg(test)]
@@ -272,6 +288,12 @@ mod tests {
             ],
             more_problems: None,
             notes: vec![],
+            warnings: vec![crate::cmd::status::tree::WarningView {
+                reason: "Conflict".into(),
+                message: "copy b/creds:\nnot mimeo's".into(),
+                count: 3,
+                last: at(1000 - 120),
+            }],
         }
     }
 
@@ -282,6 +304,7 @@ mod tests {
 SyncRule team-a/creds  Ready=False Conflict for 5m  1/3 copies in sync
 │ source: Secret team-a/creds
 │ copies: Conflict 1, Synced 1, Unreachable 1
+│ Warning Conflict (x3) 2m ago: copy b/creds: not mimeo's
 ├── this cluster  1/3 in sync
 │   ├── b
 │   │   └── creds  Conflict  for 2h  from team-a/creds: not mimeo's

@@ -36,6 +36,60 @@ pub struct RuleTree {
     /// What the reader should know about what it is not shown.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The rule's recent Warning events, newest first ([`recent_warnings`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<WarningView>,
+}
+
+/// A Warning event about the rule, as `kubectl describe` would show it.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WarningView {
+    pub reason: String,
+    pub message: String,
+    pub count: i32,
+    pub last: Time,
+}
+
+/// How many warnings a tree shows, and from how far back.
+pub const WARNINGS_SHOWN: usize = 5;
+pub const WARNINGS_WITHIN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The rule's Warning events seen within the last hour, newest first, at most five: what `cmctl
+/// status certificate` shows beside a certificate's conditions.
+pub fn recent_warnings(
+    events: &[k8s_openapi::api::events::v1::Event],
+    now: k8s_openapi::jiff::Timestamp,
+) -> Vec<WarningView> {
+    let mut warnings: Vec<WarningView> = events
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| {
+            let last = e
+                .series
+                .as_ref()
+                .map(|s| Time(s.last_observed_time.0))
+                .or_else(|| e.deprecated_last_timestamp.clone())
+                .or_else(|| e.event_time.as_ref().map(|t| Time(t.0)))
+                .or_else(|| e.metadata.creation_timestamp.clone())?;
+            let age = now.as_second() - last.0.as_second();
+            (age <= WARNINGS_WITHIN.as_secs() as i64).then(|| WarningView {
+                reason: e.reason.clone().unwrap_or_default(),
+                message: e.note.clone().unwrap_or_default(),
+                count: e
+                    .series
+                    .as_ref()
+                    .map(|s| s.count)
+                    .or(e.deprecated_count)
+                    .unwrap_or(1)
+                    .max(1),
+                last,
+            })
+        })
+        .collect();
+    warnings.sort_by_key(|w| std::cmp::Reverse(w.last.0));
+    warnings.truncate(WARNINGS_SHOWN);
+    warnings
 }
 
 impl RuleTree {
@@ -229,6 +283,7 @@ pub fn build(rule: &RuleFacts<'_>, listing: &Listing) -> RuleTree {
         clusters: clusters.into_values().collect(),
         more_problems: status.more_problems,
         notes,
+        warnings: Vec::new(),
     }
 }
 
@@ -285,6 +340,35 @@ fn problem_node(c: &CopyStatus) -> CopyNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_warnings_of_the_last_hour_are_shown() {
+        let now: k8s_openapi::jiff::Timestamp = "2026-12-07T12:00:00Z".parse().unwrap();
+        let event = |type_: &str, reason: &str, minutes_ago: i64| k8s_openapi::api::events::v1::Event {
+            type_: Some(type_.into()),
+            reason: Some(reason.into()),
+            note: Some(format!("{reason} happened")),
+            deprecated_last_timestamp: Some(Time(
+                now - k8s_openapi::jiff::SignedDuration::from_mins(minutes_ago),
+            )),
+            ..Default::default()
+        };
+        let mut events = vec![
+            event("Normal", "Updated", 1),
+            event("Warning", "Old", 90),
+            event("Warning", "NotAccepted", 5),
+        ];
+        for i in 0..6 {
+            events.push(event("Warning", &format!("Conflict{i}"), 10 + i));
+        }
+        let shown = recent_warnings(&events, now);
+        let reasons: Vec<&str> = shown.iter().map(|w| w.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            ["NotAccepted", "Conflict0", "Conflict1", "Conflict2", "Conflict3"]
+        );
+        assert_eq!(shown[0].count, 1);
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     fn at(secs: i64) -> Time {
