@@ -3,7 +3,8 @@
 //! Flux's health checks, `tests/support/kstatus/`). A rule in sync is Current; one waiting for
 //! something that comes by itself is InProgress (`Reconciling`); one that only a change by someone
 //! lets go on is Failed (`Stalled`), where with `Ready=False` alone it would read InProgress until
-//! a deploy timed out. `kubectl wait --for=condition=Stalled` finds the stalled one.
+//! a deploy timed out. `kubectl wait --for=condition=Stalled` finds the stalled one, and
+//! `kubectl get`'s Source column names a selector rule's selector.
 
 use crate::harness;
 
@@ -129,6 +130,26 @@ async fn kstatus_tells_a_stalled_rule_from_one_in_progress() {
         b"",
     );
     assert!(!waited, "a rule waiting for its source is not stalled");
+
+    // `kubectl get` names each rule's source: by name, or the selector of a selector rule.
+    harness::kubectl_apply(
+        &h.plane,
+        &json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                "metadata": {"name": "chosen", "namespace": "platform"},
+                "spec": {"source": {"kind": "Secret", "selector": {"matchLabels": {"app": "web"}}},
+                         "targets": [{"namespace": "apps"}]}}),
+    );
+    h.wait_ready("platform", "chosen", "True", "NothingToCopy").await;
+    let listed = kubectl(&h, &["get", "syncrules", "-n", "platform"]);
+    let row = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{listed}"))
+            .to_owned()
+    };
+    assert!(row("chosen").contains("selector app=web"), "{listed}");
+    assert!(row("synced").contains(" creds "), "{listed}");
 
     // The source comes: the rule is Ready, and neither condition is left.
     h.put_secret("platform", "not-yet", &[("password", "two")]).await;

@@ -76,9 +76,13 @@ pub fn run_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, H
         Err(e) => return Err(failed(helper, registry, e.to_string())),
     };
     if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(registry.as_bytes())
-            .map_err(|e| failed(helper, registry, e.to_string()))?;
+        match stdin.write_all(registry.as_bytes()) {
+            // A helper may answer (often: that it has nothing) without reading what it was asked.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(failed(helper, registry, e.to_string()));
+            }
+            _ => {}
+        }
     }
     let output = child
         .wait_with_output()
