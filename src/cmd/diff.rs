@@ -563,25 +563,11 @@ pub async fn diff(
         .as_ref()
         .map(|p| p.plugins.as_slice())
         .unwrap_or_default();
-    let say = |line: &str| {
-        if let Some(progress) = options.progress.filter(|_| !spec.transforms.is_empty()) {
-            progress(line);
-        }
+    let show_secrets = options.show_secrets;
+    let (plugins, chain) = match diff_chain(&client, rule, pins, options).await? {
+        Ok(found) => found,
+        Err(stop) => return refused_by(report, stop),
     };
-    let started = std::time::Instant::now();
-    say(&format!(
-        "{key}: loading {} plugins (compiled on first use, then cached)...",
-        spec.transforms.len()
-    ));
-    let (plugins, chain) =
-        match diff_chain(&client, rule, pins, options.host, options.plugin_dir, options.oci).await? {
-            Ok(found) => found,
-            Err(stop) => return refused_by(report, stop),
-        };
-    say(&format!(
-        "{key}: plugins loaded in {:.1} s",
-        started.elapsed().as_secs_f64()
-    ));
 
     // Sources, namespaces and places.
     report.notes.extend(remote_notes(&client, key, spec).await?);
@@ -611,7 +597,7 @@ pub async fn diff(
     let (owned, note) = local_copies(&client, key, &resource, namespaced).await;
     report.notes.extend(note);
     let gone = unwanted(owned, &None, &resource, &kept);
-    let secrets = if options.show_secrets {
+    let secrets = if show_secrets {
         SecretView::Shown
     } else {
         SecretView::digested()?
@@ -623,22 +609,31 @@ pub async fn diff(
 
 /// The rule's chain, resolved from the same references as the controller's (`pins`: the
 /// rule's recorded ones), its configs checked by the plugins; or why the controller would stop.
+/// The slow step (a plugin's first compile) is told to `options.progress` as it starts and ends.
 async fn diff_chain(
     client: &Client,
     rule: &RuleDocument,
     pins: &[crate::api::PluginPin],
-    host: HostSettings,
-    plugin_dir: Option<PathBuf>,
-    oci: OciSettings,
+    options: DiffOptions,
 ) -> Result<Result<(Plugins, crate::controller::plugins::Chain), Stop>, DiffError> {
     let plugins = Plugins::new(
-        PluginHost::new(host).map_err(|e| DiffError::Plugins(e.to_string()))?,
+        PluginHost::new(options.host).map_err(|e| DiffError::Plugins(e.to_string()))?,
         client.clone(),
-        plugin_dir,
-        Oci::new(oci).map_err(|e| DiffError::Plugins(e.to_string()))?,
+        options.plugin_dir,
+        Oci::new(options.oci).map_err(|e| DiffError::Plugins(e.to_string()))?,
         OciPolicy::default(),
     );
     let (key, spec) = (&rule.key, &rule.spec);
+    let say = |line: &str| {
+        if let Some(progress) = options.progress.filter(|_| !spec.transforms.is_empty()) {
+            progress(line);
+        }
+    };
+    let started = std::time::Instant::now();
+    say(&format!(
+        "{key}: loading {} plugins (compiled on first use, then cached)...",
+        spec.transforms.len()
+    ));
     let namespace = key.namespace.as_deref();
     let chain = plugins
         .chain(
@@ -651,6 +646,10 @@ async fn diff_chain(
             true,
         )
         .await;
+    say(&format!(
+        "{key}: plugins loaded in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
     Ok(match chain {
         Ok(chain) => Ok((plugins, chain.chain)),
         Err(problem) => Err(chain_refused(problem, None, true)),

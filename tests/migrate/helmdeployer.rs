@@ -6,6 +6,7 @@
 //! cluster of its own control plane, read and written through `--cluster-kubeconfig`.
 
 use crate::harness;
+use crate::mimeo_migrate;
 
 use harness::Harness;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -31,21 +32,6 @@ fn kubectl(h: &Harness, args: &[&str], stdin: Option<&Value>) {
 fn kubectl_on(kubeconfig: &Path, args: &[&str], stdin: Option<&Value>) {
     let input = stdin.map(Value::to_string).unwrap_or_default();
     harness::kubectl(kubeconfig, args, input.as_bytes());
-}
-
-/// `mimeo migrate ARGS` with the plane's kubeconfig: (exit code, stdout, stderr).
-fn mimeo_migrate(h: &Harness, args: &[&str]) -> (i32, String, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .arg("migrate")
-        .args(args)
-        .env("KUBECONFIG", h.plane.kubeconfig_path())
-        .output()
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 /// A Secret as HelmDeployer's `ManageSecrets` writes it next to a Cluster: the source's data, its

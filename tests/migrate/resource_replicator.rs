@@ -11,6 +11,7 @@
 //! by the test playing openMCP's cluster provider.
 
 use crate::harness;
+use crate::mimeo_migrate;
 
 use harness::Harness;
 use harness::openmcp_provider::{ProviderRules, run_provider};
@@ -44,21 +45,6 @@ fn yaml(path: &Path) -> Value {
 
 fn kubectl(h: &Harness, args: &[&str]) -> String {
     harness::kubectl(h.plane.kubeconfig_path(), args, b"")
-}
-
-/// `mimeo migrate ARGS` with the plane's kubeconfig: (exit code, stdout, stderr).
-fn mimeo_migrate(h: &Harness, args: &[&str]) -> (i32, String, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .arg("migrate")
-        .args(args)
-        .env("KUBECONFIG", h.plane.kubeconfig_path())
-        .output()
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stdout).unwrap(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 /// The replicator's CRDs as its README says to patch them for templates: `spec.template`

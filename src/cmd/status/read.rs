@@ -11,12 +11,13 @@ use crate::controller::RuleResource;
 use crate::sync::kinds::KindRef;
 use crate::sync::ownership::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RULE_ANNOTATION, RuleKey};
 use crate::sync::plan::source_of;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, ObjectList, PartialObjectMeta};
 use kube::core::ApiResource;
 use kube::discovery::Scope;
 use kube::{Client, ResourceExt};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Which rules to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +92,7 @@ pub enum StatusError {
 pub async fn read(client: &Client, selection: &Selection) -> Result<Vec<RuleTree>, StatusError> {
     let rules = rules(client, selection).await?;
     let mut lister = CopyLister::new(client.clone());
+    let mut warnings = WarningLister::default();
     let mut trees = Vec::with_capacity(rules.len());
     for rule in &rules {
         let listing = lister.copies_of(rule).await;
@@ -106,7 +108,7 @@ pub async fn read(client: &Client, selection: &Selection) -> Result<Vec<RuleTree
             status: rule.status.as_ref(),
         };
         let mut tree = build(&facts, &listing);
-        match warnings_of(client, &rule.key).await {
+        match warnings.of(client, &rule.key).await {
             Ok(warnings) => tree.warnings = warnings,
             Err(why) => tree.notes.push(why),
         }
@@ -115,23 +117,42 @@ pub async fn read(client: &Client, selection: &Selection) -> Result<Vec<RuleTree
     Ok(trees)
 }
 
-/// The rule's recent Warning events, from its namespace (a `ClusterSyncRule`'s are in `default`,
-/// where Kubernetes puts the events of cluster-scoped objects); a reader who may not list them
-/// gets a note instead.
-async fn warnings_of(client: &Client, key: &RuleKey) -> Result<Vec<WarningView>, String> {
-    let (namespace, kind) = match &key.namespace {
-        Some(ns) => (ns.as_str(), "SyncRule"),
-        None => ("default", "ClusterSyncRule"),
-    };
-    let fields = format!("regarding.kind={kind},regarding.name={}", key.name);
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().fields(&fields))
-        .await
-        .map_err(|e| format!("its events in namespace {namespace} could not be read: {e}"))?;
-    Ok(recent_warnings(
-        &events.items,
-        k8s_openapi::jiff::Timestamp::now(),
-    ))
+/// The Warning events of the rules' namespaces, listed once per namespace however many rules
+/// it holds (`mimeo status -A` over hundreds of rules makes one request per namespace).
+#[derive(Default)]
+struct WarningLister {
+    by_namespace: HashMap<String, Result<Vec<Event>, String>>,
+}
+
+impl WarningLister {
+    /// The rule's recent Warning events, from its namespace (a `ClusterSyncRule`'s are in
+    /// `default`, where Kubernetes puts the events of cluster-scoped objects); a reader who may
+    /// not list them gets a note instead.
+    async fn of(&mut self, client: &Client, key: &RuleKey) -> Result<Vec<WarningView>, String> {
+        let (namespace, kind) = match &key.namespace {
+            Some(ns) => (ns.as_str(), "SyncRule"),
+            None => ("default", "ClusterSyncRule"),
+        };
+        if !self.by_namespace.contains_key(namespace) {
+            let listed = Api::<Event>::namespaced(client.clone(), namespace)
+                .list(&ListParams::default().fields("type=Warning"))
+                .await
+                .map(|list| list.items)
+                .map_err(|e| format!("its events in namespace {namespace} could not be read: {e}"));
+            self.by_namespace.insert(namespace.to_owned(), listed);
+        }
+        let events = self.by_namespace[namespace].as_ref().map_err(Clone::clone)?;
+        let about_it: Vec<Event> = events
+            .iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(key.name.as_str())
+                })
+            })
+            .cloned()
+            .collect();
+        Ok(recent_warnings(&about_it, k8s_openapi::jiff::Timestamp::now()))
+    }
 }
 
 /// A rule as read, whichever its kind.
