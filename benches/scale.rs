@@ -7,7 +7,9 @@
 //!   5,000 after a restart (what it holds without the peak of writing them);
 //! - **many rules**: 500 `SyncRule`s of one copy each, created at once: rules per second, and the
 //!   apiserver requests each costs;
-//! - **restart**: the apiserver writes a restarted controller makes with nothing changed.
+//! - **restart**: the apiserver writes a restarted controller makes with nothing changed, and its
+//!   resident set against the settled one's for the same copies (what a burst left behind);
+//! - **deletion**: the big rule deleted, until its last copy is gone.
 //!
 //! `cargo bench --bench scale` (`-- --sources 100` for 10,000 copies; `-- --sources 500
 //! --raw-all` for 50,000, the raw client writing as many; `-- --many-rules 1000` for 1,000 rules
@@ -49,6 +51,9 @@ const SCALE_RESOURCES: &[&str] = &["secrets", "syncrules", "events", "namespaces
 const RULES: usize = 500;
 /// Bytes of data in each Secret.
 const VALUE_BYTES: usize = 1024;
+/// How long after the last write the resident set counts as settled: past the controller's
+/// tidy (every 60 s), which forgets what the burst of writes needed remembered.
+const SETTLE: Duration = Duration::from_secs(65);
 
 /// The number after `flag` on the command line.
 fn arg(flag: &str) -> Option<usize> {
@@ -182,6 +187,9 @@ async fn main() {
         &apiserver_requests(&client, SCALE_RESOURCES).await,
     );
     let at_many = mimeo.rss_mib();
+    tokio::time::sleep(SETTLE).await;
+    let settled = mimeo.rss_mib();
+    let peak = mimeo.peak_rss_mib();
 
     // Restart with nothing changed. Counted from the stop, so that a status write or event of
     // the last phase still in flight is not taken for the new process's.
@@ -196,7 +204,7 @@ async fn main() {
     let restarted = Instant::now();
     while !mimeo.metrics().await.contains(&synced) {
         assert!(
-            restarted.elapsed() < Duration::from_secs(120),
+            restarted.elapsed() < Duration::from_secs(600),
             "the restarted controller did not report {synced}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -210,6 +218,15 @@ async fn main() {
             .filter(|((verb, _), n)| !matches!(verb.as_str(), "GET" | "LIST") && *n > 0.0)
             .collect();
     let restart_write_count = restart_writes.values().sum::<f64>() as u64;
+
+    // The big rule goes, and every copy of it with it.
+    let started = Instant::now();
+    Api::<mimeo::api::SyncRule>::namespaced(client.clone(), "scale-src")
+        .delete("fan-out", &Default::default())
+        .await
+        .unwrap();
+    copies.wait_for_live(RULES, Duration::from_secs(900)).await;
+    let deleted = started.elapsed();
     mimeo.stop();
     // MIMEO_BENCH_LOG_DIR keeps the restarted process's log (MIMEO_BENCH_LOG sets its filter).
     if let Ok(logs) = std::env::var("MIMEO_BENCH_LOG_DIR") {
@@ -247,7 +264,17 @@ async fn main() {
     println!("  idle, ready:           {idle:.1} MiB");
     println!("  {n1} copies:           {at_first:.1} MiB");
     println!("  {n2} copies:           {at_all:.1} MiB");
-    println!("  {n2} copies, restarted: {after_restart:.1} MiB (nothing to write)");
+    println!(
+        "  {} copies and {} rules: {at_many:.1} MiB 3 s after the last copy, settled ({}s later) \
+         {settled:.1} MiB, peak {peak:.1} MiB",
+        n2 + RULES,
+        RULES + 1,
+        SETTLE.as_secs()
+    );
+    println!(
+        "  the same, restarted: {after_restart:.1} MiB (nothing to write); settled / restarted {:.2}",
+        settled / after_restart
+    );
     println!(
         "  per 1000 copies, {n1} to {n2}: {:.2} MiB",
         (at_all - at_first) / ((n2 - n1) as f64 / 1000.0)
@@ -268,11 +295,6 @@ async fn main() {
         }
     }
     println!(
-        "  resident set with {} copies and {} rules: {at_many:.1} MiB",
-        n2 + RULES,
-        RULES + 1
-    );
-    println!(
         "restart with {} copies and nothing changed: {restart_write_count} apiserver writes on \
          Secrets, SyncRules and Events; copies reported Synced {caught_up:.2?} after ready",
         n2 + RULES
@@ -280,27 +302,41 @@ async fn main() {
     for ((verb, resource), n) in &restart_writes {
         println!("    {verb:<6} {resource:<12} {n}");
     }
+    println!(
+        "deletion: the rule of {n2} copies deleted to its last copy gone: {deleted:.2?}, {:.0} copies/s",
+        n2 as f64 / deleted.as_secs_f64()
+    );
 }
 
 /// Counts the distinct copies a watch of its own has seen.
 struct CopyCounter {
-    seen: tokio::sync::watch::Receiver<usize>,
+    /// Copies ever seen, and copies there now.
+    seen: tokio::sync::watch::Receiver<(usize, usize)>,
 }
 
 impl CopyCounter {
     fn start(client: &Client) -> Self {
         let api: Api<Secret> = Api::all(client.clone());
         let config = watcher::Config::default().labels("mimeo.dev/managed-by=mimeo");
-        let (tx, seen) = tokio::sync::watch::channel(0);
+        let (tx, seen) = tokio::sync::watch::channel((0, 0));
         tokio::spawn(async move {
             let mut names = HashSet::new();
+            let mut live = HashSet::new();
             let events = watcher(api, config);
             futures::pin_mut!(events);
             while let Ok(Some(event)) = events.try_next().await {
-                if let watcher::Event::Apply(s) | watcher::Event::InitApply(s) = event {
-                    names.insert((s.metadata.namespace, s.metadata.name));
-                    tx.send_replace(names.len());
+                match event {
+                    watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                        let name = (s.metadata.namespace, s.metadata.name);
+                        names.insert(name.clone());
+                        live.insert(name);
+                    }
+                    watcher::Event::Delete(s) => {
+                        live.remove(&(s.metadata.namespace, s.metadata.name));
+                    }
+                    _ => continue,
                 }
+                tx.send_replace((names.len(), live.len()));
             }
         });
         CopyCounter { seen }
@@ -312,9 +348,18 @@ impl CopyCounter {
 
     async fn wait_for_within(&self, n: usize, wait: Duration) {
         let mut seen = self.seen.clone();
-        tokio::time::timeout(wait, seen.wait_for(|count| *count >= n))
+        tokio::time::timeout(wait, seen.wait_for(|(count, _)| *count >= n))
             .await
             .unwrap_or_else(|_| panic!("{n} copies were not seen"))
+            .unwrap();
+    }
+
+    /// Waits until no more than `n` copies are there.
+    async fn wait_for_live(&self, n: usize, wait: Duration) {
+        let mut seen = self.seen.clone();
+        tokio::time::timeout(wait, seen.wait_for(|(_, live)| *live <= n))
+            .await
+            .unwrap_or_else(|_| panic!("copies were not down to {n}"))
             .unwrap();
     }
 }
@@ -409,7 +454,7 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
     let at_all = mimeo.rss_mib();
     mimeo.wait_settled(total, Duration::from_secs(10)).await;
     let settled_after = started.elapsed();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(SETTLE).await;
     let settled = mimeo.rss_mib();
     let peak = mimeo.peak_rss_mib();
     let largest = {
@@ -446,7 +491,9 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
         total as f64 / took.as_secs_f64()
     );
     println!(
-        "  resident set: idle {idle:.1} MiB, all copies seen {at_all:.1} MiB, settled (all Synced, no write for 10 s, at {settled_after:.2?}) {settled:.1} MiB, peak {peak:.1} MiB, restarted {after_restart:.1} MiB (caught up {caught_up:.2?} after ready)"
+        "  resident set: idle {idle:.1} MiB, all copies seen {at_all:.1} MiB, settled (all Synced at {settled_after:.2?}, then {}s) {settled:.1} MiB, peak {peak:.1} MiB, restarted {after_restart:.1} MiB (caught up {caught_up:.2?} after ready); settled / restarted {:.2}",
+        SETTLE.as_secs(),
+        settled / after_restart
     );
     println!("  largest rule status: {largest} bytes");
 }

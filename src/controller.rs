@@ -170,6 +170,7 @@ pub async fn run(
     };
 
     report(&ctx, fleet.clone(), readiness);
+    tokio::spawn(tidy(Arc::downgrade(&ctx)));
     match (&config.configuration, &config.scope) {
         (Some(source), Scope::Cluster) => {
             tokio::spawn(configuration::follow(
@@ -226,6 +227,22 @@ pub async fn run(
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// How often what bursts of writes leave behind is forgotten: the flap guard's histories end
+/// after its two-minute window.
+const TIDY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Forgets, every [`TIDY_EVERY`] while the controller runs, the flap guard's histories that no
+/// longer count, with the room they took: nothing else comes to sweep them once writes stop.
+async fn tidy(ctx: std::sync::Weak<Context>) {
+    let mut tick = tokio::time::interval(TIDY_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(ctx) = ctx.upgrade() else { return };
+        crate::locks::lock(&ctx.flaps).sweep(std::time::Instant::now());
+    }
 }
 
 /// The context every reconcile shares, with the caches and the fleet it starts, each waking

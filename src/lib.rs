@@ -30,6 +30,8 @@ pub mod metrics;
 pub mod plugin;
 /// How replicas share the work: alone, a leader's Lease, or shards of the rules.
 pub mod replicas;
+/// Giving a map's room back after a burst.
+pub(crate) mod room;
 /// `/metrics`, `/healthz` and `/readyz`.
 pub mod server;
 /// The pure decisions: desired copies, consent, ownership and seals, what to write. No I/O.

@@ -1218,7 +1218,7 @@ fn as_read(live: &LiveCopy, desired: &Value) -> Value {
     object.insert("kind".into(), desired["kind"].clone());
     object.insert(
         "metadata".into(),
-        serde_json::to_value(&live.metadata).unwrap_or_default(),
+        serde_json::to_value(live.object_meta()).unwrap_or_default(),
     );
     object.extend(live.full.clone().unwrap_or_default());
     Value::Object(object)

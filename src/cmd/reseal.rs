@@ -50,7 +50,7 @@ impl<'a> Marks<'a> {
         let annotations = object.annotations();
         Marks {
             rule: annotations.get(RULE_ANNOTATION).map(String::as_str),
-            source: source_of(object),
+            source: source_of(&object.metadata),
             seal: annotations.get(SEAL_ANNOTATION).map(String::as_str),
             sealed_by_mimeo: mimeo_wrote_its_seal(&object.metadata),
         }

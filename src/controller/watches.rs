@@ -43,7 +43,7 @@ use echoes::CopyId;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
-use kube::core::{ApiResource, ObjectMeta};
+use kube::core::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::DefaultBackoff;
@@ -180,14 +180,14 @@ pub struct Seals {
 impl Seals {
     /// The rule whose copy `meta` is, at its place here of a kind of `resource`, if its seal is
     /// that rule's there.
-    fn rule_of(&self, resource: &ApiResource, meta: &ObjectMeta) -> Option<RuleKey> {
+    fn rule_of(&self, resource: &ApiResource, copy: &LiveCopy) -> Option<RuleKey> {
         let place = Place {
             group: &resource.group,
             kind: &resource.kind,
-            namespace: meta.namespace.as_deref(),
-            name: meta.name.as_deref().unwrap_or_default(),
+            namespace: copy.meta().namespace.as_deref(),
+            name: copy.meta().name.as_deref().unwrap_or_default(),
         };
-        sealed_rule(meta, &self.key, &place)
+        sealed_rule(copy, &self.key, &place)
     }
 }
 
@@ -510,15 +510,15 @@ impl Watches {
     /// stored (the cache now holds that write, so it is forgotten too), or held back while a
     /// write of ours to it is in flight ([`echoes`]).
     fn echoes_our_write(&self, plural: &str, copy: &LiveCopy) -> bool {
-        let Some(version) = copy.metadata.resource_version.as_deref() else {
+        let Some(version) = copy.meta().resource_version.as_deref() else {
             return false;
         };
         let id = copy_id(
             plural,
-            copy.metadata.namespace.as_deref(),
-            copy.metadata.name.as_deref().unwrap_or_default(),
+            copy.meta().namespace.as_deref(),
+            copy.meta().name.as_deref().unwrap_or_default(),
         );
-        self.written.is_echo(&id, version) || self.in_flight.hold(&id, recorded_rule(&copy.metadata), version)
+        self.written.is_echo(&id, version) || self.in_flight.hold(&id, recorded_rule(copy), version)
     }
 
     /// Every cached copy that records `rule` as its maker.
@@ -532,8 +532,8 @@ impl Watches {
             for copy in store.state() {
                 // The marks first, which cost nothing: the seal of every copy of every rule of
                 // the kind would otherwise be computed at each reconcile of each rule.
-                if recorded_rule(&copy.metadata).as_ref() == Some(rule)
-                    && self.seals.rule_of(&resource, &copy.metadata).as_ref() == Some(rule)
+                if recorded_rule(&*copy).as_ref() == Some(rule)
+                    && self.seals.rule_of(&resource, &copy).as_ref() == Some(rule)
                 {
                     out.push((resource.clone(), copy));
                 }
@@ -736,7 +736,7 @@ impl Watches {
                 watcher::Event::Apply(copy) if this.echoes_our_write(&plural, copy) => {}
                 // An object carrying a copy's marks without its seal wakes nobody.
                 watcher::Event::Apply(copy) | watcher::Event::Delete(copy) => {
-                    if let Some(rule) = this.seals.rule_of(&kind, &copy.metadata) {
+                    if let Some(rule) = this.seals.rule_of(&kind, copy) {
                         this.triggers.fire(&rule);
                     }
                 }

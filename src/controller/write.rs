@@ -5,7 +5,7 @@ use crate::sync::decide::Write;
 use crate::sync::desired::DesiredCopy;
 use crate::sync::live::LiveCopy;
 use crate::sync::ownership::{
-    FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, RULE_ANNOTATION, SOURCE_ANNOTATION,
+    FIELD_MANAGER, HASH_ANNOTATION, MANAGED_BY_LABEL, Marked, RULE_ANNOTATION, SOURCE_ANNOTATION,
     SOURCE_HASH_ANNOTATION, deletion_of,
 };
 use crate::sync::seal::SEAL_ANNOTATION;
@@ -116,11 +116,11 @@ async fn create(api: &Api<DynamicObject>, desired: &DesiredCopy) -> kube::Result
 pub async fn remove(
     client: &Client,
     resource: &ApiResource,
-    live: &impl kube::Resource,
+    live: &(impl kube::Resource + Marked),
     policy: DeletionPolicy,
 ) -> kube::Result<DeletionPolicy> {
     let api = api(client, resource, live.namespace().as_deref());
-    let policy = deletion_of(live.annotations(), policy);
+    let policy = deletion_of(live, policy);
     match policy {
         DeletionPolicy::Delete => delete_exact(&api, live).await.map(|()| policy),
         DeletionPolicy::Orphan => {
@@ -175,7 +175,7 @@ fn replaced(live: &LiveCopy, desired: &DesiredCopy) -> DynamicObject {
                 .to_owned(),
             kind: desired.object["kind"].as_str().unwrap_or_default().to_owned(),
         }),
-        metadata: live.metadata.clone(),
+        metadata: live.object_meta(),
         data: Value::Object(crate::sync::desired::content(&desired.object)),
     };
     for (field, target) in [

@@ -2,7 +2,7 @@
 //! the decision [`crate::sync::plan`] takes for each copy of the plan.
 
 use super::desired::DesiredCopy;
-use super::live::LiveCopy;
+use super::live::{LiveCopy, Marks};
 use super::ownership::{ADOPT_BY_ANNOTATION, Owner, RuleKey, SealCheck, owner_of};
 use super::seal::SEAL_ANNOTATION;
 use crate::api::ConflictPolicy;
@@ -74,7 +74,7 @@ fn decide_taking_over(
         Some(seal) if !recorded => SealCheck::Expect(seal, &desired.retired_seals),
         _ => SealCheck::Trusted,
     };
-    match owner_of(&live.metadata, rule, check) {
+    match owner_of(live, rule, check) {
         Owner::ThisRule => match in_place_change(desired, live) {
             None => Decision::InSync,
             Some(write) => Decision::Write(write),
@@ -116,10 +116,8 @@ fn decide_taking_over(
 
 /// Whether the object's `mimeo.dev/adopt-by` names `rule`.
 fn adopted_by(live: &LiveCopy, rule: &RuleKey) -> bool {
-    live.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ADOPT_BY_ANNOTATION))
+    live.annotations()
+        .get(ADOPT_BY_ANNOTATION)
         .and_then(|v| v.trim().parse::<RuleKey>().ok())
         .is_some_and(|named| &named == rule)
 }
@@ -152,13 +150,12 @@ fn must_recreate(desired: &DesiredCopy, live: &LiveCopy) -> bool {
 
 /// Every label and annotation of the desired copy is on the live one with the same value.
 fn metadata_matches(desired: &DesiredCopy, live: &LiveCopy) -> bool {
-    let sub = |field: &str, live_map: &Option<std::collections::BTreeMap<String, String>>| {
-        desired.object["metadata"][field].as_object().is_none_or(|want| {
-            want.iter()
-                .all(|(k, v)| live_map.as_ref().and_then(|m| m.get(k)).map(String::as_str) == v.as_str())
-        })
+    let sub = |field: &str, live: &Marks| {
+        desired.object["metadata"][field]
+            .as_object()
+            .is_none_or(|want| want.iter().all(|(k, v)| live.get(k) == v.as_str()))
     };
-    sub("labels", &live.metadata.labels) && sub("annotations", &live.metadata.annotations)
+    sub("labels", live.labels()) && sub("annotations", live.annotations())
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! (an immutable source is rotated so, and its copy follows so), and is never counted, however
 //! often it comes: holding it would leave a rotated credential missing.
 
+use crate::room::shrink_if_sparse;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -97,6 +98,17 @@ struct Last {
     deleted_at: Option<Instant>,
 }
 
+impl History {
+    /// Whether the history still counts: the copy is held, or it churned within the window.
+    fn counts(&self, now: Instant) -> bool {
+        self.held.as_ref().is_some_and(|held| held.until > now)
+            || self
+                .churn
+                .back()
+                .is_some_and(|(at, _)| now.duration_since(*at) < WINDOW)
+    }
+}
+
 fn content_key(content: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
     content.hash(&mut hasher);
@@ -134,12 +146,7 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
     /// Records what mimeo did to a copy; returns the hold when this trips the guard.
     pub fn record(&mut self, copy: &K, change: Change<'_>, now: Instant) -> Option<Held> {
         if self.copies.len() >= SWEEP_AT && !self.copies.contains_key(copy) {
-            self.copies.retain(|_, h| {
-                h.held.as_ref().is_some_and(|held| held.until > now)
-                    || h.churn
-                        .back()
-                        .is_some_and(|(at, _)| now.duration_since(*at) < WINDOW)
-            });
+            self.sweep(now);
         }
         let history = self.copies.entry(copy.clone()).or_default();
         if history.held.is_some() {
@@ -213,12 +220,48 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
     /// Forgets the copies `forget` says yes to: a rule that changed starts afresh.
     pub fn forget(&mut self, mut forget: impl FnMut(&K) -> bool) {
         self.copies.retain(|k, _| !forget(k));
+        shrink_if_sparse(&mut self.copies);
+    }
+
+    /// Forgets the copies whose history no longer counts (as a record past [`SWEEP_AT`] copies
+    /// does), and gives back the room a burst of writes took: a fan-out of 100,000 copies left a
+    /// table of 100,000 entries behind until the next write.
+    pub fn sweep(&mut self, now: Instant) {
+        self.copies.retain(|_, h| h.counts(now));
+        shrink_if_sparse(&mut self.copies);
+    }
+
+    /// The copies remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.copies.len()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_forgets_what_no_longer_counts_and_gives_the_room_back() {
+        let mut guard = FlapGuard::default();
+        let start = Instant::now();
+        for i in 0..3_000u32 {
+            guard.record(&i, Change::Created("h1"), start);
+        }
+        // Copy 0 is deleted by someone else and put back: churn, which counts for the window.
+        guard.record(&0, Change::Created("h1"), start);
+        let room = guard.copies.capacity();
+        guard.sweep(start + WINDOW / 2);
+        assert_eq!(guard.len(), 1, "only the copy that churned is left");
+        assert!(
+            guard.copies.capacity() < room / 100,
+            "{} of {room}",
+            guard.copies.capacity()
+        );
+        guard.sweep(start + WINDOW + Duration::from_secs(1));
+        assert_eq!(guard.len(), 0);
+    }
 
     #[test]
     fn delete_and_create_again_trips_the_guard_and_holds_the_copy() {

@@ -1,23 +1,88 @@
 //! The object in a copy's place as the decisions see it: its metadata, and its content summed up
 //! (a digest, the shape of its keys, `type` and `immutable`). The copies cache keeps only this, so
 //! a cached copy costs its metadata and not its data: at 10,000 copies of a 1 KiB Secret that is
-//! the difference between fitting the chart's memory limit and not.
+//! the difference between fitting the chart's memory limit and not. Its labels and annotations
+//! are kept as [`Marks`], not as `ObjectMeta`'s maps.
 
 use super::hash::digest_map;
+use super::ownership::Marked;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::core::Resource;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// An object in a copy's place, as read from the copies cache or the API.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LiveCopy {
-    pub metadata: ObjectMeta,
+    /// Its metadata without labels, annotations and `managedFields` (read through
+    /// [`Marked`], [`LiveCopy::labels`], [`LiveCopy::annotations`]; [`LiveCopy::object_meta`]
+    /// puts them back).
+    metadata: ObjectMeta,
+    labels: Marks,
+    annotations: Marks,
     pub content: ContentSummary,
     /// The whole content, kept only where the object was read for one look that shows it
     /// (`mimeo diff`); never in the copies cache.
     pub full: Option<Map<String, Value>>,
+}
+
+/// Labels or annotations as a cached copy keeps them: the keys and values one after another in
+/// one string, in the map's order, with where each ends. A `BTreeMap` allocates a node of eleven
+/// entries for even one pair, about 0.5 KiB, and a copy has two; a string each is ten
+/// allocations more for a copy's five annotations. At 10,000 copies the maps were 14 MB of the
+/// controller's 38 MB.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    text: Box<str>,
+    /// For each pair, where its key ends and where its value ends, in `text`.
+    ends: Box<[(u32, u32)]>,
+}
+
+impl Marks {
+    fn of(map: Option<BTreeMap<String, String>>) -> Marks {
+        let map = map.unwrap_or_default();
+        let mut text = String::with_capacity(map.iter().map(|(k, v)| k.len() + v.len()).sum());
+        let mut ends = Vec::with_capacity(map.len());
+        for (k, v) in &map {
+            text.push_str(k);
+            let key_end = text.len();
+            text.push_str(v);
+            // Metadata is bounded by the apiserver (256 KiB for all annotations).
+            ends.push((key_end as u32, text.len() as u32));
+        }
+        Marks {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    fn pair(&self, i: usize) -> (&str, &str) {
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1].1 as usize,
+        };
+        let (key_end, end) = self.ends[i];
+        (
+            &self.text[start..key_end as usize],
+            &self.text[key_end as usize..end as usize],
+        )
+    }
+
+    /// A copy has a handful: a scan is as quick as a search.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        (0..self.ends.len()).map(|i| self.pair(i))
+    }
+
+    /// As `ObjectMeta` holds them: `None` when there are none, as the apiserver sends them.
+    pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.ends.is_empty()).then(|| self.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+    }
 }
 
 /// What the decisions need of a live object's content (everything but metadata and status).
@@ -113,26 +178,64 @@ impl LiveCopy {
     /// The summary of an object as the copies cache keeps it: metadata and summary, no content.
     pub fn summed_up(object: DynamicObject) -> LiveCopy {
         let content = ContentSummary::of(&content_of(&object.data));
-        LiveCopy {
-            metadata: object.metadata,
-            content,
-            full: None,
-        }
+        LiveCopy::of(object.metadata, content, None)
     }
 
     /// The summary of an object read to be shown as well: its content is kept too.
     pub fn with_content(object: DynamicObject) -> LiveCopy {
         let full = content_of(&object.data).into_owned();
+        LiveCopy::of(object.metadata, ContentSummary::of(&full), Some(full))
+    }
+
+    fn of(mut metadata: ObjectMeta, content: ContentSummary, full: Option<Map<String, Value>>) -> LiveCopy {
+        metadata.managed_fields = None;
         LiveCopy {
-            metadata: object.metadata,
-            content: ContentSummary::of(&full),
-            full: Some(full),
+            labels: Marks::of(metadata.labels.take()),
+            annotations: Marks::of(metadata.annotations.take()),
+            metadata,
+            content,
+            full,
+        }
+    }
+
+    pub fn labels(&self) -> &Marks {
+        &self.labels
+    }
+
+    pub fn annotations(&self) -> &Marks {
+        &self.annotations
+    }
+
+    /// The same copy with its metadata changed by `f`.
+    #[cfg(test)]
+    pub fn with_meta(&self, f: impl FnOnce(&mut ObjectMeta)) -> LiveCopy {
+        let mut metadata = self.object_meta();
+        f(&mut metadata);
+        LiveCopy::of(metadata, self.content.clone(), self.full.clone())
+    }
+
+    /// The whole metadata as read (but `managedFields`), labels and annotations back in place.
+    pub fn object_meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..self.metadata.clone()
         }
     }
 }
 
+impl Marked for LiveCopy {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key)
+    }
+}
+
 /// Lets the copies cache (a reflector store) hold summaries, and `ResourceExt` read their
-/// metadata. The kind comes from the watch's `ApiResource`, as for `DynamicObject`, shared: the
+/// metadata: names, versions, uid; not labels and annotations, which it holds apart. The kind comes from the watch's `ApiResource`, as for `DynamicObject`, shared: the
 /// cache's key of each copy holds one.
 impl Resource for LiveCopy {
     type DynamicType = Arc<ApiResource>;
@@ -204,6 +307,36 @@ mod tests {
         assert!(!live.content.immutable());
         assert!(live.full.is_none());
         assert_eq!(live.metadata.name.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn labels_and_annotations_are_read_as_marks_and_given_back_whole() {
+        let mut o = object(json!({"data": {}}));
+        let pairs =
+            |kv: &[(&str, &str)]| Some(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        o.metadata.labels = pairs(&[("b", "2"), ("a", "1"), ("empty", "")]);
+        o.metadata.annotations = pairs(&[("x", "y")]);
+        o.metadata.managed_fields = Some(vec![Default::default()]);
+        let live = LiveCopy::summed_up(o.clone());
+        assert_eq!(
+            (
+                live.label("a"),
+                live.label("b"),
+                live.label("empty"),
+                live.label("c")
+            ),
+            (Some("1"), Some("2"), Some(""), None)
+        );
+        assert_eq!(live.annotation("x"), Some("y"));
+        assert_eq!(
+            live.labels().iter().collect::<Vec<_>>(),
+            [("a", "1"), ("b", "2"), ("empty", "")]
+        );
+        // Kept apart, not in the metadata `ResourceExt` reads.
+        assert!(live.metadata.labels.is_none() && live.metadata.managed_fields.is_none());
+        o.metadata.managed_fields = None;
+        assert_eq!(live.object_meta(), o.metadata);
+        assert_eq!(LiveCopy::summed_up(object(json!({}))).object_meta().labels, None);
     }
 
     #[test]

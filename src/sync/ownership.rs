@@ -38,13 +38,27 @@ pub const DELETION_ANNOTATION: &str = "mimeo.dev/deletion";
 
 /// How a copy is removed: as its own `mimeo.dev/deletion: Orphan` says, else as its rule's
 /// `deletion`.
-pub fn deletion_of(
-    annotations: &std::collections::BTreeMap<String, String>,
-    rule: crate::api::DeletionPolicy,
-) -> crate::api::DeletionPolicy {
-    match annotations.get(DELETION_ANNOTATION).map(String::as_str) {
+pub fn deletion_of(copy: &impl Marked, rule: crate::api::DeletionPolicy) -> crate::api::DeletionPolicy {
+    match copy.annotation(DELETION_ANNOTATION) {
         Some("Orphan") => crate::api::DeletionPolicy::Orphan,
         _ => rule,
+    }
+}
+
+/// An object's labels and annotations, read from its `ObjectMeta` or from a cached copy
+/// (`live::LiveCopy`, which holds them apart).
+pub trait Marked {
+    fn label(&self, key: &str) -> Option<&str>;
+    fn annotation(&self, key: &str) -> Option<&str>;
+}
+
+impl Marked for ObjectMeta {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
     }
 }
 
@@ -75,17 +89,12 @@ pub enum SealCheck<'a> {
 }
 
 /// The owner of a live object, seen from `rule`.
-pub fn owner_of(meta: &ObjectMeta, rule: &RuleKey, check: SealCheck) -> Owner {
-    let managed = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE);
-    let annotations = meta.annotations.as_ref();
-    let recorded = annotations.and_then(|a| a.get(RULE_ANNOTATION));
+pub fn owner_of(meta: &impl Marked, rule: &RuleKey, check: SealCheck) -> Owner {
+    let managed = meta.label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE);
+    let recorded = meta.annotation(RULE_ANNOTATION);
     match (managed, recorded) {
-        (true, Some(recorded)) if *recorded == rule.to_string() => {
-            let seal = annotations.and_then(|a| a.get(SEAL_ANNOTATION));
+        (true, Some(recorded)) if recorded == rule.to_string() => {
+            let seal = meta.annotation(SEAL_ANNOTATION);
             let sealed = match check {
                 SealCheck::Trusted => true,
                 SealCheck::Expect(want, retired) => {
@@ -94,29 +103,24 @@ pub fn owner_of(meta: &ObjectMeta, rule: &RuleKey, check: SealCheck) -> Owner {
             };
             if sealed { Owner::ThisRule } else { Owner::Forged }
         }
-        (true, Some(recorded)) => Owner::OtherRule(recorded.clone()),
+        (true, Some(recorded)) => Owner::OtherRule(recorded.to_owned()),
         _ => Owner::Nobody,
     }
 }
 
 /// The rule a copy records, if it is one and its seal at `place` is that rule's.
-pub fn sealed_rule(meta: &ObjectMeta, key: &SealKey, place: &Place) -> Option<RuleKey> {
+pub fn sealed_rule(meta: &impl Marked, key: &SealKey, place: &Place) -> Option<RuleKey> {
     let rule = recorded_rule(meta)?;
-    let seal = meta.annotations.as_ref()?.get(SEAL_ANNOTATION)?;
+    let seal = meta.annotation(SEAL_ANNOTATION)?;
     key.verifies(seal, &rule, place).then_some(rule)
 }
 
 /// The rule recorded on a copy, if it is one.
-pub fn recorded_rule(meta: &ObjectMeta) -> Option<RuleKey> {
-    let managed = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY_LABEL))
-        .is_some_and(|v| v == MANAGED_BY_VALUE);
-    if !managed {
+pub fn recorded_rule(meta: &impl Marked) -> Option<RuleKey> {
+    if meta.label(MANAGED_BY_LABEL) != Some(MANAGED_BY_VALUE) {
         return None;
     }
-    meta.annotations.as_ref()?.get(RULE_ANNOTATION)?.parse().ok()
+    meta.annotation(RULE_ANNOTATION)?.parse().ok()
 }
 
 #[cfg(test)]

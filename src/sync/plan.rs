@@ -15,7 +15,7 @@ use super::copy_name::{InvalidName, NameOf, NameTemplate};
 use super::decide::{Decision, SKIPPED_FOR_CONFLICT, Write, decide};
 use super::desired::{CopyTarget, CopyTemplate, DesiredCopy};
 use super::live::LiveCopy;
-use super::ownership::{RuleKey, RuleKind, SOURCE_ANNOTATION, deletion_of};
+use super::ownership::{Marked, RuleKey, RuleKind, SOURCE_ANNOTATION, deletion_of};
 use super::protected::refused_copy;
 use super::scope::Scope;
 use super::seal::SealKey;
@@ -803,8 +803,7 @@ pub fn owned(
 
 /// Whether a cached copy says it stays when mimeo removes it (`mimeo.dev/deletion: Orphan`).
 fn keeps_itself(copy: &LiveCopy) -> bool {
-    let annotations = copy.metadata.annotations.clone().unwrap_or_default();
-    deletion_of(&annotations, DeletionPolicy::Delete) == DeletionPolicy::Orphan
+    deletion_of(copy, DeletionPolicy::Delete) == DeletionPolicy::Orphan
 }
 
 /// The copies of `owned` (in `cluster`) the rule no longer wants: not of its resource, or not in
@@ -825,12 +824,8 @@ pub fn unwanted(
 }
 
 /// The source a copy records: "Kind/namespace/name" or "Kind/name", as `desired` writes it.
-pub fn source_of(copy: &impl kube::Resource) -> SourceRef {
-    let recorded = copy
-        .annotations()
-        .get(SOURCE_ANNOTATION)
-        .cloned()
-        .unwrap_or_default();
+pub fn source_of(copy: &impl Marked) -> SourceRef {
+    let recorded = copy.annotation(SOURCE_ANNOTATION).unwrap_or_default();
     let mut parts = recorded.splitn(3, '/').skip(1);
     match (parts.next(), parts.next()) {
         (Some(ns), Some(name)) => SourceRef {
@@ -1058,15 +1053,13 @@ mod tests {
         let here = target(None, "t1", "creds");
         let sealed = copy_of(&sources[0], here.clone());
         let with_annotations = |f: &dyn Fn(&mut BTreeMap<String, String>)| {
-            let mut copy = (*sealed).clone();
-            f(copy.metadata.annotations.get_or_insert_default());
-            Arc::new(copy)
+            Arc::new(sealed.with_meta(|m| f(m.annotations.get_or_insert_default())))
         };
         let unsealed = with_annotations(&|a| {
             a.remove(SEAL_ANNOTATION);
         });
         let elsewhere = copy_of(&sources[0], target(None, "t1", "other"));
-        let moved_seal = elsewhere.metadata.annotations.as_ref().unwrap()[SEAL_ANNOTATION].clone();
+        let moved_seal = elsewhere.annotation(SEAL_ANNOTATION).unwrap().to_owned();
         let moved = with_annotations(&|a| {
             a.insert(SEAL_ANNOTATION.to_owned(), moved_seal.clone());
         });
@@ -1794,8 +1787,11 @@ mod tests {
             namespace: namespace.map(str::to_owned),
             name: name.to_owned(),
         };
-        assert_eq!(source_of(&copy("Secret/app/creds")), named(Some("app"), "creds"));
-        assert_eq!(source_of(&copy("ClusterPolicy/p")), named(None, "p"));
-        assert_eq!(source_of(&copy("")), named(None, ""));
+        assert_eq!(
+            source_of(&copy("Secret/app/creds").metadata),
+            named(Some("app"), "creds")
+        );
+        assert_eq!(source_of(&copy("ClusterPolicy/p").metadata), named(None, "p"));
+        assert_eq!(source_of(&copy("").metadata), named(None, ""));
     }
 }

@@ -475,7 +475,7 @@ fn found(object: &Meta) -> FoundCopy {
     FoundCopy {
         namespace: object.namespace(),
         name: object.name_any(),
-        source: Some(source_of(object)),
+        source: Some(source_of(&object.metadata)),
         written,
         deleting: object.metadata.deletion_timestamp.is_some(),
     }

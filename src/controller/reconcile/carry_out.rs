@@ -217,7 +217,7 @@ fn record_write(
     // that undo each other.
     let content = copy.hash.as_deref().unwrap_or_default();
     let repaired = copy.hash.is_some()
-        && over.as_deref().and_then(|l| l.annotations().get(HASH_ANNOTATION)) == copy.hash.as_ref();
+        && over.as_deref().and_then(|l| l.annotations().get(HASH_ANNOTATION)) == copy.hash.as_deref();
     let change = match how {
         Write::Create => Change::Created(content),
         // The content mimeo gave the copy last, written back over the object that was there (as
@@ -392,7 +392,7 @@ pub(super) async fn remove_owned(
         true => SealCheck::Trusted,
         false => SealCheck::Expect(&seal, &retired),
     };
-    if owner_of(&live.metadata, key, check) != Owner::ThisRule {
+    if owner_of(&*live, key, check) != Owner::ThisRule {
         return Ok(None);
     }
     Fence::for_rule(shards, key).check()?;

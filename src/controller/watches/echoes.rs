@@ -9,6 +9,7 @@
 //! A write that fails, or never finishes, wakes the rule for whatever was held back.
 
 use crate::locks::lock;
+use crate::room::shrink_if_sparse;
 use crate::sync::ownership::RuleKey;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -67,6 +68,7 @@ impl InFlight {
             return None;
         }
         let held = writes.remove(id)?;
+        shrink_if_sparse(&mut writes);
         if held.versions.is_empty() { None } else { held.rule }
     }
 

@@ -4,6 +4,7 @@
 
 use super::echoes::CopyId;
 use crate::locks::lock;
+use crate::room::shrink_if_sparse;
 use crate::sync::live::LiveCopy;
 use kube::ResourceExt;
 use kube::core::ApiResource;
@@ -49,6 +50,7 @@ impl Written {
             }
             Some(_) => {
                 writes.remove(id);
+                shrink_if_sparse(&mut writes);
             }
             None => {}
         }
@@ -84,9 +86,10 @@ impl Written {
         let mut writes = lock(&self.writes);
         let stored = writes
             .get(id)
-            .is_some_and(|(_, _, stored)| stored.metadata.resource_version.as_deref() == Some(version));
+            .is_some_and(|(_, _, stored)| stored.resource_version().as_deref() == Some(version));
         if stored {
             writes.remove(id);
+            shrink_if_sparse(&mut writes);
         }
         stored
     }
@@ -111,6 +114,7 @@ impl Written {
         for id in &settled {
             writes.remove(id);
         }
+        shrink_if_sparse(&mut writes);
         writes.len()
     }
 }
