@@ -13,7 +13,8 @@
 //!
 //! `cargo bench --bench scale` (`-- --sources 100` for 10,000 copies; `-- --sources 500
 //! --raw-all` for 50,000, the raw client writing as many; `-- --many-rules 1000` for 1,000 rules
-//! of 100 copies each instead, memory and status sizes). Figures are printed;
+//! of 100 copies each instead, memory and status sizes; `--settle-secs S` waits that long before
+//! the settled figure, 65 unless said). Figures are printed;
 //! docs/benchmarks.md records a run. With
 //! `MIMEO_BENCH_WRAP=heaptrack` the controller runs under that profiler (its resident set is
 //! then the profiler's too).
@@ -51,9 +52,15 @@ const SCALE_RESOURCES: &[&str] = &["secrets", "syncrules", "events", "namespaces
 const RULES: usize = 500;
 /// Bytes of data in each Secret.
 const VALUE_BYTES: usize = 1024;
-/// How long after the last write the resident set counts as settled: past the controller's
-/// tidy (every 60 s), which forgets what the burst of writes needed remembered.
-const SETTLE: Duration = Duration::from_secs(65);
+/// How long after the last write the resident set counts as settled, unless `--settle-secs`
+/// says: past the controller's tidy (every 60 s), which forgets what the burst of writes needed
+/// remembered. The events it published are forgotten six minutes after the last (`--settle-secs
+/// 450`).
+const SETTLE_SECS: usize = 65;
+
+fn settle() -> Duration {
+    Duration::from_secs(arg("--settle-secs").unwrap_or(SETTLE_SECS) as u64)
+}
 
 /// The number after `flag` on the command line.
 fn arg(flag: &str) -> Option<usize> {
@@ -187,7 +194,7 @@ async fn main() {
         &apiserver_requests(&client, SCALE_RESOURCES).await,
     );
     let at_many = mimeo.rss_mib();
-    tokio::time::sleep(SETTLE).await;
+    tokio::time::sleep(settle()).await;
     let settled = mimeo.rss_mib();
     let peak = mimeo.peak_rss_mib();
 
@@ -269,7 +276,7 @@ async fn main() {
          {settled:.1} MiB, peak {peak:.1} MiB",
         n2 + RULES,
         RULES + 1,
-        SETTLE.as_secs()
+        settle().as_secs()
     );
     println!(
         "  the same, restarted: {after_restart:.1} MiB (nothing to write); settled / restarted {:.2}",
@@ -454,7 +461,7 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
     let at_all = mimeo.rss_mib();
     mimeo.wait_settled(total, Duration::from_secs(10)).await;
     let settled_after = started.elapsed();
-    tokio::time::sleep(SETTLE).await;
+    tokio::time::sleep(settle()).await;
     let settled = mimeo.rss_mib();
     let peak = mimeo.peak_rss_mib();
     let largest = {
@@ -492,7 +499,7 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
     );
     println!(
         "  resident set: idle {idle:.1} MiB, all copies seen {at_all:.1} MiB, settled (all Synced at {settled_after:.2?}, then {}s) {settled:.1} MiB, peak {peak:.1} MiB, restarted {after_restart:.1} MiB (caught up {caught_up:.2?} after ready); settled / restarted {:.2}",
-        SETTLE.as_secs(),
+        settle().as_secs(),
         settled / after_restart
     );
     println!("  largest rule status: {largest} bytes");

@@ -17,6 +17,7 @@ mod next_to;
 mod orders;
 pub(crate) mod plugins;
 pub(crate) mod reconcile;
+mod recorder;
 mod retry;
 pub(crate) mod rule;
 mod rule_status;
@@ -44,7 +45,7 @@ use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use kube::Client;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -230,18 +231,23 @@ pub async fn run(
 }
 
 /// How often what bursts of writes leave behind is forgotten: the flap guard's histories end
-/// after its two-minute window.
+/// after its two-minute window, the events remembered six minutes after the last.
 const TIDY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Forgets, every [`TIDY_EVERY`] while the controller runs, the flap guard's histories that no
-/// longer count, with the room they took: nothing else comes to sweep them once writes stop.
+/// longer count, with the room they took, and the events a quiet recorder remembers: nothing
+/// else comes to sweep them once writes stop.
 async fn tidy(ctx: std::sync::Weak<Context>) {
     let mut tick = tokio::time::interval(TIDY_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let Some(ctx) = ctx.upgrade() else { return };
-        crate::locks::lock(&ctx.flaps).sweep(std::time::Instant::now());
+        let now = std::time::Instant::now();
+        crate::locks::lock(&ctx.flaps).sweep(now);
+        if ctx.events.renew_if_quiet(now) {
+            tracing::debug!("event recorder renewed after a quiet spell");
+        }
     }
 }
 
@@ -281,7 +287,7 @@ fn context(
     Ok(Arc::new(Context {
         client: client.clone(),
         metrics,
-        recorder: Recorder::new(client.clone(), reporter),
+        events: recorder::Events::new(client.clone(), reporter),
         statuses: Default::default(),
         scope: config.scope.clone(),
         fleet,

@@ -6,7 +6,6 @@ use crate::metrics::Metrics;
 use crate::sync::scope::Scope;
 use crate::sync::seal::SealKey;
 use kube::Client;
-use kube::runtime::events::Recorder;
 use std::sync::Arc;
 
 /// What every reconcile shares.
@@ -15,7 +14,8 @@ pub struct Context {
     /// Rule reconciles running now: a shutdown waits for these, not for the controllers' streams.
     pub(crate) in_flight: Arc<tokio::sync::watch::Sender<usize>>,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    /// The event recorder, renewed after a quiet spell ([`super::recorder`]).
+    pub events: super::recorder::Events,
     /// The status each rule was last given, so that a rule cached from before that write does
     /// not get it written again.
     pub(super) statuses: std::sync::Mutex<

@@ -106,6 +106,7 @@ impl EventLog {
             return 0;
         }
         let reference = rule.object_ref(&());
+        let recorder = ctx.events.recorder();
         let mut events = self.events;
         if events.len() > EVENTS_PER_RECONCILE {
             events = summed_up(events);
@@ -121,7 +122,7 @@ impl EventLog {
                 action: reason,
                 secondary,
             };
-            if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            if let Err(e) = recorder.publish(&event, &reference).await {
                 tracing::debug!(error = %e, "publishing an event failed");
             }
         }
@@ -136,7 +137,7 @@ impl EventLog {
                 action: "Reconcile".into(),
                 secondary: None,
             };
-            let _ = ctx.recorder.publish(&event, &reference).await;
+            let _ = recorder.publish(&event, &reference).await;
         }
         total.min(EVENTS_PER_RECONCILE + 1)
     }
