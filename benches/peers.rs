@@ -1,17 +1,32 @@
-//! Side-by-side scenario benchmark: mimeo and kubernetes-replicator v2.12.4 (built from
-//! `../shared/peers/`), each as its own process on a fresh control plane, runs alternating
-//! (mimeo, replicator, mimeo, replicator). One Secret of 1 KiB fanned out to N labelled
-//! namespaces (mimeo: a `SyncRule` with a `namespaceSelector`; the replicator:
-//! `replicate-to-matching`, as its README shows for fan-out), then rotated R times. An independent
-//! watch sees the copies. Per run: fan-out time, rotation p50/p99 (a rotation that has not reached
-//! every copy within the wait counts as not converged), peak resident memory and CPU time of the
-//! tool's process, the apiserver's requests by verb and resource (its own metrics, WATCH
-//! excluded), and CPU and requests over an idle period.
+//! Side-by-side scenario benchmark: mimeo, kubernetes-replicator v2.12.4 (built from
+//! `../shared/peers/`) and, when asked, Kyverno v1.19.1 (built from its Go module by
+//! `tests/support/build-kyverno.sh`), each on a fresh control plane, runs alternating (mimeo,
+//! replicator, kyverno, mimeo, ...). One Secret of 1 KiB fanned out to N labelled namespaces
+//! (mimeo: a `SyncRule` with a `namespaceSelector`; the replicator: `replicate-to-matching`, as its
+//! README shows for fan-out; Kyverno: a `ClusterPolicy` whose generate rule clones the Secret into
+//! every Namespace labelled `fan=out`, `synchronize: true`, `generateExisting: true`), then rotated
+//! R times. An independent watch sees the copies. Per run: fan-out time (from the write of the
+//! source, then of the rule or policy, to the last copy seen), rotation p50/p99 (a rotation that has
+//! not reached every copy within the wait counts as not converged), peak resident memory and CPU
+//! time of the tool's processes (Kyverno's admission controller and background controller: CPU
+//! summed, peaks summed, each peak printed), the apiserver's requests by verb and resource (its own
+//! metrics, WATCH excluded; the resources any of the tools touch, leases included), and CPU and
+//! requests over an idle period.
 //!
 //! `cargo bench --bench peers -- [--namespaces N] [--rotations R] [--runs K] [--idle-secs S]
-//! [--wait-secs W] [--tools mimeo,replicator] [--raw 1] [--settle-ms M] [--each 1]` (defaults 100, 10,
-//! 2, 60, 30, both tools, no raw, 0, quiet). The replicator ships with client-go's default client rate limit
-//! (5 requests/s, burst 10) and no flag to change it; it runs as it ships.
+//! [--wait-secs W] [--tools mimeo,replicator,kyverno] [--kyverno-clone-list 1] [--raw 1]
+//! [--settle-ms M] [--each 1]` (defaults 100, 10, 2, 60, 30, `mimeo,replicator`, clone, no raw, 0,
+//! quiet). Kyverno is not in the default: its first build takes many minutes and it asks for more
+//! of the machine (two processes); `--tools mimeo,replicator,kyverno` adds it. The replicator ships
+//! with client-go's default client rate limit (5 requests/s, burst 10) and no flag to change it;
+//! it runs as it ships, and so does Kyverno (its own defaults: 100 requests/s, burst 200).
+//!
+//! Kyverno runs as two local processes, as its DEVELOPMENT.md runs it out of cluster: `--kubeconfig`
+//! (each controller as a user of its own, named as its service account, in `system:masters`),
+//! `--serverIP=127.0.0.1:<port>` and `--webhookServerPort=<port>` (so the webhook configurations it
+//! registers, with its own CA, point at it), the `KYVERNO_*` variables a pod would have, and its
+//! namespace `kyverno`. `--kyverno-clone-list 1` clones with `cloneList` (the Secrets labelled
+//! `bench=source` in the source namespace) instead of `clone`.
 //!
 //! `--raw 1` measures the floor in each mimeo run: after each of mimeo's rotations, a plain client
 //! makes the same N updates (server-side apply, mimeo's write concurrency) to Secrets of the same
@@ -22,7 +37,7 @@
 //! rotation, mimeo's or raw, so that neither runs while the other's tail does.
 //! `MIMEO_BENCH_BINS=a,b` runs each of these mimeo binaries in every run (in turn, the order
 //! swapped from run to run), to compare builds in one run; `MIMEO_BENCH_LOG` sets their log filter
-//! and `MIMEO_BENCH_LOG_DIR` keeps their logs.
+//! and `MIMEO_BENCH_LOG_DIR` keeps their logs (and Kyverno's).
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -40,6 +55,32 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 const SOURCE_NS: &str = "bench-src";
+/// Kyverno's namespace: its leases, its CA and certificate, its ConfigMaps.
+const KYVERNO_NS: &str = "kyverno";
+/// The users Kyverno's two controllers run as (in `system:masters`), named as their service
+/// accounts in the chart: the admission controller leaves the background controller's own writes
+/// alone by this name (`--backgroundServiceAccountName`).
+const KYVERNO_ADMISSION_USER: &str = "system:serviceaccount:kyverno:kyverno-admission-controller";
+const KYVERNO_BACKGROUND_USER: &str = "system:serviceaccount:kyverno:kyverno-background-controller";
+const KYVERNO_POLICY: &str = "fan-out";
+
+/// The resources whose requests are counted: those any of the tools reads or writes.
+const RESOURCES: &[&str] = &[
+    "secrets",
+    "syncrules",
+    "events",
+    "namespaces",
+    "leases",
+    "configmaps",
+    "updaterequests",
+    "clusterpolicies",
+    "policyreports",
+    "clusterpolicyreports",
+    "ephemeralreports",
+    "clusterephemeralreports",
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+];
 const NAME: &str = "creds";
 
 /// Writes in flight at once for the raw client: mimeo's own per-rule write concurrency.
@@ -61,6 +102,7 @@ fn arg(name: &str, default: u64) -> u64 {
 enum Tool {
     Mimeo,
     Replicator,
+    Kyverno,
 }
 
 /// What one run measured.
@@ -79,6 +121,8 @@ struct Run {
     /// Rule reconciles over the rotations alone (mimeo's own metric).
     rotation_reconciles: Option<f64>,
     peak_mib: f64,
+    /// Each process's peak, when the tool is more than one (Kyverno).
+    peaks: String,
     cpu_secs: f64,
     requests: BTreeMap<(String, String), f64>,
     idle_cpu_secs: f64,
@@ -103,13 +147,19 @@ async fn main() {
         raw: arg("--raw", 0) > 0,
         settle: Duration::from_millis(arg("--settle-ms", 0)),
         each: arg("--each", 0) > 0,
+        clone_list: arg("--kyverno-clone-list", 0) > 0,
     };
     let bins: Vec<String> = match std::env::var("MIMEO_BENCH_BINS") {
         Ok(bins) if !bins.is_empty() => bins.split(',').map(str::to_owned).collect(),
         _ => vec![env!("CARGO_BIN_EXE_mimeo").to_owned()],
     };
     let replicator = if tools.contains("replicator") {
-        build_replicator()
+        build_script("../shared/peers/build-kubernetes-replicator.sh")
+    } else {
+        String::new()
+    };
+    let kyverno = if tools.contains("kyverno") {
+        build_script("tests/support/build-kyverno.sh")
     } else {
         String::new()
     };
@@ -126,11 +176,15 @@ async fn main() {
         if tools.contains("replicator") {
             tools_this_run.push((Tool::Replicator, replicator.as_str()));
         }
+        if tools.contains("kyverno") {
+            tools_this_run.push((Tool::Kyverno, kyverno.as_str()));
+        }
         for (tool, program) in tools_this_run {
             let label = match tool {
                 Tool::Mimeo if bins.len() > 1 => format!("mimeo {}", label_of(program)),
                 Tool::Mimeo => "mimeo".into(),
                 Tool::Replicator => "kubernetes-replicator".into(),
+                Tool::Kyverno => "kyverno".into(),
             };
             let run = scenario(tool, program, &label, k, &options).await;
             report(&run);
@@ -151,6 +205,8 @@ struct Options {
     /// Print each rotation as it ends, with when its source was written (`--each 1`), to lay
     /// beside mimeo's log.
     each: bool,
+    /// Kyverno clones with `cloneList` rather than `clone` (`--kyverno-clone-list 1`).
+    clone_list: bool,
 }
 
 /// A binary's name in the table: its file name, or its directory's for a file named `mimeo`.
@@ -166,10 +222,11 @@ fn label_of(program: &str) -> String {
     }
 }
 
-/// The tool's process: mimeo's has metrics to read.
+/// The tool's process: mimeo's has metrics to read; Kyverno is two.
 enum Running {
     Mimeo(Mimeo),
     Other(processes::Child),
+    Kyverno(Kyverno),
 }
 
 impl Running {
@@ -177,6 +234,19 @@ impl Running {
         match self {
             Running::Mimeo(m) => m,
             Running::Other(c) => c,
+            Running::Kyverno(k) => k,
+        }
+    }
+
+    /// Each process's peak resident memory, when there is more than one.
+    fn peaks(&self) -> String {
+        match self {
+            Running::Kyverno(k) => format!(
+                " (admission controller {:.1} MiB, background controller {:.1} MiB)",
+                k.admission.peak_mib(),
+                k.background.peak_mib()
+            ),
+            _ => String::new(),
         }
     }
 
@@ -195,19 +265,18 @@ impl Running {
     }
 }
 
-fn build_replicator() -> String {
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/peers/build-kubernetes-replicator.sh");
+/// Runs a build script (relative to the crate) and takes the last line it prints: the tool's
+/// binary, or the directory holding it.
+fn build_script(relative: &str) -> String {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative);
     let output = std::process::Command::new("bash")
         .arg(&script)
+        .stderr(std::process::Stdio::inherit())
         .output()
-        .expect("running the build script");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(output.status.success(), "{} failed", script.display());
+    let stdout = String::from_utf8(output.stdout).expect("the build script prints UTF-8");
+    stdout.lines().last().unwrap_or_default().trim().to_owned()
 }
 
 fn secret_value(i: usize) -> String {
@@ -343,6 +412,348 @@ async fn raw_rotation(client: &Client, set: RawSet, namespaces: usize, r: usize,
         .await;
 }
 
+/// A fresh control plane; for Kyverno, with users for its two controllers and its CRDs.
+async fn start_plane(tool: Tool, program: &str) -> ControlPlane {
+    let options = match tool {
+        Tool::Kyverno => mimeo_envtest::Options {
+            users: vec![KYVERNO_ADMISSION_USER.into(), KYVERNO_BACKGROUND_USER.into()],
+            ..Default::default()
+        },
+        _ => Default::default(),
+    };
+    let plane = ControlPlane::start_with(options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut crds = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")];
+    if tool == Tool::Kyverno {
+        let dir = std::path::Path::new(program).join("crds");
+        let files = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+        crds.extend(files.flatten().map(|f| f.path()));
+    }
+    plane
+        .install_crds(&crds)
+        .await
+        .unwrap_or_else(|e| panic!("installing the CRDs: {e}"));
+    plane
+}
+
+/// Starts the tool and waits until it is ready to be measured.
+async fn start_tool(
+    tool: Tool,
+    program: &str,
+    plane: &ControlPlane,
+    client: &Client,
+    dir: &std::path::Path,
+) -> Running {
+    match tool {
+        Tool::Mimeo => {
+            let mut mimeo = Mimeo::start_bin(std::path::Path::new(program), plane.kubeconfig_path(), dir);
+            mimeo.wait_ready().await;
+            Running::Mimeo(mimeo)
+        }
+        Tool::Replicator => Running::Other(processes::Child::start(
+            std::process::Command::new(program).args([
+                "--kubeconfig",
+                plane.kubeconfig_path().to_str().expect("a UTF-8 path"),
+                "--status-addr",
+                "127.0.0.1:0",
+                "--replicate-roles=false",
+                "--replicate-role-bindings=false",
+                "--replicate-service-accounts=false",
+            ]),
+            &dir.join("replicator.log"),
+        )),
+        Tool::Kyverno => {
+            Running::Kyverno(Kyverno::start(std::path::Path::new(program), plane, client, dir).await)
+        }
+    }
+}
+
+/// Writes the source and what asks the tool to fan it out; returns the source, to rotate.
+async fn trigger(tool: Tool, client: &Client, clone_list: bool) -> serde_json::Value {
+    let mut source = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": NAME, "namespace": SOURCE_NS},
+        "data": {"token": ByteString(secret_value(0).into_bytes())}});
+    match tool {
+        Tool::Replicator => {
+            source["metadata"]["annotations"] =
+                json!({"replicator.v1.mittwald.de/replicate-to-matching": "fan=out"})
+        }
+        Tool::Kyverno => source["metadata"]["labels"] = json!({"bench": "source"}),
+        Tool::Mimeo => {}
+    }
+    apply(client, source.clone()).await;
+    match tool {
+        Tool::Mimeo => {
+            apply(
+                client,
+                json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                "metadata": {"name": "fan-out", "namespace": SOURCE_NS},
+                "spec": {"source": {"kind": "Secret", "name": NAME},
+                         "targets": [{"namespaceSelector": {"matchLabels": {"fan": "out"}}}]}}),
+            )
+            .await
+        }
+        Tool::Kyverno => apply(client, kyverno_policy(clone_list)).await,
+        Tool::Replicator => {}
+    }
+    source
+}
+
+/// The ClusterPolicy: every Namespace labelled `fan=out`, those there before it too, gets a copy
+/// of the source, kept in sync with it.
+fn kyverno_policy(clone_list: bool) -> serde_json::Value {
+    let target = "{{request.object.metadata.name}}";
+    let generate = if clone_list {
+        json!({"namespace": target, "synchronize": true, "generateExisting": true,
+               "cloneList": {"namespace": SOURCE_NS, "kinds": ["v1/Secret"],
+                             "selector": {"matchLabels": {"bench": "source"}}}})
+    } else {
+        json!({"apiVersion": "v1", "kind": "Secret", "name": NAME, "namespace": target,
+               "synchronize": true, "generateExisting": true,
+               "clone": {"namespace": SOURCE_NS, "name": NAME}})
+    };
+    json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+           "metadata": {"name": KYVERNO_POLICY},
+           "spec": {"rules": [{"name": "fan-out",
+               "match": {"any": [{"resources": {"kinds": ["Namespace"],
+                                                "selector": {"matchLabels": {"fan": "out"}}}}]},
+               "generate": generate}]}})
+}
+
+fn cluster_policies(client: &Client) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk("kyverno.io", "v1", "ClusterPolicy");
+    Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::from_gvk_with_plural(&gvk, "clusterpolicies"),
+    )
+}
+
+/// Waits (up to 120 s) for the policy's Ready condition and prints when it came, counted from
+/// `started` (the fan-out's start); not part of any figure.
+async fn policy_ready(client: &Client, started: Instant) {
+    let api = cluster_policies(client);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        let policy = api.get(KYVERNO_POLICY).await.expect("reading the ClusterPolicy");
+        let conditions = policy.data["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let ready = conditions.iter().find(|c| c["type"] == "Ready");
+        if ready.is_some_and(|c| c["status"] == "True") {
+            println!(
+                "kyverno: the ClusterPolicy was Ready {:.2} s after the fan-out's start",
+                started.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("kyverno: the ClusterPolicy was not Ready within 120 s after the fan-out");
+}
+
+/// The last 40 lines of a log, headed by its name.
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+    format!("--- {}:\n{tail}", path.display())
+}
+
+/// Copies the tool's logs to `to` (`MIMEO_BENCH_LOG_DIR`), named after the run.
+fn keep_logs(tool: Tool, dir: &std::path::Path, to: &std::path::Path, run: &str) {
+    let logs: &[&str] = match tool {
+        Tool::Mimeo => &["mimeo.log"],
+        Tool::Replicator => &[],
+        Tool::Kyverno => &["kyverno-admission.log", "kyverno-background.log"],
+    };
+    for log in logs {
+        let _ = std::fs::copy(dir.join(log), to.join(format!("{run}-{log}")));
+    }
+}
+
+/// Kyverno's admission controller and background controller, run as local processes.
+struct Kyverno {
+    admission: processes::Child,
+    background: processes::Child,
+}
+
+impl Process for Kyverno {
+    fn pid(&self) -> u32 {
+        self.admission.pid()
+    }
+
+    fn stop(&mut self) {
+        self.background.stop();
+        self.admission.stop();
+    }
+
+    fn cpu_secs(&self) -> f64 {
+        self.admission.cpu_secs() + self.background.cpu_secs()
+    }
+
+    /// The sum of the two peaks (which need not have come at the same time).
+    fn peak_mib(&self) -> f64 {
+        self.admission.peak_mib() + self.background.peak_mib()
+    }
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("finding a free loopback port")
+        .port()
+}
+
+impl Kyverno {
+    /// Starts both controllers from `bin_dir`, each as its own user, and waits until the admission
+    /// controller has registered its webhooks and the background controller leads.
+    async fn start(
+        bin_dir: &std::path::Path,
+        plane: &ControlPlane,
+        client: &Client,
+        dir: &std::path::Path,
+    ) -> Kyverno {
+        apply(
+            client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KYVERNO_NS}}),
+        )
+        .await;
+        apply(client, kyverno_config()).await;
+        // Kyverno checks a policy against its controllers' rights by SubjectAccessReviews of their
+        // user names (groups aside), so `system:masters` is not enough: RBAC must grant them too.
+        let subjects: Vec<serde_json::Value> = [KYVERNO_ADMISSION_USER, KYVERNO_BACKGROUND_USER]
+            .iter()
+            .map(|user| json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}))
+            .collect();
+        apply(
+            client,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": "kyverno-bench"}, "subjects": subjects,
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": "cluster-admin"}}),
+        )
+        .await;
+        let port = free_port();
+        let mut admission = kyverno_command(bin_dir, "kyverno", plane, KYVERNO_ADMISSION_USER, dir);
+        admission.args([
+            format!("--serverIP=127.0.0.1:{port}"),
+            "--webhookServerHost=127.0.0.1".into(),
+            format!("--webhookServerPort={port}"),
+            "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca".into(),
+            "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair".into(),
+            format!("--backgroundServiceAccountName={KYVERNO_BACKGROUND_USER}"),
+            "--reportsServiceAccountName=system:serviceaccount:kyverno:kyverno-reports-controller".into(),
+        ]);
+        let mut background = kyverno_command(
+            bin_dir,
+            "background-controller",
+            plane,
+            KYVERNO_BACKGROUND_USER,
+            dir,
+        );
+        let kyverno = Kyverno {
+            admission: processes::Child::start(&mut admission, &dir.join("kyverno-admission.log")),
+            background: processes::Child::start(&mut background, &dir.join("kyverno-background.log")),
+        };
+        wait_kyverno_ready(client, dir).await;
+        kyverno
+    }
+}
+
+/// Kyverno's ConfigMap as its chart (3.9.1, for v1.19.1) writes it by default, less the resource
+/// filters that name the chart's own objects (none of which exist here). Without it the
+/// `updateRequestThreshold` is 0 and the background controller skips every UpdateRequest ("the
+/// number of updaterequests exceeds the threshold").
+fn kyverno_config() -> serde_json::Value {
+    let filters = "[*/*,kyverno,*] [Event,*,*] [*/*,kube-system,*] [*/*,kube-public,*] \
+        [*/*,kube-node-lease,*] [Node,*,*] [Node/?*,*,*] [APIService,*,*] [APIService/?*,*,*] \
+        [TokenReview,*,*] [SubjectAccessReview,*,*] [SelfSubjectAccessReview,*,*] [Binding,*,*] \
+        [Pod/binding,*,*] [ReplicaSet,*,*] [ReplicaSet/?*,*,*] [EphemeralReport,*,*] \
+        [ClusterEphemeralReport,*,*]";
+    let webhooks = json!({"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [KYVERNO_NS]}]}});
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "kyverno", "namespace": KYVERNO_NS},
+           "data": {"enableDefaultRegistryMutation": "true", "defaultRegistry": "docker.io",
+                    "generateSuccessEvents": "false", "excludeGroups": "system:nodes",
+                    "resourceFilters": filters, "updateRequestThreshold": "1000",
+                    "webhooks": webhooks.to_string()}})
+}
+
+/// One of Kyverno's controllers as its user, with the environment a pod of the chart would have.
+fn kyverno_command(
+    bin_dir: &std::path::Path,
+    bin: &str,
+    plane: &ControlPlane,
+    user: &str,
+    dir: &std::path::Path,
+) -> std::process::Command {
+    let account = user.rsplit(':').next().unwrap_or(user);
+    let kubeconfig = dir.join(format!("{account}.kubeconfig"));
+    let yaml = plane
+        .user_token_kubeconfig_yaml(user)
+        .expect("the plane was started with Kyverno's users");
+    std::fs::write(&kubeconfig, yaml).expect("writing Kyverno's kubeconfig");
+    let mut command = std::process::Command::new(bin_dir.join(bin));
+    command
+        .env("KYVERNO_NAMESPACE", KYVERNO_NS)
+        .env("KYVERNO_SERVICEACCOUNT_NAME", account)
+        .env("KYVERNO_DEPLOYMENT", account)
+        .env("KYVERNO_POD_NAME", format!("{account}-local"))
+        .env("INIT_CONFIG", "kyverno")
+        .env("METRICS_CONFIG", "kyverno-metrics")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg("--metricsHost=127.0.0.1")
+        .arg(format!("--metricsPort={}", free_port()))
+        .arg("--controllerRuntimeMetricsAddress=0")
+        .arg("--disableLogColor");
+    command
+}
+
+/// Waits (up to 180 s) until the admission controller has registered its policy webhook with its
+/// CA and the background controller holds its lease.
+async fn wait_kyverno_ready(client: &Client, dir: &std::path::Path) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::coordination::v1::Lease;
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), KYVERNO_NS);
+    let started = Instant::now();
+    loop {
+        let webhook = webhooks
+            .get_opt("kyverno-policy-validating-webhook-cfg")
+            .await
+            .ok()
+            .flatten();
+        let has_ca = webhook
+            .iter()
+            .flat_map(|w| w.webhooks.iter().flatten())
+            .any(|w| w.client_config.ca_bundle.is_some());
+        let lease = leases
+            .get_opt("kyverno-background-controller")
+            .await
+            .ok()
+            .flatten();
+        let led = lease.and_then(|l| l.spec?.holder_identity).is_some();
+        if has_ca && led {
+            println!(
+                "kyverno: ready {:.1} s after start",
+                started.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "Kyverno was not ready within 180 s (policy webhook with a CA: {has_ca}, background controller leading: {led})\n{}\n{}",
+            log_tail(&dir.join("kyverno-admission.log")),
+            log_tail(&dir.join("kyverno-background.log")),
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Options) -> Run {
     let Options {
         namespaces,
@@ -351,9 +762,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         wait,
         ..
     } = *options;
-    let plane = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
-    let crds = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml");
-    plane.install_crds(&[crds]).await.unwrap();
+    let plane = start_plane(tool, program).await;
     let client = plane.client().await.unwrap();
     apply(
         &client,
@@ -381,53 +790,16 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
             }
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mut running = match tool {
-        Tool::Mimeo => {
-            let mut mimeo =
-                Mimeo::start_bin(std::path::Path::new(program), plane.kubeconfig_path(), dir.path());
-            mimeo.wait_ready().await;
-            Running::Mimeo(mimeo)
-        }
-        Tool::Replicator => Running::Other(processes::Child::start(
-            std::process::Command::new(program).args([
-                "--kubeconfig",
-                plane.kubeconfig_path().to_str().unwrap(),
-                "--status-addr",
-                "127.0.0.1:0",
-                "--replicate-roles=false",
-                "--replicate-role-bindings=false",
-                "--replicate-service-accounts=false",
-            ]),
-            &dir.path().join("replicator.log"),
-        )),
-    };
+    let dir = tempfile::tempdir().expect("creating a directory for the tool's logs");
+    let mut running = start_tool(tool, program, &plane, &client, dir.path()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
     let observer = observe(&client, seen_tx);
-    let requests_before =
-        apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
+    let requests_before = apiserver_requests(&client, RESOURCES).await;
     let cpu_before = running.process().cpu_secs();
 
     let started = Instant::now();
-    let mut source = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": NAME, "namespace": SOURCE_NS},
-        "data": {"token": ByteString(secret_value(0).into_bytes())}});
-    if tool == Tool::Replicator {
-        source["metadata"]["annotations"] =
-            json!({"replicator.v1.mittwald.de/replicate-to-matching": "fan=out"});
-    }
-    apply(&client, source.clone()).await;
-    if tool == Tool::Mimeo {
-        apply(
-            &client,
-            json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
-            "metadata": {"name": "fan-out", "namespace": SOURCE_NS},
-            "spec": {"source": {"kind": "Secret", "name": NAME},
-                     "targets": [{"namespaceSelector": {"matchLabels": {"fan": "out"}}}]}}),
-        )
-        .await;
-    }
+    let source = trigger(tool, &client, options.clone_list).await;
     let fan_out = all_seen(
         &mut seen,
         &secret_value(0),
@@ -436,6 +808,9 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         Duration::from_secs(300),
     )
     .await;
+    if tool == Tool::Kyverno {
+        policy_ready(&client, started).await;
+    }
     // The raw client writes what mimeo writes: a copy's labels and annotations, those a rotation
     // changes changing with each of its own (known after mimeo's first rotation).
     let (mut shape, mut raw_shape_requests) = (None, 0.0);
@@ -452,8 +827,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     }
 
     tokio::time::sleep(options.settle).await;
-    let rotations_before =
-        apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
+    let rotations_before = apiserver_requests(&client, RESOURCES).await;
     let reconciles_before = running.reconciles().await;
     let machine_before = machine_cpu();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), SOURCE_NS);
@@ -509,8 +883,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         }
     }
     let machine = machine_cpu().since(&machine_before);
-    let after_rotations =
-        apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
+    let after_rotations = apiserver_requests(&client, RESOURCES).await;
     let mut rotation_requests = requests_since(&rotations_before, &after_rotations);
     let mut requests = requests_since(&requests_before, &after_rotations);
     // The raw client's own creates and updates are not the tool's.
@@ -530,24 +903,25 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     let cpu_secs = process.cpu_secs() - cpu_before;
 
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let idle_before = apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await;
+    let idle_before = apiserver_requests(&client, RESOURCES).await;
     let idle_cpu_before = process.cpu_secs();
     tokio::time::sleep(idle).await;
     let idle_cpu_secs = process.cpu_secs() - idle_cpu_before;
-    let idle_requests = requests_since(
-        &idle_before,
-        &apiserver_requests(&client, &["secrets", "syncrules", "events", "namespaces"]).await,
-    )
-    .values()
-    .sum();
+    let idle_requests = requests_since(&idle_before, &apiserver_requests(&client, RESOURCES).await)
+        .values()
+        .sum();
     let peak_mib = process.peak_mib();
+    let peaks = running.peaks();
+    let process = running.process();
     observer.abort();
     process.stop();
-    if let Ok(logs) = std::env::var("MIMEO_BENCH_LOG_DIR")
-        && tool == Tool::Mimeo
-    {
-        let to = std::path::Path::new(&logs).join(format!("{}-run{k}.log", label.replace(' ', "-")));
-        let _ = std::fs::copy(dir.path().join("mimeo.log"), to);
+    if let Ok(logs) = std::env::var("MIMEO_BENCH_LOG_DIR") {
+        keep_logs(
+            tool,
+            dir.path(),
+            std::path::Path::new(&logs),
+            &format!("{}-run{k}", label.replace(' ', "-")),
+        );
     }
     Run {
         label: label.to_owned(),
@@ -558,6 +932,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         rotation_requests,
         rotation_reconciles,
         peak_mib,
+        peaks,
         cpu_secs,
         requests,
         idle_cpu_secs,
@@ -750,7 +1125,7 @@ fn report(run: &Run) {
         m.steal_secs,
     );
     println!(
-        "{}: fan-out {}; rotations {}/{} converged, p50 {}, p99 {}; peak {:.1} MiB; CPU {:.2} s; idle CPU {:.2} s, idle requests {}",
+        "{}: fan-out {}; rotations {}/{} converged, p50 {}, p99 {}; peak {:.1} MiB{}; CPU {:.2} s; idle CPU {:.2} s, idle requests {}",
         run.label,
         show(run.fan_out),
         done.len(),
@@ -758,6 +1133,7 @@ fn report(run: &Run) {
         show(percentile(&done, 0.5)),
         show(percentile(&done, 0.99)),
         run.peak_mib,
+        run.peaks,
         run.cpu_secs,
         run.idle_cpu_secs,
         run.idle_requests
@@ -785,10 +1161,19 @@ fn summary(results: &[Run], options: &Options) {
         options.rotations,
         of(labels[0]).count()
     );
-    let last = labels.len() - 1;
-    let compared = format!("{} / {}", labels[last], labels[0]);
-    println!("| | {} | {compared} |", labels.join(" | "));
-    println!("|---|{}---|", "---|".repeat(labels.len()));
+    // One ratio column for each tool after the first: its mean over the first's.
+    let compared: Vec<String> = labels[1..]
+        .iter()
+        .map(|l| format!("{l} / {}", labels[0]))
+        .collect();
+    let cells = |v: &[String]| v.iter().map(|c| format!(" {c} |")).collect::<String>();
+    let names: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+    println!("| |{}{}", cells(&names), cells(&compared));
+    println!(
+        "|---|{}{}",
+        "---|".repeat(labels.len()),
+        "---|".repeat(compared.len())
+    );
     let row = |what: &str, f: &dyn Fn(&Run) -> Option<f64>, unit: &str| {
         let values = |label: &str| of(label).map(f).collect::<Vec<_>>();
         let text = |v: &[Option<f64>]| {
@@ -802,12 +1187,14 @@ fn summary(results: &[Run], options: &Options) {
             (!xs.is_empty() && xs.len() == v.len()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
         };
         let columns: Vec<Vec<Option<f64>>> = labels.iter().map(|l| values(l)).collect();
-        let ratio = match (mean(&columns[0]), mean(&columns[last])) {
-            (Some(first), Some(other)) if first > 0.0 => format!("{:.2}x", other / first),
-            _ => "-".into(),
-        };
-        let cells: Vec<String> = columns.iter().map(|c| text(c)).collect();
-        println!("| {what} | {} | {ratio} |", cells.join(" | "));
+        let ratios: Vec<String> = (columns[1..].iter())
+            .map(|other| match (mean(&columns[0]), mean(other)) {
+                (Some(first), Some(other)) if first > 0.0 => format!("{:.2}x", other / first),
+                _ => "-".into(),
+            })
+            .collect();
+        let texts: Vec<String> = columns.iter().map(|c| text(c)).collect();
+        println!("| {what} |{}{}", cells(&texts), cells(&ratios));
     };
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
     row("fan-out", &|r| secs(r.fan_out), " s");
