@@ -10,7 +10,8 @@
 //! not reached every copy within the wait counts as not converged), peak resident memory and CPU
 //! time of the tool's processes (Kyverno's admission controller and background controller: CPU
 //! summed, peaks summed, each peak printed), the apiserver's requests by verb and resource (its own
-//! metrics, WATCH excluded; the resources any of the tools touch, leases included), and CPU and
+//! metrics, WATCH excluded; the resources any of the tools touch, leases included, so every count
+//! also holds the apiserver's renewals of its own identity lease, one every 10 s), and CPU and
 //! requests over an idle period.
 //!
 //! `cargo bench --bench peers -- [--namespaces N] [--rotations R] [--runs K] [--idle-secs S]
