@@ -903,14 +903,7 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
     let process = running.process();
     let cpu_secs = process.cpu_secs() - cpu_before;
 
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let idle_before = apiserver_requests(&client, RESOURCES).await;
-    let idle_cpu_before = process.cpu_secs();
-    tokio::time::sleep(idle).await;
-    let idle_cpu_secs = process.cpu_secs() - idle_cpu_before;
-    let idle_requests = requests_since(&idle_before, &apiserver_requests(&client, RESOURCES).await)
-        .values()
-        .sum();
+    let (idle_cpu_secs, idle_requests) = idle_cost(&client, process, idle).await;
     let peak_mib = process.peak_mib();
     let peaks = running.peaks();
     let process = running.process();
@@ -940,6 +933,17 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         idle_requests,
         machine,
     }
+}
+
+/// CPU time of the tool and requests to the apiserver over `idle`, 5 s after the last rotation.
+async fn idle_cost(client: &Client, process: &mut dyn Process, idle: Duration) -> (f64, f64) {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = apiserver_requests(client, RESOURCES).await;
+    let cpu_before = process.cpu_secs();
+    tokio::time::sleep(idle).await;
+    let cpu = process.cpu_secs() - cpu_before;
+    let after = apiserver_requests(client, RESOURCES).await;
+    (cpu, requests_since(&before, &after).values().sum())
 }
 
 /// The whole machine's CPU over a stretch, from /proc/stat: how busy it was (every process, the
@@ -1144,6 +1148,49 @@ fn report(run: &Run) {
     }
 }
 
+/// Markdown cells, each closed by a bar.
+fn cells(values: &[String]) -> String {
+    values.iter().map(|c| format!(" {c} |")).collect()
+}
+
+/// The table's head: a column per tool, then one ratio column for each tool after the first.
+fn table_header(labels: &[&str]) {
+    let names: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+    let compared: Vec<String> = (labels[1..].iter())
+        .map(|l| format!("{l} / {}", labels[0]))
+        .collect();
+    println!("| |{}{}", cells(&names), cells(&compared));
+    println!("|---|{}", "---|".repeat(names.len() + compared.len()));
+}
+
+/// One row: each tool's runs, then each later tool's mean over the first's.
+fn table_row(results: &[Run], labels: &[&str], what: &str, f: &dyn Fn(&Run) -> Option<f64>, unit: &str) {
+    let values = |label: &str| {
+        (results.iter().filter(|r| r.label == label))
+            .map(f)
+            .collect::<Vec<_>>()
+    };
+    let text = |v: &[Option<f64>]| {
+        v.iter()
+            .map(|x| x.map(|x| format!("{x:.2}{unit}")).unwrap_or_else(|| "-".into()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mean = |v: &[Option<f64>]| {
+        let xs: Vec<f64> = v.iter().flatten().copied().collect();
+        (!xs.is_empty() && xs.len() == v.len()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+    };
+    let columns: Vec<Vec<Option<f64>>> = labels.iter().map(|l| values(l)).collect();
+    let ratios: Vec<String> = (columns[1..].iter())
+        .map(|other| match (mean(&columns[0]), mean(other)) {
+            (Some(first), Some(other)) if first > 0.0 => format!("{:.2}x", other / first),
+            _ => "-".into(),
+        })
+        .collect();
+    let texts: Vec<String> = columns.iter().map(|c| text(c)).collect();
+    println!("| {what} |{}{}", cells(&texts), cells(&ratios));
+}
+
 fn summary(results: &[Run], options: &Options) {
     let mut labels: Vec<&str> = Vec::new();
     for run in results {
@@ -1162,41 +1209,9 @@ fn summary(results: &[Run], options: &Options) {
         options.rotations,
         of(labels[0]).count()
     );
-    // One ratio column for each tool after the first: its mean over the first's.
-    let compared: Vec<String> = labels[1..]
-        .iter()
-        .map(|l| format!("{l} / {}", labels[0]))
-        .collect();
-    let cells = |v: &[String]| v.iter().map(|c| format!(" {c} |")).collect::<String>();
-    let names: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
-    println!("| |{}{}", cells(&names), cells(&compared));
-    println!(
-        "|---|{}{}",
-        "---|".repeat(labels.len()),
-        "---|".repeat(compared.len())
-    );
-    let row = |what: &str, f: &dyn Fn(&Run) -> Option<f64>, unit: &str| {
-        let values = |label: &str| of(label).map(f).collect::<Vec<_>>();
-        let text = |v: &[Option<f64>]| {
-            v.iter()
-                .map(|x| x.map(|x| format!("{x:.2}{unit}")).unwrap_or_else(|| "-".into()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let mean = |v: &[Option<f64>]| {
-            let xs: Vec<f64> = v.iter().flatten().copied().collect();
-            (!xs.is_empty() && xs.len() == v.len()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
-        };
-        let columns: Vec<Vec<Option<f64>>> = labels.iter().map(|l| values(l)).collect();
-        let ratios: Vec<String> = (columns[1..].iter())
-            .map(|other| match (mean(&columns[0]), mean(other)) {
-                (Some(first), Some(other)) if first > 0.0 => format!("{:.2}x", other / first),
-                _ => "-".into(),
-            })
-            .collect();
-        let texts: Vec<String> = columns.iter().map(|c| text(c)).collect();
-        println!("| {what} |{}{}", cells(&texts), cells(&ratios));
-    };
+    table_header(&labels);
+    let row =
+        |what: &str, f: &dyn Fn(&Run) -> Option<f64>, unit: &str| table_row(results, &labels, what, f, unit);
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
     row("fan-out", &|r| secs(r.fan_out), " s");
     row("rotation p50", &|r| secs(percentile(&converged(r), 0.5)), " s");
