@@ -791,7 +791,10 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
             }
         }
     }
-    let dir = tempfile::tempdir().expect("creating a directory for the tool's logs");
+    let mut dir = tempfile::tempdir().expect("creating a directory for the tool's logs");
+    // Asked to keep the logs, keep them if the run fails too (they are copied only at its end).
+    dir.disable_cleanup(std::env::var_os("MIMEO_BENCH_LOG_DIR").is_some());
+    println!("{label}: logs in {}", dir.path().display());
     let mut running = start_tool(tool, program, &plane, &client, dir.path()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
@@ -841,10 +844,11 @@ async fn scenario(tool: Tool, program: &str, label: &str, k: u64, options: &Opti
         next["data"]["token"] = serde_json::to_value(ByteString(value.clone().into_bytes())).unwrap();
         let started = Instant::now();
         let wall = k8s_openapi::jiff::Timestamp::now();
+        // A tool whose admission webhook has gone (Kyverno's, failurePolicy Fail) refuses it.
         secrets
             .patch(NAME, &PatchParams::apply("bench").force(), &Patch::Apply(&next))
             .await
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{label}: rotation {r}: writing the source: {e}"));
         let latency = all_seen(&mut seen, &value, namespaces, started, wait).await;
         if options.each {
             println!("{label}: rotation {r} written at {wall}: {}", show(latency));
