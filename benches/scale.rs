@@ -198,25 +198,15 @@ async fn main() {
     let settled = mimeo.rss_mib();
     let peak = mimeo.peak_rss_mib();
 
-    // Restart with nothing changed. Counted from the stop, so that a status write or event of
-    // the last phase still in flight is not taken for the new process's.
-    mimeo.stop();
-    let writes_before = apiserver_requests(&client, WRITTEN).await;
-    let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
-    mimeo.wait_ready().await;
-    let synced = format!(
-        "mimeo_copies{{state=\"Synced\"}} {}",
-        all_sources * NAMESPACES + RULES
-    );
-    let restarted = Instant::now();
-    while !mimeo.metrics().await.contains(&synced) {
-        assert!(
-            restarted.elapsed() < Duration::from_secs(600),
-            "the restarted controller did not report {synced}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let caught_up = restarted.elapsed();
+    // Restart with nothing changed.
+    let (mut mimeo, caught_up, writes_before) = restart(
+        mimeo,
+        &client,
+        &kubeconfig,
+        dir.path(),
+        all_sources * NAMESPACES + RULES,
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after_restart = mimeo.rss_mib();
     let restart_writes: BTreeMap<(String, String), f64> =
@@ -226,14 +216,7 @@ async fn main() {
             .collect();
     let restart_write_count = restart_writes.values().sum::<f64>() as u64;
 
-    // The big rule goes, and every copy of it with it.
-    let started = Instant::now();
-    Api::<mimeo::api::SyncRule>::namespaced(client.clone(), "scale-src")
-        .delete("fan-out", &Default::default())
-        .await
-        .unwrap();
-    copies.wait_for_live(RULES, Duration::from_secs(900)).await;
-    let deleted = started.elapsed();
+    let deleted = delete_rule(&client, "fan-out", &copies, RULES).await;
     mimeo.stop();
     // MIMEO_BENCH_LOG_DIR keeps the restarted process's log (MIMEO_BENCH_LOG sets its filter).
     if let Ok(logs) = std::env::var("MIMEO_BENCH_LOG_DIR") {
@@ -313,6 +296,44 @@ async fn main() {
         "deletion: the rule of {n2} copies deleted to its last copy gone: {deleted:.2?}, {:.0} copies/s",
         n2 as f64 / deleted.as_secs_f64()
     );
+}
+
+/// Stops `mimeo` and starts it again on the same cluster; returns the new process, how long
+/// after it was ready it reported `total` copies Synced, and the apiserver's write counts taken
+/// between the two (so that a status write or event of the last phase still in flight is not
+/// taken for the new process's).
+async fn restart(
+    mut mimeo: Mimeo,
+    client: &Client,
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+    total: usize,
+) -> (Mimeo, Duration, BTreeMap<(String, String), f64>) {
+    mimeo.stop();
+    let writes_before = apiserver_requests(client, WRITTEN).await;
+    let mut mimeo = Mimeo::start(kubeconfig, dir);
+    mimeo.wait_ready().await;
+    let synced = format!("mimeo_copies{{state=\"Synced\"}} {total}");
+    let restarted = Instant::now();
+    while !mimeo.metrics().await.contains(&synced) {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(600),
+            "the restarted controller did not report {synced}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (mimeo, restarted.elapsed(), writes_before)
+}
+
+/// Deletes the rule `name` in `scale-src`; returns how long until only `left` copies were there.
+async fn delete_rule(client: &Client, name: &str, copies: &CopyCounter, left: usize) -> Duration {
+    let started = Instant::now();
+    Api::<mimeo::api::SyncRule>::namespaced(client.clone(), "scale-src")
+        .delete(name, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting the rule {name}: {e}"));
+    copies.wait_for_live(left, Duration::from_secs(900)).await;
+    started.elapsed()
 }
 
 /// Counts the distinct copies a watch of its own has seen.
@@ -476,19 +497,7 @@ async fn many_rules(plane: &ControlPlane, client: &Client, rules: usize) {
             .max()
             .unwrap_or_default()
     };
-    mimeo.stop();
-    let mut mimeo = Mimeo::start(&kubeconfig, dir.path());
-    mimeo.wait_ready().await;
-    let synced = format!("mimeo_copies{{state=\"Synced\"}} {total}");
-    let restarted = Instant::now();
-    while !mimeo.metrics().await.contains(&synced) {
-        assert!(
-            restarted.elapsed() < Duration::from_secs(600),
-            "the restarted controller did not report {synced}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let caught_up = restarted.elapsed();
+    let (mut mimeo, caught_up, _) = restart(mimeo, client, &kubeconfig, dir.path(), total).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_restart = mimeo.rss_mib();
     mimeo.stop();
