@@ -3,8 +3,9 @@
 //! - **throughput**: copies written per second by one rule fanning sources out to 100 namespaces,
 //!   over the raw write ceiling of the same apiserver (the same objects written by a plain client
 //!   with server-side apply and mimeo's write concurrency);
-//! - **memory**: the controller's resident memory idle, at 1,000 and at 5,000 copies, and at
-//!   5,000 after a restart (what it holds without the peak of writing them);
+//! - **memory**: the controller's resident memory idle, at 1,000 copies and at all of them, and
+//!   settled after the many rules below, against the same copies after a restart (what it holds
+//!   without the peak of writing them);
 //! - **many rules**: 500 `SyncRule`s of one copy each, created at once: rules per second, and the
 //!   apiserver requests each costs;
 //! - **restart**: the apiserver writes a restarted controller makes with nothing changed, and its
