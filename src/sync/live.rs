@@ -4,7 +4,7 @@
 //! the difference between fitting the chart's memory limit and not. Its labels and annotations
 //! are kept as [`Marks`], not as `ObjectMeta`'s maps.
 
-use super::hash::digest_map;
+use super::hash::map_sha256;
 use super::ownership::Marked;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::core::Resource;
@@ -88,8 +88,9 @@ impl Marks {
 /// What the decisions need of a live object's content (everything but metadata and status).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContentSummary {
-    /// [`digest`] of the content: equal exactly when the content is.
-    digest: String,
+    /// SHA-256 of the content ([`super::hash::digest_map`]'s bytes): equal exactly when the
+    /// content is.
+    digest: [u8; 32],
     /// The object keys at every depth, for [`ContentSummary::has_fields_beyond`].
     shape: Shape,
     immutable: bool,
@@ -97,36 +98,93 @@ pub struct ContentSummary {
     type_: Option<Value>,
 }
 
-/// The keys of a JSON object at every depth, sorted, without the values; empty for anything that
-/// is not an object. Boxed slices: a map per level would cost more than the data it stands for.
+/// The keys of a JSON object at every depth, sorted, without the values. Kept as one byte string
+/// (each key in pre-order: its depth, its length as LEB128, its bytes): as a tree of boxed slices
+/// a Secret's `{data: {value}, type}` took five allocations, 10 MB at 100,000 copies.
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Shape(Box<[(Box<str>, Shape)]>);
+struct Shape(Box<[u8]>);
 
 impl Shape {
-    fn of(value: &Value) -> Shape {
-        match value {
-            Value::Object(map) => Shape::of_map(map),
-            _ => Shape::default(),
-        }
+    fn of_map(map: &Map<String, Value>) -> Shape {
+        let mut out = Vec::new();
+        push_keys(map, 0, &mut out);
+        Shape(out.into_boxed_slice())
     }
 
-    fn of_map(map: &Map<String, Value>) -> Shape {
-        let mut keys: Vec<(Box<str>, Shape)> = map
-            .iter()
-            .map(|(k, v)| (k.as_str().into(), Shape::of(v)))
-            .collect();
-        keys.sort_by(|a, b| a.0.cmp(&b.0));
-        Shape(keys.into_boxed_slice())
+    /// Each key with its depth, in pre-order.
+    fn keys(&self) -> Vec<(u8, &str)> {
+        let mut keys = Vec::new();
+        let mut rest = &self.0[..];
+        while let [depth, tail @ ..] = rest {
+            let (len, tail) = read_len(tail);
+            let (key, tail) = tail.split_at(len.min(tail.len()));
+            keys.push((*depth, std::str::from_utf8(key).unwrap_or_default()));
+            rest = tail;
+        }
+        keys
     }
 
     /// Whether this shape holds object keys, at any depth, that `want` lacks; below a key whose
     /// value in `want` is not an object nothing counts (as a server-side apply sees it).
     fn beyond(&self, want: &Map<String, Value>) -> bool {
-        self.0.iter().any(|(key, below)| {
-            want.get(&**key)
-                .is_none_or(|w| w.as_object().is_some_and(|w| below.beyond(w)))
-        })
+        keys_beyond(&self.keys(), want)
     }
+}
+
+/// [`Shape::beyond`] for the keys of one level and all below them.
+fn keys_beyond(keys: &[(u8, &str)], want: &Map<String, Value>) -> bool {
+    let Some(&(depth, _)) = keys.first() else {
+        return false;
+    };
+    let mut at = 0;
+    while at < keys.len() {
+        let below_end = keys[at + 1..]
+            .iter()
+            .position(|(d, _)| *d <= depth)
+            .map_or(keys.len(), |p| at + 1 + p);
+        let beyond = match want.get(keys[at].1) {
+            None => true,
+            Some(Value::Object(want)) => keys_beyond(&keys[at + 1..below_end], want),
+            Some(_) => false,
+        };
+        if beyond {
+            return true;
+        }
+        at = below_end;
+    }
+    false
+}
+
+/// Appends the keys of `map` and below, sorted, at `depth` (parsed JSON nests at most 128 deep;
+/// deeper, the depth stays at 255).
+fn push_keys(map: &Map<String, Value>, depth: u8, out: &mut Vec<u8>) {
+    let mut keys: Vec<(&String, &Value)> = map.iter().collect();
+    keys.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, value) in keys {
+        out.push(depth);
+        let mut len = key.len();
+        while len >= 0x80 {
+            out.push((len as u8 & 0x7f) | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+        out.extend_from_slice(key.as_bytes());
+        if let Value::Object(below) = value {
+            push_keys(below, depth.saturating_add(1), out);
+        }
+    }
+}
+
+/// A LEB128 length and what follows it.
+fn read_len(bytes: &[u8]) -> (usize, &[u8]) {
+    let mut len = 0usize;
+    for (i, byte) in bytes.iter().enumerate() {
+        len |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return (len, &bytes[i + 1..]);
+        }
+    }
+    (len, &[])
 }
 
 /// The content of `object`'s JSON (everything but metadata and status) as a map, for digests.
@@ -147,7 +205,7 @@ impl ContentSummary {
     /// Sums up a content map.
     pub fn of(content: &Map<String, Value>) -> ContentSummary {
         ContentSummary {
-            digest: digest_map(content),
+            digest: map_sha256(content),
             shape: Shape::of_map(content),
             immutable: content.get("immutable") == Some(&Value::Bool(true)),
             type_: content.get("type").cloned(),
@@ -156,7 +214,7 @@ impl ContentSummary {
 
     /// Whether `want` is exactly this content.
     pub fn is(&self, want: &Map<String, Value>) -> bool {
-        self.digest == digest_map(want)
+        self.digest == map_sha256(want)
     }
 
     /// Whether this content holds fields `want` lacks: fields a server-side apply would leave in
@@ -363,6 +421,21 @@ mod tests {
             live.content
                 .has_fields_beyond(&want(json!({"data": {"a": "", "extra": ""}})))
         );
+    }
+
+    #[test]
+    fn a_shape_keeps_long_and_odd_keys_and_their_depths() {
+        let long = "k".repeat(300);
+        let content = map(json!({long.clone(): {"": {"\u{0}x": 1}}, "b": [1], "é": {}}));
+        let live = LiveCopy::summed_up(object(Value::Object(content.clone())));
+        assert!(!live.content.has_fields_beyond(&content));
+        assert_eq!(
+            live.content.shape.keys(),
+            [(0, "b"), (0, long.as_str()), (1, ""), (2, "\u{0}x"), (0, "é")],
+            "sorted by bytes at each level, each followed by what is below it"
+        );
+        let without_deepest = map(json!({long: {"": {}}, "b": [], "é": {}}));
+        assert!(live.content.has_fields_beyond(&without_deepest));
     }
 
     #[test]
