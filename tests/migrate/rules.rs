@@ -18,33 +18,17 @@ fn migrate(h: &Harness, from: &str) -> (String, String) {
 }
 
 fn migrate_with(h: &Harness, args: &[&str]) -> (String, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .arg("migrate")
-        .args(args)
-        .env("KUBECONFIG", h.plane.kubeconfig_path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "{stderr}");
-    (String::from_utf8(output.stdout).unwrap(), stderr)
+    let (code, stdout, stderr) = crate::mimeo_migrate(h, args);
+    assert_eq!(code, 0, "{stderr}");
+    (stdout, stderr)
 }
 
 /// The cut-over's third step: `mimeo migrate --apply` of the plan (its stdout).
 async fn apply_all(h: &Harness, yaml: &str) -> String {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mimeo"))
-        .args(["migrate", "--apply"])
-        .arg(file.path())
-        .env("KUBECONFIG", h.plane.kubeconfig_path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (code, stdout, stderr) = crate::mimeo_migrate(h, &["--apply", file.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
     stdout
 }
 
