@@ -124,8 +124,13 @@ impl Kubelet {
             .status
             .unwrap()
             .token;
+        // Written aside and renamed into place: the replicas of one Deployment share the
+        // account, and a pod starting must never read the file while the next pod's start
+        // rewrites it (a CI run saw `failed to determine current context` so).
         let path = self.dir.path().join(format!("{account}.kubeconfig"));
-        std::fs::write(&path, self.plane.token_kubeconfig_yaml(&token)).unwrap();
+        let aside = tempfile::NamedTempFile::new_in(self.dir.path()).unwrap();
+        std::fs::write(aside.path(), self.plane.token_kubeconfig_yaml(&token)).unwrap();
+        aside.persist(&path).unwrap();
         path
     }
 
