@@ -341,13 +341,15 @@ impl Fleet {
     pub async fn probe(&self, remote: &RemoteCluster) -> Result<String, KubeconfigProblem> {
         let probed = self.probes.probe(&self.local.client, &self.metrics, remote).await;
         let name = remote.name_any();
-        if let Err(problem) = &probed
-            && problem.reason == liveness::UNREACHABLE
-            && lock(&self.connections).contains_key(&name)
-        {
-            self.report_unreachable(&name, &problem.message);
+        match probed {
+            Err(problem)
+                if problem.reason == liveness::UNREACHABLE && lock(&self.connections).contains_key(&name) =>
+            {
+                self.report_unreachable(&name, &problem.message);
+                Err(liveness::down(&problem.message))
+            }
+            other => other,
         }
-        probed
     }
 
     /// The cluster mimeo runs in.

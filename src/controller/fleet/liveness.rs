@@ -176,6 +176,16 @@ pub fn reach(
     })
 }
 
+/// Why a cluster this replica marked down is not ready: its own rules' requests or watches, or its
+/// probe, got no answer, and the fleet's prober asks it now ([`super::Fleet::report_unreachable`]).
+/// One wording whichever found it first, so that the status is written once for it.
+pub fn down(error: &str) -> KubeconfigProblem {
+    KubeconfigProblem {
+        reason: UNREACHABLE,
+        message: format!("does not answer (retrying with backoff): {error}"),
+    }
+}
+
 /// What a shard's holder reports of the cluster: why it cannot reach it (`down`, from its own
 /// requests, watches and probes) while rules of the shard use it; nothing otherwise.
 pub fn report(rules: i32, down: Option<String>) -> Option<String> {

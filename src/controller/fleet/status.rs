@@ -2,9 +2,8 @@
 //! probes it ([`super::liveness`]) and as the replicas holding the shards of the rules that use it
 //! say they see it, with the server version and how many rules use it.
 
-use super::liveness::{self, UNREACHABLE};
+use super::liveness;
 use crate::api::{RemoteCluster, RemoteClusterStatus};
-use crate::clusters::KubeconfigProblem;
 use crate::controller::context::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule_status::{Readiness, ready_conditions};
@@ -33,10 +32,7 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
     }
     let own = match ctx.fleet.down_because(&name) {
         // This replica's own requests and watches do not reach it: no need to try a third way.
-        Some(error) => Err(KubeconfigProblem {
-            reason: UNREACHABLE,
-            message: format!("does not answer (retrying with backoff): {error}"),
-        }),
+        Some(error) => Err(liveness::down(&error)),
         None => ctx.fleet.probe(&cluster).await,
     };
     let reports = cluster
