@@ -174,3 +174,165 @@ async fn a_silent_link_is_not_ready_within_the_bound_every_time_and_ready_after_
         );
     }
 }
+
+/// Two replicas splitting the rules into two shards: this test's controller (`a`), and another
+/// that only holds its shard's Lease (`other`), as whose holder the test writes what it sees. The
+/// `RemoteCluster`'s status is written by `a`, which reaches the cluster; it still says
+/// `Ready=False` while the holder of the other shard reports that it does not, and `True` once
+/// that report is withdrawn. And `a` reports for its own shard, whose rule uses the cluster,
+/// while the link is blackholed, and withdraws it after the heal.
+#[tokio::test]
+async fn what_a_replica_holding_another_shard_sees_counts() {
+    use mimeo::controller::ControllerConfig;
+    use mimeo::replicas::shards::{ShardSettings, Shards, keep};
+    use mimeo::sync::ownership::RuleKey;
+    use mimeo::sync::shards::{shard_of, shard_of_name};
+
+    const COUNT: u32 = 2;
+    let shards = Shards::new(COUNT);
+    let h = Harness::start_with(ControllerConfig {
+        shards: shards.clone(),
+        ..Default::default()
+    })
+    .await;
+    h.namespace("mimeo-system", &[], &[]).await;
+    h.namespace("platform", &[], &[]).await;
+    let settings = |identity: &str| ShardSettings {
+        count: COUNT,
+        namespace: "mimeo-system".into(),
+        prefix: "mimeo".into(),
+        identity: identity.into(),
+        duration: Duration::from_secs(6),
+    };
+    let other = Shards::new(COUNT);
+    let keepers = [
+        tokio::spawn(keep(
+            h.client.clone(),
+            settings("a"),
+            shards.clone(),
+            std::future::pending(),
+        )),
+        tokio::spawn(keep(
+            h.client.clone(),
+            settings("other"),
+            other.clone(),
+            std::future::pending(),
+        )),
+    ];
+    let (mine, theirs) = eventually("one shard each", || async {
+        let (mine, theirs) = (shards.held_now(), other.held_now());
+        (mine.len() == 1 && theirs.len() == 1).then(|| (*mine.first().unwrap(), *theirs.first().unwrap()))
+    })
+    .await;
+    eprintln!("a holds shard {mine}, the other replica shard {theirs}");
+    // A cluster whose status `a` writes, and a rule of `a`'s shard that copies into it.
+    let name = (0..)
+        .map(|i| format!("watched-{i}"))
+        .find(|n| shard_of_name(n, COUNT) == mine)
+        .unwrap();
+    let rule = (0..)
+        .map(|i| format!("pull-{i}"))
+        .find(|r| shard_of(&RuleKey::cluster_sync_rule(r), COUNT) == mine)
+        .unwrap();
+
+    let b = ControlPlane::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let b_client = b.client().await.unwrap();
+    let apps: Namespace = serde_json::from_value(json!({"metadata": {"name": "apps"}})).unwrap();
+    Api::<Namespace>::all(b_client.clone())
+        .create(&PostParams::default(), &apps)
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(b.api_address()).unwrap();
+    let kubeconfig = b
+        .token_kubeconfig_yaml(b.admin_token())
+        .replace(b.server(), &format!("https://{}", proxy.address()));
+    h.register_cluster(&name, &kubeconfig, json!({})).await;
+    h.put_secret("platform", "pull", &[("value", "v0")]).await;
+    h.apply(
+        json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "ClusterSyncRule",
+                   "metadata": {"name": rule},
+                   "spec": {"source": {"kind": "Secret", "name": "pull", "namespace": "platform"},
+                            "targets": [{"cluster": &name, "namespace": "apps"}]}}),
+    )
+    .await;
+    eventually("the copy in B", || async {
+        Api::<Secret>::namespaced(b_client.clone(), "apps")
+            .get_opt("pull")
+            .await
+            .unwrap()
+    })
+    .await;
+    let api: Api<RemoteCluster> = Api::all(h.client.clone());
+    times_to(&api, &[&name], "True", Instant::now(), harness::WAIT).await;
+
+    // What the other replica would write, as the holder of its shard, when its rules there got
+    // no answer; and then, reaching the cluster again, its count alone.
+    let write_as_other = |view: serde_json::Value| {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "status": view});
+            api.patch_status(
+                &name,
+                &kube::api::PatchParams::apply(&format!("mimeo-shard-{theirs}")).force(),
+                &kube::api::Patch::Apply(&patch),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let reported = Instant::now();
+    write_as_other(json!({"rulesByShard": {theirs.to_string(): 1},
+                          "unreachableByShard": {theirs.to_string(): "no answer within 10 s"}}))
+    .await;
+    let took = times_to(&api, &[&name], "False", reported, Duration::from_secs(3)).await[0];
+    let message = api.get(&name).await.unwrap().status.unwrap().conditions[0]
+        .message
+        .clone();
+    eprintln!("Ready=False {took:.2?} after the other replica's report: {message}");
+    assert!(
+        message.contains(&format!("the replica holding shard {theirs} does not reach it")),
+        "{message}"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let withdrawn = Instant::now();
+    write_as_other(json!({"rulesByShard": {theirs.to_string(): 1}})).await;
+    let took = times_to(&api, &[&name], "True", withdrawn, Duration::from_secs(3)).await[0];
+    eprintln!("Ready=True {took:.2?} after the report was withdrawn");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    // `a`'s own shard: reported while `a` does not reach the cluster, withdrawn after.
+    let report_of_mine = || async {
+        api.get(&name)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .unreachable_by_shard
+            .get(&mine.to_string())
+            .cloned()
+    };
+    let cut = Instant::now();
+    proxy.set(Fault::Blackhole);
+    let took = times_to(&api, &[&name], "False", cut, NOT_READY_WITHIN).await[0];
+    let report = eventually("a's report for its shard", || async { report_of_mine().await }).await;
+    eprintln!(
+        "blackholed: Ready=False {took:.2?} after the cut; a reports for shard {mine} after {:.2?}: {report}",
+        cut.elapsed()
+    );
+    assert!(took < NOT_READY_WITHIN, "{took:?}");
+    let healed = Instant::now();
+    proxy.set(Fault::Pass);
+    let took = times_to(&api, &[&name], "True", healed, READY_AGAIN_WITHIN).await[0];
+    eventually("a's report withdrawn", || async {
+        report_of_mine().await.is_none().then_some(())
+    })
+    .await;
+    eprintln!(
+        "healed: Ready=True {took:.2?} after the heal, a's report withdrawn after {:.2?}",
+        healed.elapsed()
+    );
+    for keeper in keepers {
+        keeper.abort();
+    }
+}
