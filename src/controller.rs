@@ -359,7 +359,10 @@ fn report(ctx: &Context, fleet: Arc<Fleet>, readiness: Readiness) {
 }
 
 /// The `RemoteCluster` status controller: the fleet's `RemoteCluster` watch fills its cache and
-/// triggers it.
+/// triggers it. Every `RemoteCluster` is looked at again when the shards held change: a replica
+/// that took over the shard of a cluster's name probes it at once, not at its next minute's look,
+/// and one that took over a rule shard writes its view of each cluster over the last holder's
+/// (`status.unreachableByShard`).
 fn remote_cluster_loop(
     ctx: &Arc<Context>,
     triggers: impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<RemoteCluster>> + Send + 'static,
@@ -370,6 +373,7 @@ fn remote_cluster_loop(
         ctx.fleet.remote_clusters(),
     )
     .reconcile_on(triggers)
+    .reconcile_all_on(ctx.shards.changes())
     .graceful_shutdown_on(stopped)
     .run(fleet::status::reconcile, fleet::status::error_policy, ctx.clone())
     .for_each(|result| async move {

@@ -103,4 +103,9 @@ pub struct RemoteClusterStatus {
     /// cluster, each written by the replica holding that shard; `rules` is their sum.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub rules_by_shard: std::collections::BTreeMap<String, i32>,
+    /// With the rules split into shards between replicas: why the replica holding a shard whose
+    /// rules use this cluster does not reach it, while it does not; written by that replica.
+    /// `Ready` is `False` while any shard is listed here.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub unreachable_by_shard: std::collections::BTreeMap<String, String>,
 }

@@ -5,8 +5,10 @@
 //! (by name), so a rotated credential replaces the client at once. A cluster whose requests fail
 //! to connect is marked down: one prober per cluster then retries with capped exponential
 //! backoff and wakes the cluster's rules when it answers again, so no rule polls a dead cluster.
-//! The `RemoteCluster` status loop is in [`status`].
+//! The `RemoteCluster` status loop is in [`status`]; whether a cluster answers at all, when no
+//! request fails because none is made or the link just falls silent, in [`liveness`].
 
+pub(crate) mod liveness;
 pub(crate) mod status;
 
 use super::error::Error;
@@ -130,6 +132,8 @@ pub struct Fleet {
     /// The identities of deleted `RemoteCluster`s that rules still hold copies through: those
     /// copies are in that cluster still, and another registration of it reaches them.
     departed: Mutex<HashMap<String, String>>,
+    /// The clients that probe the clusters whose status this replica writes.
+    probes: liveness::Probes,
 }
 
 impl Drop for Fleet {
@@ -188,6 +192,7 @@ impl Fleet {
             health: Mutex::new(None),
             identities: Mutex::new(HashMap::new()),
             departed: Mutex::new(HashMap::new()),
+            probes: liveness::Probes::default(),
         });
         if !remote_clusters_enabled {
             // Nothing to list: the cache stays empty and counts as listed.
@@ -323,6 +328,28 @@ impl Fleet {
     /// Why the named cluster is marked down, while it is.
     pub fn down_because(&self, name: &str) -> Option<String> {
         lock(&self.down).get(name).cloned()
+    }
+
+    /// The probe clients of the clusters whose status this replica writes.
+    pub fn probes(&self) -> &liveness::Probes {
+        &self.probes
+    }
+
+    /// Asks the cluster whether it answers ([`liveness::Probes::probe`]). One that does not, while
+    /// rules here use it, is marked down as their own failed request would: they say so at once
+    /// instead of each waiting out its deadline, and the prober takes over.
+    pub async fn probe(&self, remote: &RemoteCluster) -> Result<String, KubeconfigProblem> {
+        let probed = self.probes.probe(&self.local.client, &self.metrics, remote).await;
+        let name = remote.name_any();
+        match probed {
+            Err(problem)
+                if problem.reason == liveness::UNREACHABLE && lock(&self.connections).contains_key(&name) =>
+            {
+                self.report_unreachable(&name, &problem.message);
+                Err(liveness::down(&problem.message))
+            }
+            other => other,
+        }
     }
 
     /// The cluster mimeo runs in.
@@ -624,8 +651,10 @@ impl Fleet {
         watches.insert(name, KubeconfigWatch { reference, task });
     }
 
-    /// Drops a cluster's client and watches, and wakes its rules and its status.
+    /// Drops a cluster's client and watches (and its probe's client, which may be made from the
+    /// same stale kubeconfig), and wakes its rules and its status.
     fn disconnect(&self, name: &str) {
+        self.probes.forget(name);
         let gone = lock(&self.connections).remove(name);
         lock(&self.identities).remove(name);
         lock(&self.down).remove(name);
@@ -679,6 +708,7 @@ impl Fleet {
             // Its copies stay where they are: remember which cluster that is.
             None => {
                 self.metrics.set_remote_cluster(name, None);
+                self.probes.forget(name);
                 if let Some(uid) = lock(&self.identities).get(name).filter(|uid| !uid.is_empty()) {
                     lock(&self.departed).insert(name.to_owned(), uid.clone());
                 }

@@ -21,6 +21,7 @@ mod next_to;
 mod operation;
 mod ownership;
 mod remote_clusters;
+mod remote_liveness;
 mod remote_rbac;
 mod remote_sync;
 mod status_cmd;

@@ -1,9 +1,9 @@
-//! `RemoteCluster` status: reads the kubeconfig Secret, reaches the cluster, and reports
-//! `Ready` with the server version and how many rules use it, or why it cannot be reached.
+//! `RemoteCluster` status: whether the cluster answers, as the replica holding its name's shard
+//! probes it ([`super::liveness`]) and as the replicas holding the shards of the rules that use it
+//! say they see it, with the server version and how many rules use it.
 
-use super::{kubeconfig_ref, read_kubeconfig};
+use super::liveness;
 use crate::api::{RemoteCluster, RemoteClusterStatus};
-use crate::clusters::{self, KubeconfigProblem};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule_status::{Readiness, ready_conditions};
@@ -12,37 +12,41 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often a cluster is checked again: a rotated kubeconfig shows up within this time. A
-/// cluster that stops answering shows up sooner: the fleet marks it down and wakes this.
+/// How often a replica that does not write a cluster's status looks at it, to write what its own
+/// shards see: their rule counts (whether they reach it is written at once when that changes: the
+/// fleet wakes this then).
 const RECHECK: Duration = Duration::from_secs(60);
-/// How often a cluster that is not ready is checked again.
-const RECHECK_NOT_READY: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let by_shard = count_by_shard(&cluster, &ctx).await?;
-    if !ctx.shards.holds_name(&cluster.name_any()) {
+    let name = cluster.name_any();
+    let by_shard = write_shard_views(&cluster, &ctx).await?;
+    if !ctx.shards.holds_name(&name) {
         // Another replica checks it, writes its status and exports its metrics.
-        ctx.metrics.set_remote_cluster(&cluster.name_any(), None);
+        ctx.metrics.set_remote_cluster(&name, None);
+        ctx.fleet.probes().forget(&name);
         return Ok(Action::requeue(RECHECK));
     }
-    let down = ctx.fleet.down_because(&cluster.name_any());
-    let checked = match down {
-        // The fleet's own requests and watches do not reach it: no need to try a third way.
-        Some(error) => Err(KubeconfigProblem {
-            reason: "Unreachable",
-            message: format!("does not answer (retrying with backoff): {error}"),
-        }),
-        None => check(&cluster, &ctx).await,
+    let own = match ctx.fleet.down_because(&name) {
+        // This replica's own requests and watches do not reach it: no need to try a third way.
+        Some(error) => Err(liveness::down(&error)),
+        None => ctx.fleet.probe(&cluster).await,
     };
+    let reports = cluster
+        .status
+        .as_ref()
+        .map(|s| s.unreachable_by_shard.clone())
+        .unwrap_or_default();
+    let checked = liveness::reach(own, &reports, &ctx.shards.held_now(), ctx.shards.count());
     let (ready, version) = match checked {
         Ok(version) => (
             Readiness {
                 ready: true,
                 reason: "Connected".into(),
-                message: connected_message(&version, &ctx.fleet.same_cluster_as(&cluster.name_any())),
+                message: connected_message(&version, &ctx.fleet.same_cluster_as(&name)),
             },
             Some(version),
         ),
@@ -55,10 +59,10 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
     let generation = cluster.meta().generation;
     let rules = match &by_shard {
         Some(counts) => counts.values().sum(),
-        None => ctx.fleet.rules_using(&cluster.name_any()) as i32,
+        None => ctx.fleet.rules_using(&name) as i32,
     };
     ctx.metrics
-        .set_remote_cluster(&cluster.name_any(), Some((ready.ready, i64::from(rules))));
+        .set_remote_cluster(&name, Some((ready.ready, i64::from(rules))));
     let status = RemoteClusterStatus {
         observed_generation: generation,
         conditions: ready_conditions(
@@ -70,58 +74,62 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
         rules: Some(rules),
         // Written by each shard's holder under a field manager of its own, never here.
         rules_by_shard: Default::default(),
+        unreachable_by_shard: Default::default(),
     };
     let previous_own = previous.map(|s| RemoteClusterStatus {
         rules_by_shard: Default::default(),
+        unreachable_by_shard: Default::default(),
         ..s.clone()
     });
     if previous_own.as_ref() != Some(&status) {
         if !ready.ready {
-            tracing::warn!(cluster = %cluster.name_any(), reason = %ready.reason, why = %ready.message, "remote cluster not ready");
+            tracing::warn!(cluster = %name, reason = %ready.reason, why = %ready.message, "remote cluster not ready");
         }
         let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "status": status});
         Api::<RemoteCluster>::all(ctx.client.clone())
             .patch_status(
-                &cluster.name_any(),
+                &name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await?;
     }
-    Ok(Action::requeue(if ready.ready {
-        RECHECK
-    } else {
-        RECHECK_NOT_READY
-    }))
+    Ok(Action::requeue(liveness::next_look(&ready)))
 }
 
-/// With the rules split into shards: writes how many rules of each shard this replica holds use
-/// the cluster (each shard under its own field manager, so that the replicas' writes do not
-/// undo each other), and returns every shard's count as the status will then say.
-async fn count_by_shard(
+/// With the rules split into shards: writes, for each shard this replica holds, how many of its
+/// rules use the cluster and, while this replica does not reach the cluster, why
+/// ([`liveness::report`]); each shard under its own field manager, so that the replicas' writes do
+/// not undo each other, and only when that changed. Returns every shard's count as the status
+/// will then say.
+async fn write_shard_views(
     cluster: &RemoteCluster,
     ctx: &Context,
-) -> Result<Option<std::collections::BTreeMap<String, i32>>, Error> {
+) -> Result<Option<BTreeMap<String, i32>>, Error> {
     let count = ctx.shards.count();
     if count == 1 {
         return Ok(None);
     }
     let name = cluster.name_any();
-    let mut counts = cluster
-        .status
-        .as_ref()
-        .map(|s| s.rules_by_shard.clone())
-        .unwrap_or_default();
+    let status = cluster.status.clone().unwrap_or_default();
+    let mut counts = status.rules_by_shard;
+    let down = ctx.fleet.down_because(&name).map(|why| short_message(&why));
     for shard in ctx.shards.held_now() {
+        let key = shard.to_string();
         let n = ctx
             .fleet
-            .rules_using_among(&name, |key| crate::sync::shards::shard_of(key, count) == shard)
+            .rules_using_among(&name, |rule| crate::sync::shards::shard_of(rule, count) == shard)
             as i32;
-        if counts.get(&shard.to_string()) == Some(&n) {
+        let report = liveness::report(n, down.clone());
+        if counts.get(&key) == Some(&n) && status.unreachable_by_shard.get(&key) == report.as_ref() {
             continue;
         }
-        let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
-                           "status": {"rulesByShard": {shard.to_string(): n}}});
+        // A report left out is removed: this field manager owned it.
+        let mut view = json!({"rulesByShard": {&key: n}});
+        if let Some(why) = &report {
+            view["unreachableByShard"] = json!({&key: why});
+        }
+        let patch = json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster", "status": view});
         Api::<RemoteCluster>::all(ctx.client.clone())
             .patch_status(
                 &name,
@@ -129,7 +137,7 @@ async fn count_by_shard(
                 &Patch::Apply(&patch),
             )
             .await?;
-        counts.insert(shard.to_string(), n);
+        counts.insert(key, n);
     }
     Ok(Some(counts))
 }
@@ -152,19 +160,4 @@ fn connected_message(version: &str, same_cluster: &[String]) -> String {
          kube-system namespaces is the same): each rule writes through the one it names",
         same_cluster.join(", ")
     )
-}
-
-/// Reads the kubeconfig and asks the cluster for its version.
-async fn check(cluster: &RemoteCluster, ctx: &Context) -> Result<String, KubeconfigProblem> {
-    let bytes = read_kubeconfig(&ctx.client, kubeconfig_ref(cluster)?).await?;
-    let requests = ctx.metrics.requests_layer(Some(&cluster.name_any()));
-    let client = clusters::client_from_bytes(bytes, &requests).await?;
-    let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
-        .await
-        .map_err(|_| KubeconfigProblem {
-            reason: "Unreachable",
-            message: "the cluster did not answer within 10 s".into(),
-        })?
-        .map_err(|e| clusters::classify(&e))?;
-    Ok(version.git_version)
 }
