@@ -134,6 +134,8 @@ pub struct Fleet {
     departed: Mutex<HashMap<String, String>>,
     /// The clients that probe the clusters whose status this replica writes.
     probes: liveness::Probes,
+    /// The statuses this replica wrote.
+    written: status::Written,
 }
 
 impl Drop for Fleet {
@@ -193,6 +195,7 @@ impl Fleet {
             identities: Mutex::new(HashMap::new()),
             departed: Mutex::new(HashMap::new()),
             probes: liveness::Probes::default(),
+            written: status::Written::default(),
         });
         if !remote_clusters_enabled {
             // Nothing to list: the cache stays empty and counts as listed.
@@ -333,6 +336,11 @@ impl Fleet {
     /// The probe clients of the clusters whose status this replica writes.
     pub fn probes(&self) -> &liveness::Probes {
         &self.probes
+    }
+
+    /// The statuses this replica wrote, for deciding on them while the cache catches up.
+    pub(crate) fn written(&self) -> &status::Written {
+        &self.written
     }
 
     /// Asks the cluster whether it answers ([`liveness::Probes::probe`]). One that does not, while
@@ -709,6 +717,7 @@ impl Fleet {
             None => {
                 self.metrics.set_remote_cluster(name, None);
                 self.probes.forget(name);
+                self.written.forget(name);
                 if let Some(uid) = lock(&self.identities).get(name).filter(|uid| !uid.is_empty()) {
                     lock(&self.departed).insert(name.to_owned(), uid.clone());
                 }

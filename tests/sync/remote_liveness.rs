@@ -112,8 +112,10 @@ async fn a_silent_link_is_not_ready_within_the_bound_every_time_and_ready_after_
             let reason = ready_of(&api, name).await.map(|(_, reason)| reason);
             eprintln!("blackhole {round}: {name} Ready=False {took:.2?} after the cut ({reason:?})");
         }
-        // Held on a while, as an outage is: the watches and the prober wait meanwhile.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Held on a while, as an outage is: the watches and the prober wait meanwhile; the last
+        // time for longer than the blackhole of issue 55 (31 s).
+        let hold = if round == BLACKHOLES { 33 } else { 3 };
+        tokio::time::sleep(Duration::from_secs(hold)).await;
         let healed = Instant::now();
         for proxy in &proxies {
             proxy.set(Fault::Pass);

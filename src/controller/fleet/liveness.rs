@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 /// How often the status writer asks a ready cluster whether it answers.
 pub const PROBE_EVERY: Duration = Duration::from_secs(5);
-/// How often it asks a cluster that did not answer: a heal shows within this and a round trip.
+/// How often it asks a cluster that did not answer: a heal shows within this and a probe's
+/// deadline (5 s; 0.07-3.2 s measured).
 pub const PROBE_EVERY_NOT_READY: Duration = Duration::from_secs(2);
 /// How long a probe waits for the answer. `GET /version` is served from the apiserver's memory;
 /// an apiserver that takes this long to say its version is in no state to take copies either.

@@ -7,13 +7,14 @@ use crate::api::{RemoteCluster, RemoteClusterStatus};
 use crate::controller::context::Context;
 use crate::controller::error::{Error, short_message};
 use crate::controller::rule_status::{Readiness, ready_conditions};
+use crate::locks::lock;
 use crate::sync::ownership::FIELD_MANAGER;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often a replica that does not write a cluster's status looks at it, to write what its own
@@ -55,7 +56,8 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
             None,
         ),
     };
-    let previous = cluster.status.as_ref();
+    let previous = ctx.fleet.written().previous(&cluster);
+    let previous = previous.as_ref();
     let generation = cluster.meta().generation;
     let rules = match &by_shard {
         Some(counts) => counts.values().sum(),
@@ -93,6 +95,9 @@ pub async fn reconcile(cluster: Arc<RemoteCluster>, ctx: Arc<Context>) -> Result
                 &Patch::Apply(&patch),
             )
             .await?;
+        ctx.fleet
+            .written()
+            .wrote(&name, cluster.resource_version(), status);
     }
     Ok(Action::requeue(liveness::next_look(&ready)))
 }
@@ -142,6 +147,42 @@ async fn write_shard_views(
     Ok(Some(counts))
 }
 
+/// The status this replica last wrote to each `RemoteCluster`, and the version of the object it
+/// was written over. For a moment after a write the cache still holds that version, and deciding
+/// on it would write the same status again with a new transition time: seen twice within 50 ms,
+/// as the probe that marked a cluster down woke its status a second time.
+#[derive(Default)]
+pub struct Written(Mutex<HashMap<String, (Option<String>, RemoteClusterStatus)>>);
+
+impl Written {
+    /// The status to decide on: what this replica wrote, while the cache still holds the version
+    /// it was written over (with the shards' fields as cached: other field managers' own); else
+    /// the cached one, whoever wrote it.
+    fn previous(&self, cluster: &RemoteCluster) -> Option<RemoteClusterStatus> {
+        let cached = cluster.status.clone();
+        match lock(&self.0).get(&cluster.name_any()) {
+            Some((over, written)) if *over == cluster.resource_version() => {
+                let shards = cached.unwrap_or_default();
+                Some(RemoteClusterStatus {
+                    rules_by_shard: shards.rules_by_shard,
+                    unreachable_by_shard: shards.unreachable_by_shard,
+                    ..written.clone()
+                })
+            }
+            _ => cached,
+        }
+    }
+
+    fn wrote(&self, name: &str, over: Option<String>, status: RemoteClusterStatus) {
+        lock(&self.0).insert(name.to_owned(), (over, status));
+    }
+
+    /// Forgets a deleted `RemoteCluster`.
+    pub fn forget(&self, name: &str) {
+        lock(&self.0).remove(name);
+    }
+}
+
 pub fn error_policy(cluster: Arc<RemoteCluster>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .reconcile_failed("RemoteCluster", error.metric_label());
@@ -160,4 +201,42 @@ fn connected_message(version: &str, same_cluster: &[String]) -> String {
          kube-system namespaces is the same): each rule writes through the one it names",
         same_cluster.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(version: &str, reason: &str, rules_by_shard: i32) -> RemoteCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "mimeo.dev/v1alpha1", "kind": "RemoteCluster",
+            "metadata": {"name": "b", "resourceVersion": version},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": "",
+                                       "lastTransitionTime": "2026-12-07T18:00:00Z"}],
+                       "rulesByShard": {"1": rules_by_shard}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn what_this_replica_wrote_is_decided_on_until_the_cache_moves_past_it() {
+        let written = Written::default();
+        let before = cluster("7", "Connected", 1);
+        assert_eq!(written.previous(&before), before.status);
+        let wrote = cluster("8", "Unreachable", 0).status.unwrap();
+        written.wrote("b", Some("7".into()), wrote.clone());
+        // The cache still holds version 7: this replica's write, the shards' counts as cached.
+        let decided = written.previous(&before).unwrap();
+        assert_eq!(decided.conditions, wrote.conditions);
+        assert_eq!(
+            decided.rules_by_shard,
+            before.status.clone().unwrap().rules_by_shard
+        );
+        // It moved on, by this write or another replica's: the cache.
+        let after = cluster("9", "Connected", 2);
+        assert_eq!(written.previous(&after), after.status);
+        written.forget("b");
+        assert_eq!(written.previous(&before), before.status);
+    }
 }
