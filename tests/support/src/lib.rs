@@ -18,16 +18,18 @@
 //! reader of conditions as GitOps tools read them, and [`promtool()`] Prometheus's tool that tests
 //! check the chart's alerts and dashboard queries with. [`Scripted`] is an HTTP(S) server that
 //! answers what a test scripts: a hostile registry, a token service, a sidecar that must receive
-//! nothing.
+//! nothing. [`FaultProxy`] stands between a process and an apiserver to cut, slow or reset its link.
 
 mod binaries;
 mod pki;
 mod ports;
 mod process;
+mod proxy;
 mod registry;
 mod scripted;
 
 pub use binaries::{Binaries, binaries, helm, kstatus, oras, promtool};
+pub use proxy::{Fault, FaultProxy};
 pub use registry::{Registry, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, registry_binary};
 pub use scripted::{Answer, Asked, Scripted, local_address};
 
@@ -425,10 +427,14 @@ impl ControlPlane {
     /// bearer token. With [`admin_token`](Self::admin_token) it has cluster-admin rights; with
     /// any other token every request is refused with 401 Unauthorized.
     pub fn token_kubeconfig_yaml(&self, token: &str) -> String {
+        self.token_kubeconfig_yaml_via(token, &self.server)
+    }
+
+    fn token_kubeconfig_yaml_via(&self, token: &str, server: &str) -> String {
         // A JSON string is a valid YAML double-quoted scalar: any made-up token stays one string.
         let token = serde_json::to_string(token).expect("a string serialises");
         kubeconfig(
-            &self.server,
+            server,
             &self.ca_cert,
             "envtest-token",
             &format!("    token: {token}\n"),
@@ -437,8 +443,15 @@ impl ControlPlane {
 
     /// A kubeconfig authenticating as the named user of [`Options::users`].
     pub fn user_token_kubeconfig_yaml(&self, user: &str) -> Option<String> {
+        self.user_token_kubeconfig_yaml_via(user, &self.server)
+    }
+
+    /// [`user_token_kubeconfig_yaml`](Self::user_token_kubeconfig_yaml) for a client that reaches
+    /// the apiserver at `server` instead, say `https://{}` of a [`FaultProxy`]'s address: TLS
+    /// passes through, and the serving certificate covers 127.0.0.1.
+    pub fn user_token_kubeconfig_yaml_via(&self, user: &str, server: &str) -> Option<String> {
         let token = &self.user_tokens.iter().find(|(u, _)| u == user)?.1;
-        Some(self.token_kubeconfig_yaml(token))
+        Some(self.token_kubeconfig_yaml_via(token, server))
     }
 
     /// The audit log's path, when it was asked for.
@@ -485,6 +498,11 @@ impl ControlPlane {
     /// The apiserver's URL.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The apiserver's address, for a [`FaultProxy`] in front of it.
+    pub fn api_address(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.api_port))
     }
 
     /// How long start-up took, from spawning etcd to a ready apiserver.
