@@ -148,6 +148,7 @@ pub struct Metrics {
     source_watches: Gauge,
     shards_held: Family<ShardLabels, Gauge>,
     copy_flaps: Counter,
+    copy_writes_refused: Counter,
     rules_retrying: Gauge,
     plugins: PluginMetrics,
     clusters: ClusterMetrics,
@@ -316,6 +317,12 @@ impl Metrics {
                 "Copies the flap guard stopped touching: deleted and created again, or written back after something else changed them, too often within minutes",
                 Counter::default(),
             ),
+            copy_writes_refused: registered(
+                r,
+                "copy_writes_refused",
+                "Writes and removals of copies the apiserver refused because the copy had changed since the version they were decided from (another replica wrote it after this one lost the rule's shard, or anyone changed it meanwhile); each is decided again, never sent again as it was",
+                Counter::default(),
+            ),
             rules_retrying: registered(
                 r,
                 "rules_retrying",
@@ -374,6 +381,10 @@ impl Metrics {
 
     pub fn copy_flapped(&self) {
         self.copy_flaps.inc();
+    }
+
+    pub fn copy_write_refused(&self) {
+        self.copy_writes_refused.inc();
     }
 
     pub fn wrote(&self, verb: &str) {
@@ -632,6 +643,7 @@ mod tests {
             "mimeo_plugin_failures_total{plugin=\"oci://r.example/p\",reason=\"timeout\"} 1",
             "mimeo_rules_retrying 0",
             "mimeo_copy_flaps_total 0",
+            "mimeo_copy_writes_refused_total 0",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }

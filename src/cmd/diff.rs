@@ -1230,7 +1230,12 @@ fn entries(plan: Plan, secrets: &SecretView) -> Vec<Entry> {
         .into_iter()
         .map(|copy| {
             let (change, diff) = match (&copy.decision, &copy.pending) {
-                (Some(Decision::Write(how)), Pending::Write(desired)) => {
+                // The sources here were read from the apiserver just now: a copy that claims a
+                // newer one than that claims falsely, and the controller writes it as decided.
+                (
+                    Some(Decision::Write(how) | Decision::Behind { write: how, .. }),
+                    Pending::Write(desired),
+                ) => {
                     let change = match how {
                         Write::Create => Change::Create,
                         other => Change::Update(*other),

@@ -7,7 +7,10 @@
 //! make     the namespaces to create, the transform chain           -> Plan      writes namespaces, runs plugins
 //! decide   each copy against its place: ownership, conflict, hash  -> Plan      pure, after reading the
 //!                                                                               places no cache holds
-//!                                                                               that held a conflict
+//!                                                                               that held a conflict,
+//!                                                                               and the sources of
+//!                                                                               copies made from a
+//!                                                                               newer one
 //! write    the decided writes, but those the flap guard holds      -> Outcome   writes
 //! remove   owned copies no longer wanted                           -> Outcome   writes
 //! record   status, events, metrics, when to look again             -> Action    writes status and events
@@ -151,6 +154,7 @@ async fn apply<R: RuleResource>(rule: Arc<R>, ctx: &Context) -> Result<Action, E
     steps.done("decide");
     let reads = make::read_places(ctx, &gathered, &plan).await;
     plan.decide_reads(reads, key, conflict);
+    make::settle_behind(ctx, &gathered, &mut plan).await;
     steps.done("reads");
     let now = Instant::now();
     hold_flapping(ctx, &gathered, &mut plan, now);

@@ -18,7 +18,7 @@ use crate::replicas::lease::{
     Decision, Elector, LeaderError, Observed, decide, renew_deadline, renew_period,
 };
 use crate::sync::ownership::RuleKey;
-use crate::sync::shards::{moves, shard_of, shard_of_name};
+use crate::sync::shards::{Pace, moves, shard_of, shard_of_name};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -246,9 +246,23 @@ pub async fn keep(
         .collect();
     let mut members = Members::new(client, &settings);
     let round = async {
+        let mut pace = Pace::default();
+        let mut others = 0;
         loop {
-            one_round(&settings, &shards, &electors, &mut members).await;
-            tokio::time::sleep(renew_period(settings.duration)).await;
+            // Rounds start a renewal period apart, however long one took (a slow link's round
+            // is slow): a renewal is never later than its round makes it.
+            let started = Instant::now();
+            one_round(
+                &settings,
+                &shards,
+                &electors,
+                &mut members,
+                &mut pace,
+                &mut others,
+            )
+            .await;
+            let period = renew_period(settings.duration);
+            tokio::time::sleep(period.saturating_sub(started.elapsed())).await;
         }
     };
     tokio::select! {
@@ -272,8 +286,50 @@ pub async fn keep(
     members.leave().await;
 }
 
-/// One round: the heartbeat, the held shards renewed, then shards given back or taken.
-async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Elector], members: &mut Members) {
+/// One round: the held shards renewed, the heartbeat, then shards given back or taken. A replica
+/// whose renewal landed after its hold ran out is slow ([`Pace`]): it gives every shard back and
+/// leaves the live replicas until its rounds are quick again. `others` is how many other live
+/// replicas the last count saw.
+async fn one_round(
+    settings: &ShardSettings,
+    shards: &Shards,
+    electors: &[Elector],
+    members: &mut Members,
+    pace: &mut Pace,
+    others: &mut usize,
+) {
+    let (held, lapsed) = renew_held(settings, shards, electors).await;
+    if lapsed && pace.renewed_late(*others) {
+        tracing::warn!(
+            shards = ?held,
+            others = *others,
+            "this replica's shard renewals reach the apiserver after their deadline, so it may not write; giving its shards back for another replica to take, and standing by until its link is quick again"
+        );
+        give_back(shards, electors, held.iter().copied()).await;
+        members.leave().await;
+        return;
+    }
+    if pace.is_slow() {
+        let asked = Instant::now();
+        let counted = members.count().await;
+        let took = asked.elapsed();
+        *others = match counted {
+            Ok(Count::Live(live)) => live - 1,
+            Ok(Count::Disagree(_)) | Err(_) => *others,
+        };
+        // A round of a replica that holds shards makes about eight requests one after another
+        // (renewals, its own Lease, the count, the free shards, a take): each must take no more
+        // than an eighth of the renewal deadline for the round to renew in time.
+        let quick = renew_deadline(settings.duration) / 8;
+        let settle = settings.duration * 2;
+        if counted.is_err() || !pace.round_took(took, *others, Instant::now(), quick, settle) {
+            return;
+        }
+        tracing::info!(
+            others = *others,
+            "this replica's link to the apiserver is quick again (or no other replica is live); taking a share of the shards"
+        );
+    }
     let live = match members.beat_and_count().await {
         Ok(Count::Live(live)) => live,
         Ok(Count::Disagree(theirs)) => {
@@ -298,57 +354,27 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
             1
         }
     };
+    *others = live - 1;
     if shards.stand_aside(None) {
         tracing::info!(
             shards = settings.count,
             "no replica splits the rules otherwise any more; taking a share of the shards"
         );
     }
-    let mut held = BTreeSet::new();
-    let mut free = BTreeSet::new();
-    let mut lapsed = false;
-    for (i, elector) in electors.iter().enumerate() {
-        let shard = i as u32;
-        let was_held = shards
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&shard);
-        if was_held {
-            let started = Instant::now();
-            match elector.try_hold().await {
-                Ok(Ok(())) => {
-                    if shards.set(shard, started + renew_deadline(settings.duration)) {
-                        tracing::warn!(
-                            shard,
-                            "a shard Lease was renewed after its deadline; its rules are looked at again"
-                        );
-                        lapsed = true;
-                    }
-                    held.insert(shard);
-                }
-                Ok(Err(_)) | Err(_) => {
-                    tracing::warn!(
-                        shard,
-                        "a shard Lease could not be renewed; its rules are left to another replica"
-                    );
-                    shards.drop_shard(shard);
-                }
-            }
-        } else if elector.is_free().await.unwrap_or(false) {
-            free.insert(shard);
-        }
-    }
+    let unheld = (0..settings.count).filter(|s| !held.contains(s));
+    let free: BTreeSet<u32> = futures::future::join_all(
+        unheld.map(|shard| async move { (shard, electors[shard as usize].is_free().await.unwrap_or(false)) }),
+    )
+    .await
+    .into_iter()
+    .filter_map(|(shard, free)| free.then_some(shard))
+    .collect();
     let planned = moves(settings.count, &held, &free, live);
     let took = !planned.take.is_empty();
-    for shard in planned.release {
-        shards.drop_shard(shard);
-        shards.publish();
-        if let Err(e) = electors[shard as usize].release().await {
-            tracing::warn!(error = %e, shard, "giving a shard back failed; another replica takes it when it expires");
-        }
-        tracing::info!(shard, live, "gave a shard back: more replicas share the work");
+    for shard in &planned.release {
+        tracing::info!(shard, live, "giving a shard back: more replicas share the work");
     }
+    give_back(shards, electors, planned.release).await;
     for shard in planned.take {
         let started = Instant::now();
         if let Ok(Ok(())) = electors[shard as usize].try_hold().await {
@@ -369,6 +395,70 @@ async fn one_round(settings: &ShardSettings, shards: &Shards, electors: &[Electo
             }
         });
     }
+}
+
+/// Renews every shard held, all at once, first thing in a round: on a slow link one after
+/// another, the last renewal of a round came seconds after its round began. Returns the shards
+/// still held, and whether a renewal landed after the hold it renewed had run out.
+async fn renew_held(
+    settings: &ShardSettings,
+    shards: &Shards,
+    electors: &[Elector],
+) -> (BTreeSet<u32>, bool) {
+    let was_held: Vec<u32> = shards
+        .held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .copied()
+        .collect();
+    let renewals = futures::future::join_all(was_held.into_iter().map(|shard| async move {
+        let started = Instant::now();
+        (shard, started, electors[shard as usize].try_hold().await)
+    }))
+    .await;
+    let mut held = BTreeSet::new();
+    let mut lapsed = false;
+    for (shard, started, renewal) in renewals {
+        match renewal {
+            Ok(Ok(())) => {
+                if shards.set(shard, started + renew_deadline(settings.duration)) {
+                    tracing::warn!(
+                        shard,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "a shard Lease was renewed after its deadline"
+                    );
+                    lapsed = true;
+                }
+                held.insert(shard);
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!(
+                    shard,
+                    "a shard Lease could not be renewed; its rules are left to another replica"
+                );
+                shards.drop_shard(shard);
+            }
+        }
+    }
+    (held, lapsed)
+}
+
+/// Gives shards back: no write of theirs starts here from now on, and their Leases are released
+/// (all at once: on a slow link one after another would keep the last waiting) so that another
+/// replica may take them at once.
+async fn give_back(shards: &Shards, electors: &[Elector], release: impl IntoIterator<Item = u32>) {
+    let release: Vec<u32> = release.into_iter().collect();
+    for shard in &release {
+        shards.drop_shard(*shard);
+    }
+    shards.publish();
+    futures::future::join_all(release.into_iter().map(|shard| async move {
+        if let Err(e) = electors[shard as usize].release().await {
+            tracing::warn!(error = %e, shard, "giving a shard back failed; another replica takes it when it expires");
+        }
+    }))
+    .await;
 }
 
 /// What the other replicas' Leases say.
@@ -409,6 +499,12 @@ impl Members {
     /// changes the count never stops the replicas already writing.
     async fn beat_and_count(&mut self) -> Result<Count, LeaderError> {
         self.joined = self.beat().await?.or(self.joined);
+        self.count().await
+    }
+
+    /// Counts the live replicas, this one included whether or not its own Lease is there (see
+    /// [`Members::beat_and_count`]).
+    async fn count(&mut self) -> Result<Count, LeaderError> {
         let listed = self
             .api
             .list(&ListParams::default().labels(&format!("{MEMBER_LABEL}={}", self.settings.prefix)))

@@ -3,7 +3,9 @@
 
 use super::desired::DesiredCopy;
 use super::live::{LiveCopy, Marks};
-use super::ownership::{ADOPT_BY_ANNOTATION, Owner, RuleKey, SealCheck, owner_of};
+use super::ownership::{
+    ADOPT_BY_ANNOTATION, Owner, RuleKey, SOURCE_ANNOTATION, SOURCE_VERSION_ANNOTATION, SealCheck, owner_of,
+};
 use super::seal::SEAL_ANNOTATION;
 use crate::api::ConflictPolicy;
 use serde_json::Map;
@@ -19,6 +21,12 @@ pub enum Decision {
     Conflict(String),
     /// Leave the object alone, as `conflict: Skip` asks; the copy is `Skipped` with this reason.
     Skip(String),
+    /// The copy would be written this way, but it says it was made from a newer version of its
+    /// source (`claimed`) than the one decided from: whoever wrote it (another replica, before
+    /// this one took the rule over) saw the source later than this replica's cache has. Written
+    /// as decided, it would go back to an older source; it is not, unless a fresh read of the
+    /// source shows that the claim is false (`Plan::settle_behind`).
+    Behind { write: Write, claimed: String },
 }
 
 /// How the reason of a copy skipped under `conflict: Skip` begins, so that a rule's status tells
@@ -75,9 +83,13 @@ fn decide_taking_over(
         _ => SealCheck::Trusted,
     };
     match owner_of(live, rule, check) {
-        Owner::ThisRule => match in_place_change(desired, live) {
-            None => Decision::InSync,
-            Some(write) => Decision::Write(write),
+        Owner::ThisRule => match (in_place_change(desired, live), newer_source(desired, live)) {
+            (None, _) => Decision::InSync,
+            (Some(write), None) => Decision::Write(write),
+            (Some(write), Some(claimed)) => Decision::Behind {
+                write,
+                claimed: claimed.to_owned(),
+            },
         },
         Owner::OtherRule(other) => Decision::Conflict(format!("the object is a copy made by {other}")),
         // Its owner asked for this rule to take it over (as `mimeo migrate` prints for the
@@ -114,6 +126,23 @@ fn decide_taking_over(
     }
 }
 
+/// The source version the live copy says it was made from, when that is newer than the one
+/// `desired` is made from: the same source (by `mimeo.dev/source`), both versions numbers (the
+/// versions of one resource are comparable integers since Kubernetes 1.35, KEP-5504), the
+/// copy's larger.
+fn newer_source<'a>(desired: &DesiredCopy, live: &'a LiveCopy) -> Option<&'a str> {
+    let annotations = &desired.object["metadata"]["annotations"];
+    let ours = annotations[SOURCE_VERSION_ANNOTATION]
+        .as_str()?
+        .parse::<u64>()
+        .ok()?;
+    if live.annotations().get(SOURCE_ANNOTATION) != annotations[SOURCE_ANNOTATION].as_str() {
+        return None;
+    }
+    let claimed = live.annotations().get(SOURCE_VERSION_ANNOTATION)?;
+    (claimed.parse::<u64>().ok()? > ours).then_some(claimed)
+}
+
 /// Whether the object's `mimeo.dev/adopt-by` names `rule`.
 fn adopted_by(live: &LiveCopy, rule: &RuleKey) -> bool {
     live.annotations()
@@ -148,12 +177,15 @@ fn must_recreate(desired: &DesiredCopy, live: &LiveCopy) -> bool {
     live.content.immutable() || live.content.type_() != desired.object.get("type")
 }
 
-/// Every label and annotation of the desired copy is on the live one with the same value.
+/// Every label and annotation of the desired copy is on the live one with the same value, but
+/// the source's version, which alone is no reason to write.
 fn metadata_matches(desired: &DesiredCopy, live: &LiveCopy) -> bool {
     let sub = |field: &str, live: &Marks| {
-        desired.object["metadata"][field]
-            .as_object()
-            .is_none_or(|want| want.iter().all(|(k, v)| live.get(k) == v.as_str()))
+        desired.object["metadata"][field].as_object().is_none_or(|want| {
+            want.iter()
+                .filter(|(k, _)| k.as_str() != SOURCE_VERSION_ANNOTATION)
+                .all(|(k, v)| live.get(k) == v.as_str())
+        })
     };
     sub("labels", live.labels()) && sub("annotations", live.annotations())
 }
@@ -456,5 +488,70 @@ mod tests {
              (set conflict: Adopt or Overwrite to take it over)"
                 .into(),
         )
+    }
+
+    /// The desired copy of version `version` of the source holding `data`.
+    fn desired_at(data: Value, version: &str) -> DesiredCopy {
+        let mut source = source(data);
+        source["metadata"]["resourceVersion"] = json!(version);
+        desired_copy(
+            &rule(),
+            &MetadataPolicy::default(),
+            &source,
+            &SourceRef {
+                namespace: Some("platform".into()),
+                name: "creds".into(),
+            },
+            CopyTarget {
+                cluster: None,
+                namespace: Some("tenant".into()),
+                name: "creds".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_copy_made_from_a_newer_source_than_the_one_decided_from_is_not_written_back() {
+        let made_from_12 = summed(&live_from(&desired_at(json!({"k": "djM="}), "12")));
+        let decide_from = |want: &DesiredCopy, live: &LiveCopy| {
+            decide(&rule(), want, Some(live), ConflictPolicy::Fail, false, false)
+        };
+        // Another replica wrote v3 from version 12; this one's cache still has version 9 (v2).
+        assert_eq!(
+            decide_from(&desired_at(json!({"k": "djI="}), "9"), &made_from_12),
+            Decision::Behind {
+                write: Write::Apply,
+                claimed: "12".into()
+            }
+        );
+        // A newer source, or a copy as it should be whatever its version says, is as always.
+        assert_eq!(
+            decide_from(&desired_at(json!({"k": "djQ="}), "15"), &made_from_12),
+            Decision::Write(Write::Apply)
+        );
+        assert_eq!(
+            decide_from(&desired_at(json!({"k": "djM="}), "9"), &made_from_12),
+            Decision::InSync
+        );
+        // Only the version moved (a label on the source that is not carried): nothing to write.
+        assert_eq!(
+            decide_from(&desired_at(json!({"k": "djM="}), "13"), &made_from_12),
+            Decision::InSync
+        );
+        // Versions that are not numbers, or a copy of another source, are not compared.
+        let other_source = made_from_12.with_meta(|m| {
+            let annotations = m.annotations.as_mut().unwrap();
+            annotations.insert(SOURCE_ANNOTATION.into(), "Secret/platform/other".into());
+        });
+        let opaque = made_from_12.with_meta(|m| {
+            let annotations = m.annotations.as_mut().unwrap();
+            annotations.insert(SOURCE_VERSION_ANNOTATION.into(), "x12".into());
+        });
+        for live in [&other_source, &opaque] {
+            assert_eq!(
+                decide_from(&desired_at(json!({"k": "djI="}), "9"), live),
+                Decision::Write(Write::Apply)
+            );
+        }
     }
 }

@@ -4,7 +4,7 @@ use super::filter::keeps;
 use super::hash::digest;
 use super::ownership::{
     HASH_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PREFIX, RULE_ANNOTATION, RuleKey, SOURCE_ANNOTATION,
-    SOURCE_HASH_ANNOTATION,
+    SOURCE_HASH_ANNOTATION, SOURCE_VERSION_ANNOTATION,
 };
 use super::protected::is_protected_key;
 use super::seal::{Place, SEAL_ANNOTATION, SealKey, group_of};
@@ -123,6 +123,12 @@ impl CopyTemplate {
         annotations.insert(RULE_ANNOTATION.to_owned(), rule.to_string());
         annotations.insert(SOURCE_ANNOTATION.to_owned(), source_label(source, source_ref));
         annotations.insert(SOURCE_HASH_ANNOTATION.to_owned(), source_hash.clone());
+        if let Some(version) = source
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+        {
+            annotations.insert(SOURCE_VERSION_ANNOTATION.to_owned(), version.to_owned());
+        }
 
         let mut meta = Map::new();
         meta.insert("labels".into(), json!(labels));

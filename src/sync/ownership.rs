@@ -21,6 +21,11 @@ pub const RULE_ANNOTATION: &str = "mimeo.dev/rule";
 pub const SOURCE_ANNOTATION: &str = "mimeo.dev/source";
 pub const SOURCE_HASH_ANNOTATION: &str = "mimeo.dev/source-hash";
 pub const HASH_ANNOTATION: &str = "mimeo.dev/hash";
+/// On a copy: the `resourceVersion` of the source it was last written from. A replica whose
+/// source cache is older than that does not write the copy back to the older source
+/// (`sync::decide`). Not compared for drift: a source's version moves on changes that leave its
+/// copies as they are, and a copy in sync is never written for it alone.
+pub const SOURCE_VERSION_ANNOTATION: &str = "mimeo.dev/source-version";
 /// On a namespace: which namespaces' `SyncRule`s may write copies into it (`a,b` or `*`).
 pub const ACCEPT_FROM_ANNOTATION: &str = "mimeo.dev/accept-from";
 /// On a source object in another cluster: which namespaces' `SyncRule`s may read it (`a,b` or `*`).

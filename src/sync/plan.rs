@@ -223,7 +223,7 @@ impl PlannedCopy {
             self.may_take_over,
             self.recorded,
         );
-        if matches!(decision, Decision::Write(_)) {
+        if matches!(decision, Decision::Write(_) | Decision::Behind { .. }) {
             self.live = live;
             self.pending = Pending::Write(desired);
         }
@@ -233,7 +233,10 @@ impl PlannedCopy {
     /// Whether the rule means to hold a copy here (so an owned copy here is not removed).
     pub fn holds_copy(&self) -> bool {
         self.keeps_previous
-            || matches!(self.decision, Some(Decision::InSync | Decision::Write(_)))
+            || matches!(
+                self.decision,
+                Some(Decision::InSync | Decision::Write(_) | Decision::Behind { .. })
+            )
             || (self.state == CopyState::Failed && self.decision.is_none() && self.hash.is_some())
     }
 
@@ -640,6 +643,60 @@ impl Plan {
                 copy.keeps_previous = true;
             }
         }
+    }
+
+    /// The copies decided [`Decision::Behind`]: each one's index, source, and the source version
+    /// it claims to be made from.
+    pub fn behind(&self) -> Vec<(usize, SourceRef, String)> {
+        self.copies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, copy)| match &copy.decision {
+                Some(Decision::Behind { claimed, .. }) => Some((i, copy.source.clone(), claimed.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Settles copy `index`, decided [`Decision::Behind`], by its source's version as read now
+    /// from the apiserver (`Ok(None)`: the source is gone; `Err`: why it could not be read).
+    /// A source at least as new as the copy claims means this replica's cache lags: the copy is
+    /// left as it is, and the source's watch wakes the rule when it brings that version. A source
+    /// older than the claim means the claim is false (an annotation written by hand, an etcd
+    /// restored from a backup): the copy is written as decided, so that no annotation can stop
+    /// its repair.
+    pub fn settle_behind(&mut self, index: usize, fresh: Result<Option<String>, String>) {
+        let copy = &mut self.copies[index];
+        let Some(Decision::Behind { write, claimed }) = copy.decision.clone() else {
+            return;
+        };
+        let newer = |version: &str| version.parse::<u64>().ok().zip(claimed.parse::<u64>().ok());
+        let why = match fresh {
+            Ok(Some(version)) if newer(&version).is_some_and(|(now, claimed)| now < claimed) => {
+                copy.decision = Some(Decision::Write(write));
+                return;
+            }
+            Ok(Some(_)) => format!(
+                "this copy was made from version {claimed} of its source, newer than the version \
+                 {} this replica's cache holds (another replica held the rule until now): it is \
+                 left as it is until the cache has that version",
+                copy.source_version.as_deref().unwrap_or("?")
+            ),
+            Ok(None) => format!(
+                "this copy was made from version {claimed} of its source, which is gone now: it is \
+                 left as it is until this replica's cache sees that"
+            ),
+            Err(e) => format!(
+                "this copy was made from version {claimed} of its source, newer than this replica's \
+                 cache holds, and the source could not be read to check it: {e}"
+            ),
+        };
+        copy.decision = None;
+        copy.pending = Pending::Nothing;
+        copy.live = None;
+        copy.keeps_previous = true;
+        copy.state = CopyState::Failed;
+        copy.message = Some(why);
     }
 
     /// The writes decided on, each taking its desired copy out of the plan.

@@ -8,6 +8,7 @@
 use super::ownership::RuleKey;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 /// The shard of a rule among `shards`: the first eight bytes of the SHA-256 of its key, modulo.
 pub fn shard_of(rule: &RuleKey, shards: u32) -> u32 {
@@ -57,6 +58,70 @@ pub fn moves(shards: u32, held: &BTreeSet<u32>, free: &BTreeSet<u32>, replicas: 
             .take(share - held.len())
             .copied()
             .collect(),
+    }
+}
+
+/// Whether this replica's link to the apiserver is quick enough for it to hold shards.
+///
+/// A replica whose renewal lands after the hold it renews ran out cannot write (its fence
+/// refuses), yet its Lease keeps moving, so no other replica may take the shard over: on a slow
+/// link (363 ms a chunk, issue 55) a shard went 18-22 s without a writer. Such a replica is
+/// *slow*: it gives its shards back, stops counting itself among the live replicas, and takes
+/// none until its rounds have been quick for a while, so that a replica that can write takes them
+/// at once. It stays slow only while another replica is live: a lone replica, or one whose peers
+/// are all slow as well, holds its shards late rather than leave them with no writer at all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pace {
+    slow: Option<Slow>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slow {
+    /// When its rounds became quick, if they are now.
+    quick_since: Option<Instant>,
+}
+
+impl Pace {
+    pub fn is_slow(&self) -> bool {
+        self.slow.is_some()
+    }
+
+    /// A renewal landed after the hold it renewed had run out, while `others` other replicas are
+    /// live. Says whether the replica became slow: it gives its shards back now.
+    pub fn renewed_late(&mut self, others: usize) -> bool {
+        if self.slow.is_some() || others == 0 {
+            return false;
+        }
+        self.slow = Some(Slow { quick_since: None });
+        true
+    }
+
+    /// A slow replica's request to the apiserver took `took`, and it saw `others` other live
+    /// replicas: quick when within `quick`. Says whether the replica is no longer slow: its rounds have been quick for
+    /// `settle`, or no other replica is live to write instead of it.
+    pub fn round_took(
+        &mut self,
+        took: Duration,
+        others: usize,
+        now: Instant,
+        quick: Duration,
+        settle: Duration,
+    ) -> bool {
+        let Some(slow) = self.slow.as_mut() else {
+            return false;
+        };
+        slow.quick_since = match took <= quick {
+            true => Some(slow.quick_since.unwrap_or(now)),
+            false => None,
+        };
+        let settled = slow
+            .quick_since
+            .is_some_and(|since| now.duration_since(since) >= settle);
+        if settled || others == 0 {
+            self.slow = None;
+            return true;
+        }
+        false
     }
 }
 
@@ -117,5 +182,40 @@ mod tests {
         assert_eq!(fair_share(3, 2), 2);
         assert_eq!(fair_share(3, 4), 1);
         assert_eq!(fair_share(3, 0), 3);
+    }
+
+    #[test]
+    fn a_replica_that_renews_late_stands_by_until_its_rounds_are_quick_for_a_while() {
+        let (quick, settle) = (Duration::from_secs(1), Duration::from_secs(12));
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut pace = Pace::default();
+        assert!(!pace.is_slow());
+        assert!(
+            !pace.renewed_late(0),
+            "a lone replica holds its shards late rather than not at all"
+        );
+        assert!(pace.renewed_late(2));
+        assert!(pace.is_slow());
+        assert!(!pace.renewed_late(2), "once: its shards are given back once");
+        let slow_round = Duration::from_millis(1500);
+        let quick_round = Duration::from_millis(20);
+        assert!(!pace.round_took(slow_round, 2, at(2), quick, settle));
+        assert!(!pace.round_took(quick_round, 2, at(4), quick, settle));
+        assert!(
+            !pace.round_took(slow_round, 2, at(6), quick, settle),
+            "a slow round starts over"
+        );
+        assert!(!pace.round_took(quick_round, 2, at(8), quick, settle));
+        assert!(!pace.round_took(quick_round, 2, at(19), quick, settle));
+        assert!(
+            pace.round_took(quick_round, 2, at(20), quick, settle),
+            "quick for 12 s"
+        );
+        assert!(!pace.is_slow());
+        // Slow again, and then the others go: it takes the shards, slow or not.
+        assert!(pace.renewed_late(1));
+        assert!(pace.round_took(slow_round, 0, at(30), quick, settle));
+        assert!(!pace.is_slow());
     }
 }

@@ -13,7 +13,7 @@ use harness::{apiserver_writes, eventually_within};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use mimeo_envtest::ControlPlane;
+use mimeo_envtest::{ControlPlane, Fault, FaultProxy};
 use processes::Mimeo;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -684,4 +684,143 @@ async fn replicas_told_only_to_elect_share_the_rules_and_a_latecomer_that_splits
     stray.stop();
     a.stop();
     b.stop();
+}
+
+/// The shards each replica's `/readyz` says it holds (none for one that does not answer).
+async fn holders(replicas: &[Mimeo]) -> Vec<Vec<u32>> {
+    let mut held = Vec::new();
+    for replica in replicas {
+        held.push(held_by(replica).await.map(|(h, _)| h).unwrap_or_default());
+    }
+    held
+}
+
+/// issue 55: one replica's link to the apiserver slowed (each chunk held 363 ms, then 1.5 s, in
+/// each direction, as a congested or lossy path does): its renewals land after their deadline,
+/// so it may not write, and it gives its shards back for the others to take instead of keeping
+/// them with no one writing (a rotation once took 18.7-22.1 s to reach that shard's copies).
+/// Every rotation reaches every copy within a Lease duration, a renewal period and 2 s, from the
+/// moment the link slows; when the link heals, the replica takes a share again.
+#[tokio::test]
+async fn a_replica_on_a_slow_link_gives_its_shards_to_the_others() {
+    let names = ["replica-a", "replica-b", "replica-c"];
+    let plane = ControlPlane::start_with(mimeo_envtest::Options {
+        users: names.iter().map(|n| n.to_string()).collect(),
+        audit_writes: false,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    plane
+        .install_crds(&[std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/mimeo.yaml")])
+        .await
+        .unwrap();
+    let client = plane.client().await.unwrap();
+    seed(&client).await;
+    let root = tempfile::tempdir().unwrap();
+    let links: Vec<FaultProxy> = names
+        .iter()
+        .map(|_| FaultProxy::start(plane.api_address()).unwrap())
+        .collect();
+    let mut replicas: Vec<Mimeo> = names
+        .iter()
+        .zip(&links)
+        .map(|(name, link)| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let kubeconfig = dir.join("kubeconfig");
+            let server = format!("https://{}", link.address());
+            std::fs::write(
+                &kubeconfig,
+                plane.user_token_kubeconfig_yaml_via(name, &server).unwrap(),
+            )
+            .unwrap();
+            Mimeo::start_with(
+                std::path::Path::new(env!("CARGO_BIN_EXE_mimeo")),
+                &kubeconfig,
+                &dir,
+                &[
+                    format!("--shards={SHARDS}"),
+                    "--leader-elect-namespace=default".into(),
+                    format!("--leader-elect-lease-seconds={LEASE_SECONDS}"),
+                ],
+                &[("POD_NAME", name)],
+            )
+        })
+        .collect();
+    for replica in &mut replicas {
+        replica.wait_ready().await;
+    }
+    eventually_within("a shard for each replica", Duration::from_secs(60), || async {
+        (holders(&replicas).await.iter().all(|h| h.len() == 1)).then_some(())
+    })
+    .await;
+    let copies = RULES * TARGETS.len();
+    eventually_within("every first copy", Duration::from_secs(60), || async {
+        (copies_with(&client, "v0").await == copies).then_some(())
+    })
+    .await;
+
+    // The bound: a Lease duration, a renewal period (a third of it) and 2 s.
+    let bound = Duration::from_secs(LEASE_SECONDS + LEASE_SECONDS / 3 + 2);
+    let victim = 0;
+    let mut round = 0;
+    for delay in [363, 1500] {
+        links[victim].set(Fault::Delay(Duration::from_millis(delay)));
+        let slowed = Instant::now();
+        let mut took = Vec::new();
+        // Rotations from the moment the link slows, for long enough to see it through.
+        while slowed.elapsed() < Duration::from_secs(LEASE_SECONDS * 5) {
+            round += 1;
+            let value = format!("v{round}");
+            let started = Instant::now();
+            for r in 0..RULES {
+                put_source(&client, r, &value).await;
+            }
+            let reached = eventually_within(
+                &format!("every copy at {value} with {delay} ms on one link"),
+                Duration::from_secs(90),
+                || async { (copies_with(&client, &value).await == copies).then(|| started.elapsed()) },
+            )
+            .await;
+            took.push(reached);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let held = holders(&replicas).await;
+        println!(
+            "{delay} ms a chunk on {}'s link: {} rotations reached every copy in {took:?} (the \
+             bound {bound:?}); shards held now {held:?}",
+            names[victim],
+            took.len()
+        );
+        assert!(
+            took.iter().all(|t| *t <= bound),
+            "with {delay} ms a chunk, a rotation took longer than {bound:?}: {took:?}"
+        );
+        assert!(held[victim].is_empty(), "the slow replica kept shards: {held:?}");
+        assert_eq!(
+            held.iter().map(Vec::len).sum::<usize>(),
+            SHARDS as usize,
+            "a shard has no holder: {held:?}"
+        );
+    }
+
+    // Healed: the replica's rounds are quick again, and it takes a share back.
+    links[victim].set(Fault::Pass);
+    let healed = Instant::now();
+    eventually_within(
+        "the healed replica holds a shard again",
+        Duration::from_secs(LEASE_SECONDS * 6),
+        || async { (!holders(&replicas).await[victim].is_empty()).then_some(()) },
+    )
+    .await;
+    println!(
+        "healed: {} holds a shard again after {:?}",
+        names[victim],
+        healed.elapsed()
+    );
+    let (_, took) = rotate(&client, "healed").await;
+    println!("rotation after the heal: every copy in {took:?}");
+    for replica in &mut replicas {
+        replica.stop();
+    }
 }

@@ -10,6 +10,7 @@ mod processes;
 mod api_validation;
 mod copy_names;
 mod diff;
+mod fenced_writes;
 mod flap_guard;
 mod inputs;
 mod inventories;

@@ -144,6 +144,7 @@ async fn write_copy(
             });
         }
         write::Written::Raced(there) => Arc::new(LiveCopy::summed_up(there)),
+        write::Written::Refused => return Err(write::ChangedSinceRead::error()),
     };
     // What appeared since the place was read is no copy of an older mimeo's: its seal must hold.
     match decide(
@@ -157,6 +158,8 @@ async fn write_copy(
         Decision::InSync => Ok(WriteDone::InSync(there)),
         Decision::Conflict(why) => Ok(WriteDone::LeftAlone(Decision::Conflict(why))),
         Decision::Skip(why) => Ok(WriteDone::LeftAlone(Decision::Skip(why))),
+        // What appeared was made from a newer source than this write's: it is not written back.
+        Decision::Behind { .. } => Err(write::ChangedSinceRead::error()),
         Decision::Write(again) => {
             Fence::for_rule(shards, key).check()?;
             let written = write::write(client, resource, desired, Some(&there), again).await?;
@@ -169,6 +172,7 @@ async fn write_copy(
                 write::Written::Raced(_) => Err(kube::Error::Service(
                     "objects keep appearing in the copy's place as it is written; trying again later".into(),
                 )),
+                write::Written::Refused => Err(write::ChangedSinceRead::error()),
             }
         }
     }
@@ -203,6 +207,11 @@ fn record_write(
             return;
         }
         Err(e) => {
+            if write::ChangedSinceRead::is(&e) {
+                // Not sent again as it was: the rule's next look decides from what is there then.
+                ctx.metrics.copy_write_refused();
+                tracing::info!(rule = %key, copy = %place, "the apiserver refused a write of the copy: it changed since the version the write was decided from");
+            }
             let (state, why) = failure(ctx, &copy.target.cluster, "writing the copy", &e);
             copy.state = state;
             copy.message = Some(why);
@@ -358,6 +367,9 @@ async fn remove_one(
         }
         Ok(None) => None,
         Err(e) => {
+            if write::ChangedSinceRead::is(&e) {
+                ctx.metrics.copy_write_refused();
+            }
             let (state, why) = failure(ctx, &handle.name, "removing a copy that is no longer wanted", &e);
             Some(left(state, why))
         }
@@ -396,11 +408,11 @@ pub(super) async fn remove_owned(
         return Ok(None);
     }
     Fence::for_rule(shards, key).check()?;
-    let done = write::remove(&cluster.client, resource, &*live, spec.deletion).await?;
-    Ok(Some(match done {
-        crate::api::DeletionPolicy::Delete => "delete",
-        crate::api::DeletionPolicy::Orphan => "orphan",
-    }))
+    match write::remove(&cluster.client, resource, &*live, spec.deletion).await? {
+        write::Removed::Done(crate::api::DeletionPolicy::Delete) => Ok(Some("delete")),
+        write::Removed::Done(crate::api::DeletionPolicy::Orphan) => Ok(Some("orphan")),
+        write::Removed::Refused => Err(write::ChangedSinceRead::error()),
+    }
 }
 
 /// Says that the flap guard just tripped for a copy (metric, log, Warning event); returns what

@@ -156,6 +156,9 @@ async fn remove_in(
             }
             Ok(None) => {}
             Err(e) => {
+                if crate::controller::write::ChangedSinceRead::is(&e) {
+                    ctx.metrics.copy_write_refused();
+                }
                 let target = CopyTarget {
                     cluster: handle.name.clone(),
                     namespace: copy.namespace,

@@ -5,6 +5,7 @@
 use super::gather::{Gathered, Reachable};
 use super::inputs::ReadInputs;
 use super::requests::{WRITE_CONCURRENCY, failure, remote_call};
+use crate::api::SourceRef;
 use crate::clusters::fence::Fence;
 use crate::controller::context::Context;
 use crate::controller::error::short_message;
@@ -209,6 +210,39 @@ async fn read_place(cluster: &Reachable, target: &CopyTarget) -> kube::Result<Op
         &target.name,
     )
     .await
+}
+
+/// Settles the copies decided `Behind` (made from a newer version of their source than this
+/// replica's cache holds) by reading each of their sources once from the source's apiserver.
+pub(super) async fn settle_behind(ctx: &Context, gathered: &Gathered<'_>, plan: &mut Plan) {
+    let behind = plan.behind();
+    if behind.is_empty() {
+        return;
+    }
+    let mut read: std::collections::HashMap<SourceRef, Result<Option<String>, String>> = Default::default();
+    for (index, source, claimed) in behind {
+        if !read.contains_key(&source) {
+            let got = remote_call(
+                &gathered.source_cluster,
+                write::get(
+                    &gathered.source_side.client,
+                    &gathered.resource,
+                    source.namespace.as_deref(),
+                    &source.name,
+                ),
+            )
+            .await;
+            let version = got
+                .map(|o| o.and_then(|o| o.metadata.resource_version))
+                .map_err(|e| failure(ctx, &gathered.source_cluster, "reading the source", &e).1);
+            read.insert(source.clone(), version);
+        }
+        let fresh = read[&source].clone();
+        if let Ok(Some(version)) = &fresh {
+            tracing::info!(rule = %gathered.key, source = %source.name, claimed, now = %version, "a copy says it was made from a newer source than this replica's cache holds; the source read again");
+        }
+        plan.settle_behind(index, fresh);
+    }
 }
 
 /// The object now at a copy's place: from the copies cache if it is a copy, else from the API.

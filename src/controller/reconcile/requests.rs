@@ -4,8 +4,10 @@
 
 use crate::api::CopyState;
 use crate::clusters;
+use crate::clusters::fence::NotHeld;
 use crate::controller::context::Context;
 use crate::controller::error::{short_message, without_values};
+use crate::controller::write::ChangedSinceRead;
 use crate::error_text::with_causes;
 use std::future::Future;
 use std::time::Duration;
@@ -62,6 +64,12 @@ fn failure_as_said(
         return (CopyState::Failed, format!("{doing}: {error}"));
     };
     match error {
+        // Refused by the apiserver, or by the fence before it left: the cluster answered (or
+        // was not asked), so it is not marked down.
+        kube::Error::Service(e) if e.is::<ChangedSinceRead>() || e.is::<NotHeld>() => (
+            CopyState::Failed,
+            format!("RemoteCluster {name}: {doing}: {error}"),
+        ),
         kube::Error::Api(e) if e.code == 401 || e.code == 403 => {
             let problem = clusters::classify(error);
             (
