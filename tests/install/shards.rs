@@ -1,9 +1,10 @@
 //! Several active replicas, as separate `mimeo run` processes against one real apiserver: the
 //! rules split into three shards, every copy written once per change whichever replica holds
 //! its rule, a killed replica's share taken over, a frozen one (SIGSTOP past its Lease, then
-//! SIGCONT) writing nothing it no longer holds, and a replica joining and leaving while sources
-//! rotate.
+//! SIGCONT) writing nothing it no longer holds and setting no copy back to an older value, and a
+//! replica joining and leaving while sources rotate.
 
+use crate::late_writes::{Late, Versions, received};
 use crate::processes;
 
 use crate::harness;
@@ -320,20 +321,12 @@ async fn all_copies_with(client: &Client, value: &str) -> usize {
         .count()
 }
 
-/// The time of an audit event's `requestReceivedTimestamp`.
-fn received(event: &serde_json::Value) -> std::time::SystemTime {
-    let at: k8s_openapi::jiff::Timestamp = event["requestReceivedTimestamp"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    std::time::SystemTime::from(at)
-}
-
 /// A replica frozen (SIGSTOP) right after a rotation, with writes waiting for their turn in its
 /// client, sends none of them once its Lease has lapsed: seen from the apiserver's audit log, each
 /// replica with an identity of its own, freeze after freeze (issue 43: once in 28 freezes, a write
-/// left 18 ms after SIGCONT, before the replica's first Lease request).
+/// left 18 ms after SIGCONT, before the replica's first Lease request). Those already past the
+/// check may still leave, after the sources rotated again and another replica wrote the newer
+/// values: a watch of every copy's versions sees none go back (issue 55).
 #[tokio::test]
 async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
     let names = ["replica-a", "replica-b", "replica-c"];
@@ -422,36 +415,43 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
         (all_copies_with(&client, "v0").await == copies).then_some(())
     })
     .await;
+    let versions = Versions::watch(client.clone()).await;
+    // All at once, so that the victim's rules write at once.
+    let rotate = |value: String| {
+        let secrets = Api::<Secret>::namespaced(client.clone(), "platform");
+        async move {
+            futures::future::join_all((0..FREEZE_RULES).map(|r| {
+                let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": format!("s{r:02}"), "namespace": "platform"},
+                    "stringData": {"v": value}});
+                let secrets = &secrets;
+                async move {
+                    secrets
+                        .patch(
+                            &format!("s{r:02}"),
+                            &PatchParams::apply("test").force(),
+                            &Patch::Apply(&secret),
+                        )
+                        .await
+                        .unwrap()
+                }
+            }))
+            .await;
+        }
+    };
 
     const FREEZES: usize = 6;
-    let mut late = Vec::new();
+    let mut late = Late::default();
     let mut in_flight = 0;
     let mut most_late = 0;
     for round in 0..FREEZES {
         let victim = round % names.len();
-        let value = format!("v{}", round + 1);
+        let value = format!("v{}", 2 * round + 1);
+        let newer = format!("v{}", 2 * round + 2);
         let started = std::time::SystemTime::now();
         let log = plane.audit_log_path().unwrap();
         let offset = std::fs::metadata(log).map_or(0, |m| m.len()) as usize;
-        // All at once, so that the victim's rules write at once.
-        let secrets = Api::<Secret>::namespaced(client.clone(), "platform");
-        futures::future::join_all((0..FREEZE_RULES).map(|r| {
-            let secret = json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("s{r:02}"), "namespace": "platform"},
-                "stringData": {"v": value}});
-            let secrets = &secrets;
-            async move {
-                secrets
-                    .patch(
-                        &format!("s{r:02}"),
-                        &PatchParams::apply("test").force(),
-                        &Patch::Apply(&secret),
-                    )
-                    .await
-                    .unwrap()
-            }
-        }))
-        .await;
+        rotate(value.clone()).await;
         // Frozen as soon as the apiserver has the victim's first write of the rotation (and a
         // little later each round): the rest of its writes are in flight or wait their turn.
         let user = format!("\"username\":\"{}\"", names[victim]);
@@ -471,12 +471,15 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
         tokio::time::sleep(Duration::from_millis(5 * round as u64)).await;
         replicas[victim].signal("STOP");
         let stopped = std::time::SystemTime::now();
-        // Past the Lease: the others take the victim's shard and finish its copies.
-        tokio::time::sleep(Duration::from_secs(LEASE_SECONDS * 2 + 1)).await;
+        let frozen = Instant::now();
+        // Newer values while it is frozen; past the Lease, the others take the victim's shard and
+        // write them into its copies.
+        rotate(newer.clone()).await;
+        tokio::time::sleep(Duration::from_secs(LEASE_SECONDS * 2 + 1).saturating_sub(frozen.elapsed())).await;
         eventually_within(
-            &format!("every copy at {value} with {} frozen", names[victim]),
+            &format!("every copy at {newer} with {} frozen", names[victim]),
             Duration::from_secs(60),
-            || async { (all_copies_with(&client, &value).await == copies).then_some(()) },
+            || async { (all_copies_with(&client, &newer).await == copies).then_some(()) },
         )
         .await;
         replicas[victim].signal("CONT");
@@ -488,7 +491,7 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
             .iter()
             .filter(|e| e["user"]["username"] == names[victim])
             .collect();
-        let on_the_wire = stopped + Duration::from_millis(300);
+        let on_the_wire = stopped + crate::late_writes::ON_THE_WIRE;
         let rotation: Vec<std::time::SystemTime> = by_victim
             .iter()
             .map(|e| received(e))
@@ -513,26 +516,15 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
             .iter()
             .filter(|e| (stopped..=on_the_wire).contains(&received(e)))
             .count();
-        let before = late.len();
-        late.extend(
-            by_victim
-                .into_iter()
-                .filter(|e| {
-                    let at = received(e);
-                    at > on_the_wire && at < resumed + Duration::from_secs(1)
-                })
-                .map(|e| {
-                    let after = match received(e).duration_since(resumed) {
-                        Ok(late) => format!("{late:?} after SIGCONT"),
-                        Err(early) => format!("{:?} before SIGCONT", early.duration()),
-                    };
-                    format!(
-                        "freeze {round}: {} {}/{} {after}",
-                        e["verb"], e["objectRef"]["namespace"], e["objectRef"]["name"]
-                    )
-                }),
+        let this_freeze = Late::of(&events, names[victim], on_the_wire, resumed);
+        println!(
+            "freeze {round}: after SIGCONT {} of its writes accepted, {} refused, {} otherwise answered",
+            this_freeze.accepted.len(),
+            this_freeze.refused.len(),
+            this_freeze.other.len()
         );
-        most_late = most_late.max(late.len() - before);
+        most_late = most_late.max(this_freeze.len());
+        late.add(this_freeze);
         eventually_within(
             "one shard for each replica again",
             Duration::from_secs(60),
@@ -540,11 +532,19 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
         )
         .await;
     }
+    let back = versions.back();
     println!(
         "{FREEZES} freezes right after a rotation of {copies} copies: {in_flight} writes of the \
          frozen replicas reached the apiserver within 300 ms of the freeze (on the wire), {} \
-         between then and a second after SIGCONT ({most_late} at most in one freeze): {late:#?}",
-        late.len()
+         between then and a second after SIGCONT ({most_late} at most in one freeze; {} accepted, \
+         {} refused, {} otherwise answered): {late:#?}\n{} versions seen, {} copies seen going \
+         back: {back:#?}",
+        late.len(),
+        late.accepted.len(),
+        late.refused.len(),
+        late.other.len(),
+        versions.versions_seen(),
+        back.len(),
     );
     // Checked only before `write::write`, every write waiting for its turn went out at SIGCONT
     // (386 in 6 freezes). Checked as a write gets its turn, only those past the check when the
@@ -554,6 +554,12 @@ async fn a_frozen_replica_sends_no_write_after_its_lease_lapsed() {
     assert!(
         most_late <= REQUESTS_IN_FLIGHT,
         "{most_late} writes sent after the Lease lapsed in one freeze: {late:#?}"
+    );
+    assert!(
+        back.is_empty(),
+        "{} copies went back to an older value after a freeze: {:#?}",
+        back.len(),
+        back.iter().take(10).collect::<Vec<_>>()
     );
     for replica in &mut replicas {
         replica.stop();
