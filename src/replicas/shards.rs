@@ -287,8 +287,8 @@ pub async fn keep(
 }
 
 /// One round: the held shards renewed, the heartbeat, then shards given back or taken. A replica
-/// whose renewal landed after its hold ran out is slow ([`Pace`]): it gives every shard back and
-/// leaves the live replicas until its rounds are quick again. `others` is how many other live
+/// whose renewal landed after its hold ran out, and took long on the wire, is slow ([`Pace`]): it
+/// gives every shard back and leaves the live replicas until its rounds are quick again. `others` is how many other live
 /// replicas the last count saw.
 async fn one_round(
     settings: &ShardSettings,
@@ -299,7 +299,7 @@ async fn one_round(
     others: &mut usize,
 ) {
     let (held, lapsed) = renew_held(settings, shards, electors).await;
-    if lapsed && pace.renewed_late(*others) {
+    if lapsed == Some(Late::Link) && pace.renewed_late(*others) {
         tracing::warn!(
             shards = ?held,
             others = *others,
@@ -383,6 +383,7 @@ async fn one_round(
         }
     }
     shards.publish();
+    let lapsed = lapsed.is_some();
     if took || lapsed {
         // Told once their writes may start, so that their rules are looked at then; a lapsed
         // hold's rules were let go meanwhile, with the shards held the same before and after.
@@ -397,14 +398,24 @@ async fn one_round(
     }
 }
 
+/// Why a renewal landed after the hold it renewed had run out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Late {
+    /// The renewal itself was quick: the round came late (the process was frozen, or starved of
+    /// CPU). The link is fine; the shards are kept, their rules looked at again.
+    Round,
+    /// The renewal took more than a quarter of the renewal deadline on the wire: the link is slow.
+    Link,
+}
+
 /// Renews every shard held, all at once, first thing in a round: on a slow link one after
 /// another, the last renewal of a round came seconds after its round began. Returns the shards
-/// still held, and whether a renewal landed after the hold it renewed had run out.
+/// still held, and whether (and why) a renewal landed after the hold it renewed had run out.
 async fn renew_held(
     settings: &ShardSettings,
     shards: &Shards,
     electors: &[Elector],
-) -> (BTreeSet<u32>, bool) {
+) -> (BTreeSet<u32>, Option<Late>) {
     let was_held: Vec<u32> = shards
         .held
         .lock()
@@ -414,21 +425,24 @@ async fn renew_held(
         .collect();
     let renewals = futures::future::join_all(was_held.into_iter().map(|shard| async move {
         let started = Instant::now();
-        (shard, started, electors[shard as usize].try_hold().await)
+        let renewal = electors[shard as usize].try_hold().await;
+        (shard, started, started.elapsed(), renewal)
     }))
     .await;
+    let slow = renew_deadline(settings.duration) / 4;
     let mut held = BTreeSet::new();
-    let mut lapsed = false;
-    for (shard, started, renewal) in renewals {
+    let mut lapsed = None;
+    for (shard, started, took, renewal) in renewals {
         match renewal {
             Ok(Ok(())) => {
                 if shards.set(shard, started + renew_deadline(settings.duration)) {
                     tracing::warn!(
                         shard,
-                        took_ms = started.elapsed().as_millis() as u64,
+                        took_ms = took.as_millis() as u64,
                         "a shard Lease was renewed after its deadline"
                     );
-                    lapsed = true;
+                    let why = if took > slow { Late::Link } else { Late::Round };
+                    lapsed = lapsed.max(Some(why));
                 }
                 held.insert(shard);
             }

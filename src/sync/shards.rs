@@ -65,7 +65,9 @@ pub fn moves(shards: u32, held: &BTreeSet<u32>, free: &BTreeSet<u32>, replicas: 
 ///
 /// A replica whose renewal lands after the hold it renews ran out cannot write (its fence
 /// refuses), yet its Lease keeps moving, so no other replica may take the shard over: on a slow
-/// link (363 ms a chunk, issue 55) a shard went 18-22 s without a writer. Such a replica is
+/// link (363 ms a chunk, issue 55) a shard went 18-22 s without a writer. Such a replica, when
+/// the renewal itself took long on the wire (a late round with a quick renewal is a process
+/// frozen or starved of CPU for a moment, which giving the shards away would only make worse), is
 /// *slow*: it gives its shards back, stops counting itself among the live replicas, and takes
 /// none until its rounds have been quick for a while, so that a replica that can write takes them
 /// at once. It stays slow only while another replica is live: a lone replica, or one whose peers
