@@ -107,6 +107,7 @@ async fn main() {
         cuts.swap(i, random.below(i as u64 + 1) as usize);
     }
     let mut rounds = Vec::new();
+    let mut skipped_rounds = 0;
     for (n, cut) in cuts.iter().enumerate() {
         let victim = random.below(NAMES.len() as u64) as usize;
         // A partition anywhere in the victim's burst; a freeze right after the rotation.
@@ -114,7 +115,14 @@ async fn main() {
             Cut::Partition => random.below(400),
             Cut::Freeze => random.below(30),
         });
-        let round = campaign.round(victim, *cut, jitter).await;
+        let round = match campaign.round(victim, *cut, jitter).await {
+            Ok(round) => round,
+            Err(skipped) => {
+                println!("{n:>4} {:<9} skipped: {skipped}", format!("{cut:?}"));
+                skipped_rounds += 1;
+                continue;
+            }
+        };
         println!(
             "{n:>4} {:<9} {} +{jitter:>5?}: {:>3} writes before; late {:>2} accepted, {:>2} \
              refused, {} other; {} copies back; reach {:?}",
@@ -131,6 +139,7 @@ async fn main() {
         rounds.push(round);
     }
     summary(&campaign, &quiet, &rounds);
+    println!("rounds skipped (the victim held no shard or wrote nothing): {skipped_rounds}");
     for replica in &mut campaign.replicas {
         replica.mimeo.stop();
     }

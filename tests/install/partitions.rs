@@ -36,7 +36,8 @@ async fn a_replica_cut_off_mid_burst_sets_no_copy_back_to_an_older_value_when_it
         let victim = round % NAMES.len();
         let seen = campaign
             .round(victim, Cut::Partition, Duration::from_millis(5 * round as u64))
-            .await;
+            .await
+            .unwrap_or_else(|skipped| panic!("partition {round}: {skipped}"));
         println!(
             "partition {round}: {} cut off after {} copy writes of the rotation; after the heal {} \
              of its writes accepted, {} refused, {} otherwise answered; {} copies seen going back; \
