@@ -1,15 +1,19 @@
-//! The flap guard: a copy that mimeo keeps deleting and creating again, or keeps writing back to
-//! content it already wrote, stops being touched for a while.
+//! The flap guard: a copy that mimeo and something else keep undoing each other's writes on
+//! stops being touched for a while.
 //!
-//! Whatever the cause (two rules or two controllers fighting over one object, a bug in how
-//! mimeo tells its copies apart), churn is the worst failure a copier can have: objects vanish
-//! and come back in production, and the apiserver takes the load. This is the safety net. It
-//! counts only writes that undo each other: a copy created again with the content it had when it
-//! was deleted (the deletion and the creation cancel out), created again after something else
-//! deleted it, deleted again after something else put it back, and written back to content it
-//! was already given (a repair). A rotation is new content, in place or by delete and create
-//! (an immutable source is rotated so, and its copy follows so), and is never counted, however
-//! often it comes: holding it would leave a rotated credential missing.
+//! Whatever the cause (another controller or a second copier fighting over one object), churn is
+//! the worst failure a copier can have: objects vanish and come back in production, and the
+//! apiserver takes the load. This is the safety net. It counts only mimeo undoing what something
+//! else did: a copy created again after something else deleted it, deleted again after something
+//! else put it back, and written back to content it was already given (a repair). Nothing mimeo
+//! decides from its rule's inputs counts: a rotation is new content, in place or by delete and
+//! create (an immutable source is rotated so), and a copy removed because its rule no longer
+//! wants it (an order cancelled, a namespace unlabelled) and made again when it wants it back is
+//! the rule doing its job however often it comes (issue 56: five orders and cancels in a row held
+//! a cancelled tenant's credentials for ten minutes). Holding either would leave a rotated
+//! credential missing or a revoked one in place. For the same reason a held copy is still removed
+//! when its rule no longer wants it, unless the removal is itself the fight
+//! ([`FlapGuard::removal_held`]).
 
 use crate::room::shrink_if_sparse;
 use std::collections::hash_map::DefaultHasher;
@@ -143,6 +147,19 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
         }
     }
 
+    /// Whether a copy its rule no longer wants must be left as it is: only when the guard holds it
+    /// for being deleted again and again after something else put it back. A hold for anything
+    /// else (repairs, something else deleting it) does not keep a copy the rule no longer wants:
+    /// removing it ends that fight, and its history with it.
+    pub fn removal_held(&mut self, copy: &K, now: Instant) -> Option<Held> {
+        let held = self.held(copy, now)?;
+        if held.deleted > 0 {
+            return Some(held);
+        }
+        self.copies.remove(copy);
+        None
+    }
+
     /// Records what mimeo did to a copy; returns the hold when this trips the guard.
     pub fn record(&mut self, copy: &K, change: Change<'_>, now: Instant) -> Option<Held> {
         if self.copies.len() >= SWEEP_AT && !self.copies.contains_key(copy) {
@@ -159,15 +176,11 @@ impl<K: Hash + Eq + Clone> FlapGuard<K> {
             Change::Created(content) => {
                 let content = Some(content_key(content));
                 let again = last.is_some_and(|l| l.content == content);
-                match gone {
-                    // The content it had when mimeo deleted it: the two cancel out.
-                    Some(deleted_at) if again => {
-                        churn.extend([(deleted_at, Churn::Deleted), (now, Churn::Created)])
-                    }
-                    // Something else deleted it, and mimeo puts back what was there.
-                    None if again => churn.push((now, Churn::Created)),
-                    // The first copy, or new content: what a rule is for.
-                    _ => {}
+                // Something else deleted it, and mimeo puts back what was there. After mimeo's own
+                // removal, the rule wants it again: the first copy, or new content, is what a rule
+                // is for, and so is a copy made again.
+                if gone.is_none() && again {
+                    churn.push((now, Churn::Created));
                 }
                 Last {
                     content,
@@ -264,34 +277,41 @@ mod tests {
     }
 
     #[test]
-    fn delete_and_create_again_trips_the_guard_and_holds_the_copy() {
+    fn removing_and_making_again_as_the_rule_says_never_trips_it() {
         let mut guard = FlapGuard::default();
         let start = Instant::now();
-        let mut tripped = None;
-        for i in 0..20u64 {
+        for i in 0..200u64 {
             let change = if i % 2 == 0 {
                 Change::Created("h1")
             } else {
                 Change::Deleted
             };
-            if let Some(held) = guard.record(&"copy", change, start + Duration::from_secs(i)) {
-                tripped = Some((i, held));
-                break;
-            }
+            assert_eq!(
+                guard.record(&"copy", change, start + Duration::from_millis(100 * i)),
+                None,
+                "an order made and cancelled, the same content each time, change {i}"
+            );
         }
+    }
+
+    #[test]
+    fn a_copy_put_back_again_and_again_is_held_and_then_written_afresh() {
+        let mut guard = FlapGuard::default();
+        let start = Instant::now();
+        guard.record(&"copy", Change::Created("h1"), start);
+        let tripped = (1..20u64).find_map(|i| {
+            guard
+                .record(&"copy", Change::Created("h1"), start + Duration::from_secs(i))
+                .map(|held| (i, held))
+        });
         let (at, held) = tripped.expect("the guard trips");
-        assert_eq!(
-            at, 8,
-            "created 5 times and deleted 4 times, the same content each time: the first creation is \
-             free, and each deletion counts once the creation after it undoes it"
-        );
-        assert_eq!((held.created, held.deleted, held.repaired), (4, 4, 0));
-        let now = start + Duration::from_secs(9);
+        assert_eq!(at, 7, "the first creation is free, the seventh put back trips it");
+        assert_eq!((held.created, held.deleted, held.repaired), (7, 0, 0));
+        let now = start + Duration::from_secs(8);
         assert_eq!(guard.held(&"copy", now), Some(held.clone()));
         assert!(
-            held.describe(now).starts_with(
-                "mimeo stopped touching this copy: it was created 4 times, deleted 4 times within 7 s"
-            ),
+            held.describe(now)
+                .starts_with("mimeo stopped touching this copy: it was created 7 times within 6 s"),
             "{}",
             held.describe(now)
         );
@@ -300,6 +320,25 @@ mod tests {
         let later = start + HOLD + Duration::from_secs(9);
         assert_eq!(guard.held(&"copy", later), None);
         assert_eq!(guard.record(&"copy", Change::Created("h1"), later), None);
+    }
+
+    #[test]
+    fn a_held_copy_is_removed_unless_the_removal_is_the_fight() {
+        let start = Instant::now();
+        let at = |i: u64| start + Duration::from_secs(i);
+        // Held for being put back after something else deleted it: the rule no longer wants it,
+        // so it goes, and its history with it.
+        let mut guard = FlapGuard::default();
+        guard.record(&"copy", Change::Created("h"), at(0));
+        (1..=7).for_each(|i| _ = guard.record(&"copy", Change::Created("h"), at(i)));
+        assert!(guard.held(&"copy", at(8)).is_some());
+        assert_eq!(guard.removal_held(&"copy", at(8)), None);
+        assert_eq!(guard.held(&"copy", at(8)), None, "forgotten once removed");
+        // Held for being deleted again after something else kept putting it back: left.
+        let mut guard = FlapGuard::default();
+        guard.record(&"copy", Change::Created("h"), at(0));
+        (1..=8).for_each(|i| _ = guard.record(&"copy", Change::Deleted, at(i)));
+        assert!(guard.removal_held(&"copy", at(9)).is_some());
     }
 
     #[test]

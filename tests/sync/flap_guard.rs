@@ -1,6 +1,7 @@
 //! The flap guard against a real apiserver: a copy that something else keeps deleting stops
 //! being re-created after a few rounds, and the rule says so (`Ready=False`, `Flapping`, an
-//! event, a metric); a source rotated every half second never trips it.
+//! event, a metric); a source rotated every half second never trips it, nor does an order made
+//! and cancelled again and again.
 
 use crate::harness;
 
@@ -110,4 +111,66 @@ async fn rotations_never_trip_the_guard() {
     }
     h.wait_ready("platform", "creds", "True", "Synced").await;
     assert_eq!(flaps(&h), 0);
+}
+
+/// issue 56: a tenant orders a service and cancels it, twenty times in a row (its namespace
+/// labelled and unlabelled; the source never changes). Each copy the rules no longer want is
+/// mimeo's own decision, not a fight: both go at once after every cancel (five cycles once
+/// tripped the guard and left a cancelled order's credentials for ten minutes), and both come
+/// back with every order.
+#[tokio::test]
+async fn an_order_made_and_cancelled_again_and_again_takes_its_copies_at_once() {
+    let h = Harness::start().await;
+    h.namespace("platform", &[], &[]).await;
+    h.namespace("tenant", &[], &[("mimeo.dev/accept-from", "platform")])
+        .await;
+    let names = ["pull-secret", "chart-credentials"];
+    for name in names {
+        h.put_secret("platform", name, &[("password", "p0")]).await;
+        h.apply(json!({"apiVersion": "mimeo.dev/v1alpha1", "kind": "SyncRule",
+                       "metadata": {"name": name, "namespace": "platform"},
+                       "spec": {"source": {"kind": "Secret", "name": name},
+                                "targets": [{"namespaceSelector": {"matchLabels": {"order": "placed"}}}]}}))
+            .await;
+    }
+    let copies = h.secrets("tenant");
+    let there = || async {
+        let mut n = 0;
+        for name in names {
+            n += usize::from(copies.get_opt(name).await.unwrap().is_some());
+        }
+        n
+    };
+    let mut gone_after = Vec::new();
+    for cycle in 1..=20 {
+        h.patch_namespace("tenant", json!({"labels": {"order": "placed"}}))
+            .await;
+        eventually(&format!("order {cycle}: both copies"), || async {
+            (there().await == names.len()).then_some(())
+        })
+        .await;
+        h.patch_namespace("tenant", json!({"labels": {"order": null}}))
+            .await;
+        let cancelled = Instant::now();
+        let gone = eventually(&format!("cancel {cycle}: both copies gone"), || async {
+            (there().await == 0).then(|| cancelled.elapsed())
+        })
+        .await;
+        gone_after.push(gone);
+    }
+    let mut sorted = gone_after.clone();
+    sorted.sort();
+    println!(
+        "20 orders and cancels: both copies gone {:?} after the cancel (p50), {:?} at most; each: {gone_after:?}",
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1]
+    );
+    assert!(
+        gone_after.iter().all(|g| *g < Duration::from_secs(1)),
+        "a cancelled order's copies stayed a second or more: {gone_after:?}"
+    );
+    assert_eq!(flaps(&h), 0, "an order made and cancelled is not a fight");
+    for name in names {
+        h.wait_ready("platform", name, "True", "NothingToCopy").await;
+    }
 }

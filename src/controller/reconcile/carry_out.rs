@@ -269,7 +269,8 @@ fn record_write(
 }
 
 /// Removes what the rule owns but no longer wants, in every cluster that can be used now; a copy
-/// the flap guard holds, or whose removal fails, stays and is listed with the reason.
+/// whose removal the flap guard holds (something else keeps putting it back), or whose removal
+/// fails, stays and is listed with the reason.
 pub(super) async fn remove_unwanted(
     ctx: &Context,
     gathered: &Gathered<'_>,
@@ -301,8 +302,8 @@ pub(super) async fn remove_unwanted(
     }
 }
 
-/// Removes one copy no longer wanted, unless the flap guard holds it; returns its status if it
-/// stays (held, failed) or the removal tripped the guard.
+/// Removes one copy no longer wanted, unless the flap guard holds its removal; returns its status
+/// if it stays (held, failed) or the removal tripped the guard.
 async fn remove_one(
     ctx: &Context,
     gathered: &Gathered<'_>,
@@ -328,7 +329,9 @@ async fn remove_one(
         since: None,
     };
     let flap = flap_key(key, &target, &copy.resource);
-    if let Some(held) = lock(&ctx.flaps).held(&flap, now) {
+    // Only a removal that is itself the fight waits on the guard: a copy the rule no longer
+    // wants goes at once, held or not (a cancelled order's credentials must not stay).
+    if let Some(held) = lock(&ctx.flaps).removal_held(&flap, now) {
         return Some(left(CopyState::Flapping, held.describe(now)));
     }
     let removal = remove_owned(
