@@ -162,21 +162,13 @@ async fn reconcile(
         }
         Some(Operation::Reconcile) => {
             let action = keep(&inventory, &ctx).await?;
-            let patch = json!({"metadata": {"resourceVersion": inventory.resource_version(),
-                                            "annotations": {operation::OPERATION_ANNOTATION: null}}});
-            match Api::<ClusterInventory>::all(ctx.client.clone())
-                .patch(
-                    &inventory.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => {}
-                // Changed or gone meanwhile: the next look decides.
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
+            let api = Api::<ClusterInventory>::all(ctx.client.clone());
+            crate::controller::reconcile::clear_reconcile(
+                &api,
+                &inventory.name_any(),
+                inventory.resource_version(),
+            )
+            .await?;
             return Ok(action);
         }
         None => {}

@@ -44,6 +44,7 @@ use crate::sync::plan::{Plan, place};
 use cleanup::let_go;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
+pub(crate) use operation::clear_reconcile;
 use places::flap_key;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

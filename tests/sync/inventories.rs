@@ -6,7 +6,7 @@
 
 use crate::harness;
 
-use harness::{Harness, eventually, service_account_kubeconfig, stays};
+use harness::{Harness, eventually, eventually_within, service_account_kubeconfig, stays};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -1199,19 +1199,29 @@ async fn mcp_namespaces_chosen_by_label_are_followed_without_an_edit() {
         ],
         b"",
     );
-    eventually("the new MCP followed, and the annotation gone", || async {
-        let inv = Api::<ClusterInventory>::all(h.client.clone())
-            .get("mcps")
-            .await
-            .unwrap();
-        let annotated = inv
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key("openmcp.cloud/operation");
-        (!annotated && remote_cluster(&h, "mcps-mcp--cccc-mcp").await.is_some()).then_some(())
-    })
+    // Gone within a few seconds (issue 56: left in place when the pass had written the status).
+    let annotated = std::time::Instant::now();
+    eventually_within(
+        "the new MCP followed, and the annotation gone",
+        Duration::from_secs(5),
+        || async {
+            let inv = Api::<ClusterInventory>::all(h.client.clone())
+                .get("mcps")
+                .await
+                .unwrap();
+            let asked = inv
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("openmcp.cloud/operation");
+            (!asked && remote_cluster(&h, "mcps-mcp--cccc-mcp").await.is_some()).then_some(())
+        },
+    )
     .await;
+    println!(
+        "reconcile: the new MCP followed and the annotation gone {:?} after it was set",
+        annotated.elapsed()
+    );
 
     // What the apiserver refuses: no namespaces at all, and a selector that would read them all.
     for (spec, says) in [

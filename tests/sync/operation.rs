@@ -5,7 +5,7 @@
 
 use crate::harness;
 
-use harness::{Harness, eventually, secret_value, stays};
+use harness::{Harness, eventually, eventually_within, secret_value, stays};
 use kube::api::{Api, ListParams};
 use serde_json::json;
 use std::time::Duration;
@@ -108,6 +108,61 @@ async fn ignore_keeps_mimeos_hands_off_and_reconcile_asks_for_a_pass() {
     })
     .await;
 
+    // issue 56: a pass that writes the rule's status (from `Suspended` to `Synced`, the rotation
+    // made meanwhile written) gives the rule a new version, so that removing the annotation on
+    // the version the pass read was refused, and nothing woke the rule again: the annotation
+    // stayed. Three times over (resumed and asked for a pass in one patch), it goes.
+    for round in 1..=3 {
+        let value = format!("round-{round}");
+        kubectl(
+            &h,
+            &[
+                "patch",
+                "syncrule",
+                "creds",
+                "-n",
+                "platform",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"suspend":true}}"#,
+            ],
+        );
+        h.wait_ready("platform", "creds", "False", "Suspended").await;
+        h.put_secret("platform", "creds", &[("password", &value)]).await;
+        kubectl(
+            &h,
+            &[
+                "patch",
+                "syncrule",
+                "creds",
+                "-n",
+                "platform",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"annotations":{"openmcp.cloud/operation":"reconcile"}},"spec":{"suspend":false}}"#,
+            ],
+        );
+        let annotated = std::time::Instant::now();
+        eventually("the rotation reaches the copy", || async {
+            (copy_value(&h).await.as_deref() == Some(value.as_str())).then_some(())
+        })
+        .await;
+        eventually_within(
+            &format!("mimeo removes the reconcile annotation after a pass that wrote the status ({round})"),
+            Duration::from_secs(3),
+            || async {
+                let rule = h.rule("platform", "creds").await.unwrap();
+                let annotations = rule.metadata.annotations.unwrap_or_default();
+                (!annotations.contains_key("openmcp.cloud/operation")).then_some(())
+            },
+        )
+        .await;
+        println!(
+            "reconcile {round}: the annotation gone {:?} after it was set",
+            annotated.elapsed()
+        );
+    }
+
     // Deleted while ignored: the rule goes, and its copy stays where it is.
     kubectl(
         &h,
@@ -130,7 +185,7 @@ async fn ignore_keeps_mimeos_hands_off_and_reconcile_asks_for_a_pass() {
     })
     .await;
     stays("its copy left where it is", Duration::from_secs(2), || async {
-        copy_value(&h).await.as_deref() == Some("two")
+        copy_value(&h).await.as_deref() == Some("round-3")
     })
     .await;
 }

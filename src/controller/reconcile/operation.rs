@@ -8,10 +8,10 @@ use super::record;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::rule::RuleResource;
-use crate::sync::operation::OPERATION_ANNOTATION;
+use crate::sync::operation::{OPERATION_ANNOTATION, Operation, requested};
 use crate::sync::ownership::FINALIZER;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
@@ -43,7 +43,46 @@ pub(super) async fn ignore<R: RuleResource>(rule: &R, ctx: &Context) -> Result<A
 
 /// After the pass `reconcile` asked for: removes the annotation, unless it changed meanwhile.
 pub(super) async fn reconciled<R: RuleResource>(rule: &R, ctx: &Context) -> Result<(), Error> {
-    patch_metadata(rule, ctx, json!({"annotations": {OPERATION_ANNOTATION: null}})).await
+    let api = rule.api(ctx.client.clone());
+    Ok(clear_reconcile(&api, &rule.name_any(), rule.resource_version()).await?)
+}
+
+/// Removes `openmcp.cloud/operation: reconcile` from an object after the pass it asked for, each
+/// try made on the version last read so that a user's `ignore` set meanwhile is never removed.
+/// The pass itself often gives the object a new version (it wrote the status), and a status
+/// write wakes no look: giving up on that conflict left the annotation in place (issue 56, 2 of
+/// 3 tries), so a conflict reads the object again and tries once more while it still asks for a
+/// pass.
+pub(crate) async fn clear_reconcile<K>(
+    api: &Api<K>,
+    name: &str,
+    mut version: Option<String>,
+) -> kube::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for _ in 0..5 {
+        let patch = json!({"metadata": {"resourceVersion": version,
+                                        "annotations": {OPERATION_ANNOTATION: null}}});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        let Some(now) = api.get_opt(name).await? else {
+            return Ok(());
+        };
+        if requested(now.meta().annotations.as_ref()) != Some(Operation::Reconcile) {
+            // Set to something else meanwhile, or removed: not this pass's to remove.
+            return Ok(());
+        }
+        version = now.meta().resource_version.clone();
+    }
+    Ok(())
 }
 
 /// A merge patch of the rule's metadata, made only on the version this pass read: if the rule
@@ -63,5 +102,75 @@ async fn patch_metadata<R: RuleResource>(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response, StatusCode};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Client;
+    use kube::client::Body;
+
+    fn object(version: &str, operation: &str) -> Body {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "r", "namespace": "team", "resourceVersion": version,
+                                         "annotations": {OPERATION_ANNOTATION: operation}}});
+        Body::from(object.to_string().into_bytes())
+    }
+
+    fn conflict() -> Response<Body> {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "Conflict", "code": 409, "message": "the object has been modified"});
+        Response::builder()
+            .status(StatusCode::CONFLICT)
+            .body(Body::from(status.to_string().into_bytes()))
+            .unwrap()
+    }
+
+    /// Runs `clear_reconcile` from version 7 against an apiserver that refuses the first patch
+    /// (the pass wrote the status) and then finds the annotation set to `now`; returns the
+    /// requests made, with the versions their patches were made on.
+    async fn clear_after_a_conflict(now: &'static str) -> Vec<String> {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api = Api::<ConfigMap>::namespaced(Client::new(service, "default"), "team");
+        let apiserver = tokio::spawn(async move {
+            futures::pin_mut!(handle);
+            let mut seen = Vec::new();
+            while let Some((request, respond)) = handle.next_request().await {
+                let method = request.method().to_string();
+                let body = request.into_body().collect_bytes().await.unwrap();
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                match (method.as_str(), seen.len()) {
+                    ("PATCH", 0) => respond.send_response(conflict()),
+                    ("GET", _) => respond.send_response(Response::new(object("8", now))),
+                    _ => respond.send_response(Response::new(object("9", "none"))),
+                }
+                let version = &body["metadata"]["resourceVersion"];
+                seen.push(
+                    format!("{method} {}", version.as_str().unwrap_or_default())
+                        .trim()
+                        .to_owned(),
+                );
+            }
+            seen
+        });
+        clear_reconcile(&api, "r", Some("7".into())).await.unwrap();
+        drop(api);
+        apiserver.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_conflict_after_the_pass_reads_again_and_removes_the_annotation_on_the_new_version() {
+        assert_eq!(
+            clear_after_a_conflict("reconcile").await,
+            ["PATCH 7", "GET", "PATCH 8"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_operation_changed_meanwhile_is_left_as_it_is() {
+        assert_eq!(clear_after_a_conflict("ignore").await, ["PATCH 7", "GET"]);
     }
 }
