@@ -44,8 +44,9 @@ pub enum InitError {
         waited: Duration,
         why: String,
     },
-    #[error("the seal key: {0}")]
-    SealKey(String),
+    /// The controller's own error says what of the seal key failed.
+    #[error(transparent)]
+    SealKey(crate::controller::Error),
 }
 
 /// Installs or upgrades the CRDs, waits for them, and makes sure the seal key Secret
@@ -73,7 +74,7 @@ pub async fn init(client: &Client, seal_key: (&str, &str), wait: Duration) -> Re
     let (namespace, name) = seal_key;
     seal_key::load_or_create(client, namespace, name)
         .await
-        .map_err(|e| InitError::SealKey(e.to_string()))?;
+        .map_err(InitError::SealKey)?;
     Ok(done)
 }
 

@@ -122,7 +122,7 @@ fn take(source: &ConfigSource, object: &MimeoConfig, kinds: &LiveKinds) -> Mimeo
             ];
         }
         Err(ConfigProblem { field, message }) => {
-            tracing::error!(config = %source.name, %field, %message, "the configuration object is invalid; keeping the last good settings");
+            tracing::error!(config = %source.name, %field, why = %message, "the configuration object is invalid; keeping the last good settings");
             let why = format!("{field}: {message}; mimeo keeps running on the last good settings");
             // Stalled too, as kstatus reads it: only an edit of the object fixes it.
             status.conditions = vec![

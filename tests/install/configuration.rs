@@ -202,6 +202,18 @@ async fn the_configuration_object_changes_the_kinds_while_mimeo_runs() {
             .filter(|m| m == "green")
     })
     .await;
+    // Its JSON log line says why under a key of its own (issue 56: a second `"message"` key,
+    // of which jq and Loki keep one).
+    let log = std::fs::read_to_string(dir.path().join("mimeo.log")).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("the configuration object is invalid"))
+        .unwrap_or_else(|| panic!("no log line for the invalid object:\n{log}"));
+    assert_eq!(line.matches("\"message\":").count(), 1, "{line}");
+    assert!(
+        line.contains("\"why\":") && line.contains("spec.registries.allowed[0]"),
+        "{line}"
+    );
     let kept = config(&client).await.unwrap();
     assert_eq!(
         kept.data["status"]["allowedKinds"],

@@ -661,4 +661,10 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
     })
     .await;
     println!("a killed replica's shards taken over after {over:?}");
+    // The bound docs/install.md gives: the operator's 15 s Lease and a renewal period (5 s), and
+    // a second for this test's own look at each replica.
+    assert!(
+        over <= Duration::from_secs(21),
+        "a killed replica's shards were taken over only after {over:?}"
+    );
 }

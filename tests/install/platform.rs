@@ -209,6 +209,47 @@ async fn init_without_rights_on_crds_says_what_failed() {
         "{said}"
     );
     assert!(!said.contains("panicked"), "{said}");
+
+    // Given the CRDs but not Secrets: the seal key step fails, and says so once (issue 56: `the
+    // seal key: the seal key:`).
+    let grant = harness::kubectl(
+        plane.kubeconfig_path(),
+        &[
+            "create",
+            "clusterrole",
+            "init-crds",
+            "--verb=get,list,watch,create,patch,update",
+            "--resource=customresourcedefinitions.apiextensions.k8s.io",
+        ],
+        b"",
+    );
+    assert!(grant.contains("created"), "{grant}");
+    harness::kubectl(
+        plane.kubeconfig_path(),
+        &[
+            "create",
+            "clusterrolebinding",
+            "init-crds",
+            "--clusterrole=init-crds",
+            "--serviceaccount=platform:init",
+        ],
+        b"",
+    );
+    let output = eventually("init past the CRDs", || async {
+        let output = init(&path, &[]);
+        text(&output).contains("the seal key").then_some(output)
+    })
+    .await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let said = text(&output);
+    // Said once on each line (the log's and the command's own).
+    for line in said.lines().filter(|l| l.contains("the seal key")) {
+        assert_eq!(line.matches("the seal key").count(), 1, "{line}");
+    }
+    assert!(
+        said.contains("the seal key: Secret platform/") && said.contains("forbidden"),
+        "{said}"
+    );
 }
 
 /// `run` with the operator's flags (ERROR verbosity) copies a Secret, serves metrics on the
