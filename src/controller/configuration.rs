@@ -7,6 +7,7 @@ use super::live_kinds::LiveKinds;
 use crate::api::{MimeoConfig, MimeoConfigStatus};
 use crate::cli::RunArgs;
 use crate::config::{self, ConfigProblem, Kinds};
+use crate::controller::retry::init_when_listed;
 use crate::replicas::shards::Shards;
 use crate::sync::kstatus::STALLED;
 use crate::sync::ownership::FIELD_MANAGER;
@@ -39,7 +40,7 @@ pub async fn follow(
 ) {
     let api = Api::<MimeoConfig>::all(client);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", source.name));
-    let events = watcher(api.clone(), config).default_backoff();
+    let events = init_when_listed(watcher(api.clone(), config)).default_backoff();
     let following = async {
         futures::pin_mut!(events);
         while let Some(event) = events.next().await {

@@ -16,6 +16,7 @@ use super::retry::CappedBackoff;
 use super::watches::{Listed, Reach, Seals, Triggers, Watches, wait_listed};
 use crate::api::{ClusterInventory, CopyState, KubeconfigSecretRef, RemoteCluster};
 use crate::clusters::{self, KubeconfigProblem};
+use crate::controller::retry::init_when_listed;
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::hash::digest_bytes;
@@ -202,10 +203,13 @@ impl Fleet {
             listed_tx.send_replace(true);
             return fleet;
         }
-        let stream = watcher(Api::<RemoteCluster>::all(client), watcher::Config::default())
-            .default_backoff()
-            .modify(|rc| rc.managed_fields_mut().clear())
-            .reflect(writer);
+        let stream = init_when_listed(watcher(
+            Api::<RemoteCluster>::all(client),
+            watcher::Config::default(),
+        ))
+        .default_backoff()
+        .modify(|rc| rc.managed_fields_mut().clear())
+        .reflect(writer);
         // Spawned once the Fleet exists: a task started inside `new_cyclic` could see its first
         // event before the Fleet is there to upgrade to, and stop.
         let weak = Arc::downgrade(&fleet);

@@ -7,6 +7,8 @@
 //! lasts; a reconcile that succeeds starts it over.
 
 use crate::sync::ownership::RuleKey;
+use futures::{Stream, StreamExt};
+use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
@@ -154,6 +156,29 @@ impl kube::runtime::utils::Backoff for CappedBackoff {
     }
 }
 
+/// A watch whose `Init` is held back until its list has answered, and dropped when the list
+/// failed. kube's watcher says `Init` as it starts a list, before it knows whether the list will
+/// succeed, and its `StreamBackoff` starts over on any `Ok`: a watch whose list is refused (a
+/// 403, a cluster down) was asked again at the first backoff step for ever (issue 56: a CRD
+/// watch refused four times a second). Put it between `watcher(...)` and `.backoff(...)`.
+pub fn init_when_listed<K: Send + 'static>(
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    let ahead: Option<Result<watcher::Event<K>, watcher::Error>> = None;
+    futures::stream::unfold((stream.boxed(), ahead), |(mut stream, ahead)| async move {
+        if let Some(event) = ahead {
+            return Some((event, (stream, None)));
+        }
+        match stream.next().await? {
+            Ok(watcher::Event::Init) => match stream.next().await {
+                Some(Err(e)) => Some((Err(e), (stream, None))),
+                next => Some((Ok(watcher::Event::Init), (stream, next))),
+            },
+            event => Some((event, (stream, None))),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +259,33 @@ mod tests {
         assert_eq!(first, [250, 500, 1000, 2000, 4000, 4000, 4000]);
         kube::runtime::utils::Backoff::reset(&mut backoff);
         assert_eq!(backoff.next(), Some(Duration::from_millis(250)));
+    }
+
+    /// A list refused twice, then granted: each refusal is only an error (so the backoff grows),
+    /// and the start that lists says `Init` before what it found.
+    #[tokio::test]
+    async fn a_start_whose_list_fails_says_only_that_it_failed() {
+        use watcher::Event::{Init, InitApply, InitDone};
+        let refused = || Err(watcher::Error::NoResourceVersion);
+        let events = futures::stream::iter(vec![
+            Ok(Init),
+            refused(),
+            Ok(Init),
+            refused(),
+            Ok(Init),
+            Ok(InitApply("a")),
+            Ok(InitDone),
+        ]);
+        let seen: Vec<String> = init_when_listed(events)
+            .map(|e| match e {
+                Ok(Init) => "init".to_owned(),
+                Ok(InitApply(o)) => o.to_owned(),
+                Ok(InitDone) => "done".to_owned(),
+                Ok(_) => "other".to_owned(),
+                Err(_) => "error".to_owned(),
+            })
+            .collect()
+            .await;
+        assert_eq!(seen, ["error", "error", "init", "a", "done"]);
     }
 }

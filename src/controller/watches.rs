@@ -30,6 +30,7 @@ use relisting::relisting;
 use super::error::Error;
 use super::retry::CappedBackoff;
 use crate::clusters::{KubeconfigProblem, classify};
+use crate::controller::retry::init_when_listed;
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::sync::desired::strip_uncarried;
@@ -260,10 +261,10 @@ impl Watches {
             lock(&self.tasks).push(task);
             return;
         }
-        let stream = watcher(
+        let stream = init_when_listed(watcher(
             Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
             watcher::Config::default(),
-        )
+        ))
         .backoff(self.reach.backoff())
         .modify(|ns| ns.managed_fields_mut().clear())
         .reflect(writer);
@@ -637,7 +638,7 @@ impl Watches {
         } else {
             Api::<DynamicObject>::namespaced_with(self.client.clone(), &key.namespace, &resource)
         };
-        let stream = watcher(api, watcher::Config::default())
+        let stream = init_when_listed(watcher(api, watcher::Config::default()))
             .backoff(self.reach.backoff())
             .modify(|o: &mut DynamicObject| strip_uncarried(&mut o.metadata))
             .reflect(writer);

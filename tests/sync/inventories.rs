@@ -1417,4 +1417,32 @@ async fn a_tenants_order_brings_its_copies_to_its_own_mcp() {
         },
     )
     .await;
+
+    // issue 56: with only the documented ClusterRole on the onboarding cluster, mimeo does not
+    // ask it for what it may not read again and again (its watch of CRDs there was refused and
+    // asked again every 250 ms, for ever). Counted on mimeo's side: the apiserver's own metrics
+    // do not count what its authorizer refuses.
+    let refused = || {
+        h.metrics
+            .encode()
+            .lines()
+            .filter(|l| {
+                l.starts_with("mimeo_apiserver_requests_total{")
+                    && l.contains("remote_cluster=\"onboarding\"")
+                    && l.contains("code=\"403\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let (refused_before, settled) = (refused(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let refused_after = refused() - refused_before;
+    println!(
+        "onboarding cluster: {refused_before} requests refused there up to now, {refused_after} in the next {:?}",
+        settled.elapsed()
+    );
+    assert_eq!(
+        refused_after, 0,
+        "mimeo keeps asking the onboarding cluster for what it may not read"
+    );
 }

@@ -6,6 +6,7 @@
 //! the number of namespaces: thousands of tenant namespaces cost no watch each.
 
 use crate::api::ClusterInventory;
+use crate::controller::retry::init_when_listed;
 use crate::inventory::entry::{EntryNamespaces, INVENTORY_LABEL, Kind};
 use crate::inventory::openmcp;
 use futures::StreamExt;
@@ -88,7 +89,7 @@ impl EntryWatches {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
         let api = Api::<PartialObjectMeta<Namespace>>::all(self.client.clone());
-        let stream = watcher(api, watcher::Config::default())
+        let stream = init_when_listed(watcher(api, watcher::Config::default()))
             .default_backoff()
             .reflect(writer)
             .touched_objects();
@@ -142,7 +143,7 @@ impl EntryWatches {
         };
         let writer = reflector::store::Writer::new(resource);
         let store = writer.as_reader();
-        let stream = watcher(api, config)
+        let stream = init_when_listed(watcher(api, config))
             .default_backoff()
             .reflect(writer)
             .touched_objects();

@@ -2,6 +2,7 @@
 //! CustomResourceDefinition comes, changes or goes (or, where mimeo may not watch CRDs, for a
 //! while).
 
+use crate::controller::retry::init_when_listed;
 use crate::locks::lock;
 use crate::sync::kinds::KindRef;
 use futures::StreamExt;
@@ -12,6 +13,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
@@ -27,7 +29,9 @@ const DISCOVERY_CATCH_UP: [Duration; 4] = [
 ];
 
 /// How long a kind found by discovery is trusted when no CRD watch is there to say it changed
-/// (mimeo limited to namespaces may not watch CustomResourceDefinitions).
+/// (mimeo limited to namespaces, or an identity that may not list CustomResourceDefinitions, such
+/// as the one the docs give for openMCP's onboarding cluster, which may read the order kinds
+/// only).
 const DISCOVERY_TTL: Duration = Duration::from_secs(60);
 
 /// A kind found by discovery: its resource, whether it is namespaced, and when it was found.
@@ -40,6 +44,9 @@ pub(super) struct Discovery {
     /// or goes; without a CRD watch, an entry is trusted for [`DISCOVERY_TTL`].
     found: Arc<Mutex<HashMap<(String, String), Discovered>>>,
     crd_watch: Mutex<Option<AbortHandle>>,
+    /// The cluster refused the CRD watch (403): discovery is trusted for [`DISCOVERY_TTL`]
+    /// instead, and the watch is not asked for again (issue 56: retried for ever).
+    crds_refused: Arc<AtomicBool>,
 }
 
 impl Drop for Discovery {
@@ -65,6 +72,7 @@ impl Discovery {
             return Ok(Some((resource, true)));
         }
         let key = (kind.api_version.clone(), kind.kind.clone());
+        let watches_crds = watches_crds && !self.crds_refused.load(Ordering::Relaxed);
         if let Some((resource, namespaced, at)) = lock(&self.found).get(&key)
             && (watches_crds || at.elapsed() < DISCOVERY_TTL)
         {
@@ -96,8 +104,9 @@ impl Discovery {
             return;
         }
         let api = Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone());
-        let stream = watcher(api, watcher::Config::default()).backoff(backoff);
+        let stream = init_when_listed(watcher(api, watcher::Config::default())).backoff(backoff);
         let found = Arc::downgrade(&self.found);
+        let refused = self.crds_refused.clone();
         let wake = Arc::new(wake);
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
@@ -123,10 +132,24 @@ impl Discovery {
                         });
                     }
                     Ok(_) => {}
+                    Err(e) if forbidden(&e) => {
+                        tracing::info!(error = %e, "may not watch CustomResourceDefinitions in this cluster (not needed): a kind found by discovery is looked up again after a minute instead");
+                        refused.store(true, Ordering::Relaxed);
+                        break;
+                    }
                     Err(e) => tracing::debug!(error = %e, "CustomResourceDefinition watch failed; retrying"),
                 }
             }
         });
         *slot = Some(task.abort_handle());
     }
+}
+
+/// Whether a watch failed because the identity may not list or watch the kind.
+fn forbidden(error: &watcher::Error) -> bool {
+    matches!(
+        error,
+        watcher::Error::InitialListFailed(kube::Error::Api(e)) | watcher::Error::WatchStartFailed(kube::Error::Api(e))
+            if e.code == 403
+    )
 }
