@@ -43,23 +43,43 @@ pub async fn follow(
     let events = init_when_listed(watcher(api.clone(), config)).default_backoff();
     let following = async {
         futures::pin_mut!(events);
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
-                    let status = take(&source, &object, &kinds);
-                    // One replica writes it: the holder of the object's shard.
-                    if shards.holds_name(&source.name) {
-                        write_status(&api, &object, status).await;
+        let held = shards.changes().fuse();
+        futures::pin_mut!(held);
+        // The object as last seen and what its status should say: written by the holder of the
+        // object's shard, also when this replica takes that shard after the event (issue 56: a
+        // restarted replica saw its first event before it held a shard, and `RestartRequired`
+        // stayed True after the restart it asked for).
+        let mut last: Option<(MimeoConfig, MimeoConfigStatus)> = None;
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else { break };
+                    match event {
+                        Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                            let status = take(&source, &object, &kinds);
+                            if shards.holds_name(&source.name) {
+                                write_status(&api, &object, status.clone()).await;
+                            }
+                            last = Some((object, status));
+                        }
+                        Ok(watcher::Event::Delete(_)) => {
+                            last = None;
+                            if kinds.set(Kinds::of(&source.flags)) {
+                                tracing::info!(config = %source.name, "the configuration object is gone: the kinds of the flags are in effect");
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, config = %source.name, "watching the configuration object failed; retrying")
+                        }
                     }
                 }
-                Ok(watcher::Event::Delete(_)) => {
-                    if kinds.set(Kinds::of(&source.flags)) {
-                        tracing::info!(config = %source.name, "the configuration object is gone: the kinds of the flags are in effect");
+                Some(()) = held.next() => {
+                    if let Some((object, status)) = &last
+                        && shards.holds_name(&source.name)
+                    {
+                        write_status(&api, object, status.clone()).await;
                     }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, config = %source.name, "watching the configuration object failed; retrying")
                 }
             }
         }

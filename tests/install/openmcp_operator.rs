@@ -589,6 +589,27 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
             );
         }
     }
+    // A setting read only at start: the status asks for a restart, and says no more once the
+    // replicas that follow started with it (issue 56: still True 45 s after every pod was
+    // replaced, the restarted replicas having seen the object before they held its shard).
+    harness::kubectl(
+        plane_kubeconfig,
+        &["apply", "-f", "-"],
+        configure(json!({"allowedKinds": ["Secret", "ConfigMap"], "plugins": {"deadlineMs": 250}}))
+            .as_bytes(),
+    );
+    let restart_required = || async {
+        let object = mimeo_configs.get("mimeo").await.ok()?;
+        object.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "RestartRequired")
+            .and_then(|c| c["status"].as_str().map(str::to_owned))
+    };
+    eventually_within("RestartRequired=True", WAIT, || async {
+        restart_required().await.filter(|s| s == "True")
+    })
+    .await;
     drop(pods);
 
     // Three replicas: the operator adds --leader-elect=true and nothing else; every replica
@@ -634,6 +655,16 @@ async fn the_openmcp_operator_installs_mimeo_and_its_replicas_share_the_work() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     println!("three replicas share the shards after {:?}", started.elapsed());
+    let cleared = eventually_within(
+        "RestartRequired=False after the restart",
+        Duration::from_secs(10),
+        || async { restart_required().await.filter(|s| s == "False") },
+    )
+    .await;
+    println!(
+        "RestartRequired=False {:?} after the restarted replicas started ({cleared})",
+        started.elapsed()
+    );
     println!("three replicas, shards held: {shares:?}");
     let last = pods.pop().unwrap();
     drop(last);
