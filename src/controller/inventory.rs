@@ -224,6 +224,9 @@ async fn keep(
     if let Some(renewal) = ctx.access.next_renewal() {
         next = next.min(renewal.max(Duration::from_secs(1)));
     }
+    if let Some(release) = ctx.access.next_release() {
+        next = next.min(release.max(Duration::from_millis(100)));
+    }
     if !leaving.is_empty() || outcomes.iter().any(|o| matches!(o.access, Access::Idle)) {
         // An idle cluster's grace ends without an event.
         next = next.min(RECHECK_WAITING);

@@ -1391,6 +1391,7 @@ async fn a_tenants_order_brings_its_copies_to_its_own_mcp() {
     assert!(secret_exists(&a_client, "crossplane-system", "crossplane-image-pull").await);
 
     // Tenant a cancels: both of its copies go; b's stay.
+    let cancelled = Instant::now();
     harness::kubectl(
         onboarding.kubeconfig_path(),
         &["delete", "crossplane", "tenant-a", "-n", "project-a"],
@@ -1444,5 +1445,26 @@ async fn a_tenants_order_brings_its_copies_to_its_own_mcp() {
     assert_eq!(
         refused_after, 0,
         "mimeo keeps asking the onboarding cluster for what it may not read"
+    );
+
+    // issue 56: tenant a's MCP unused since the cancel, its access is given back once the grace
+    // (30 s) is over, though nothing else wakes the inventory (it stayed until the next look, up
+    // to 5 minutes).
+    let a_requests = Api::<DynamicObject>::namespaced_with(h.client.clone(), "mcp--aaaa", &access_requests());
+    let given_back = eventually_within(
+        "tenant a's AccessRequest deleted after the grace",
+        Duration::from_secs(40).saturating_sub(cancelled.elapsed()),
+        || async {
+            let left = a_requests.list(&ListParams::default()).await.unwrap().items;
+            left.is_empty().then(|| cancelled.elapsed())
+        },
+    )
+    .await;
+    println!("tenant a's access given back {given_back:?} after the cancel (the grace: 30 s)");
+    let b_requests = Api::<DynamicObject>::namespaced_with(h.client.clone(), "mcp--bbbb", &access_requests());
+    assert_eq!(
+        b_requests.list(&ListParams::default()).await.unwrap().items.len(),
+        1,
+        "tenant b's MCP, still in use, keeps its access"
     );
 }

@@ -47,6 +47,10 @@ pub enum Access {
 #[derive(Default)]
 pub struct AccessState {
     unused_since: Mutex<HashMap<String, Instant>>,
+    /// openMCP clusters no rule uses whose access is kept through [`UNUSED_GRACE`]: when each is
+    /// to be given back. Nothing else wakes the inventory then (issue 56: an AccessRequest stayed
+    /// 90 s and more, until an unrelated change woke it).
+    release_at: Mutex<HashMap<String, Instant>>,
     /// Per `RemoteCluster` of a `ClusterProfile`: when its credential must be renewed.
     renew_at: Mutex<HashMap<String, Instant>>,
     /// `RemoteCluster`s whose entry left, while rules still use them.
@@ -137,15 +141,27 @@ pub async fn openmcp(
         if since.elapsed() < UNUSED_GRACE
             && let Some(Some(request)) = existing.as_ref().map(granted_ref)
         {
+            lock(&state.release_at).insert(remote_cluster.to_owned(), since + UNUSED_GRACE);
             return Ok(Access::Ready(request));
         }
+        lock(&state.release_at).remove(remote_cluster);
         if existing.is_some() {
-            tracing::info!(cluster = %remote_cluster, request = %name, "no rule uses the cluster; deleting mimeo's AccessRequest");
-            delete_quietly(&api, &name).await?;
+            // Read again, not from the cache: a rule may have just begun to use the cluster (a
+            // new order), and the access it is about to connect with must stay.
+            if in_use_now(client, remote_cluster).await? {
+                lock(&state.unused_since).remove(remote_cluster);
+                if let Some(Some(request)) = existing.as_ref().map(granted_ref) {
+                    return Ok(Access::Ready(request));
+                }
+            } else {
+                tracing::info!(cluster = %remote_cluster, request = %name, "no rule uses the cluster; deleting mimeo's AccessRequest");
+                delete_quietly(&api, &name).await?;
+            }
         }
         return Ok(Access::Idle);
     }
     lock(&state.unused_since).remove(remote_cluster);
+    lock(&state.release_at).remove(remote_cluster);
     let Some(request) = existing else {
         let request = openmcp::access_request(
             &name,
@@ -333,6 +349,14 @@ pub async fn cluster_profile(
 
 impl AccessState {
     /// When the soonest credential is due, for the requeue.
+    /// How long until the access of an openMCP cluster no rule uses is to be given back.
+    pub fn next_release(&self) -> Option<Duration> {
+        lock(&self.release_at)
+            .values()
+            .map(|at| at.saturating_duration_since(Instant::now()))
+            .min()
+    }
+
     pub fn next_renewal(&self) -> Option<Duration> {
         lock(&self.renew_at)
             .values()
@@ -345,6 +369,7 @@ impl AccessState {
     pub fn retain(&self, keep: &BTreeSet<String>, leaving: &BTreeSet<String>) {
         lock(&self.renew_at).retain(|name, _| keep.contains(name) || leaving.contains(name));
         lock(&self.unused_since).retain(|name, _| keep.contains(name));
+        lock(&self.release_at).retain(|name, _| keep.contains(name));
         lock(&self.leaving_since).retain(|name, _| leaving.contains(name));
     }
 
@@ -359,4 +384,14 @@ impl AccessState {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether rules use the `RemoteCluster` by its status as the apiserver has it now.
+async fn in_use_now(client: &Client, remote_cluster: &str) -> Result<bool, kube::Error> {
+    let api = Api::<crate::api::RemoteCluster>::all(client.clone());
+    Ok(api
+        .get_opt(remote_cluster)
+        .await?
+        .and_then(|rc| rc.status?.rules)
+        .is_some_and(|rules| rules > 0))
 }
