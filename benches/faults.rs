@@ -135,6 +135,11 @@ async fn main() {
             round.back.len(),
             round.reach,
         );
+        // Each accepted late write, with when the apiserver took it up against the victim's
+        // return: what tells a write held up before the freeze from a write of a shard held again.
+        for said in &round.late.accepted {
+            println!("       accepted: {said}");
+        }
         let _ = std::io::stdout().flush();
         rounds.push(round);
     }
