@@ -14,6 +14,23 @@ fn kubectl(h: &Harness, args: &[&str]) -> String {
     harness::kubectl(h.plane.kubeconfig_path(), args, b"")
 }
 
+/// `kubectl patch --type=merge` of the rule, as an operator would.
+fn patch_rule(h: &Harness, patch: &str) {
+    kubectl(
+        h,
+        &[
+            "patch",
+            "syncrule",
+            "creds",
+            "-n",
+            "platform",
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    );
+}
+
 async fn copy_value(h: &Harness) -> Option<String> {
     let copy = h.secrets("app").get_opt("creds").await.unwrap()?;
     secret_value(&copy, "password")
@@ -114,33 +131,12 @@ async fn ignore_keeps_mimeos_hands_off_and_reconcile_asks_for_a_pass() {
     // stayed. Three times over (resumed and asked for a pass in one patch), it goes.
     for round in 1..=3 {
         let value = format!("round-{round}");
-        kubectl(
-            &h,
-            &[
-                "patch",
-                "syncrule",
-                "creds",
-                "-n",
-                "platform",
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"suspend":true}}"#,
-            ],
-        );
+        patch_rule(&h, r#"{"spec":{"suspend":true}}"#);
         h.wait_ready("platform", "creds", "False", "Suspended").await;
         h.put_secret("platform", "creds", &[("password", &value)]).await;
-        kubectl(
+        patch_rule(
             &h,
-            &[
-                "patch",
-                "syncrule",
-                "creds",
-                "-n",
-                "platform",
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"annotations":{"openmcp.cloud/operation":"reconcile"}},"spec":{"suspend":false}}"#,
-            ],
+            r#"{"metadata":{"annotations":{"openmcp.cloud/operation":"reconcile"}},"spec":{"suspend":false}}"#,
         );
         let annotated = std::time::Instant::now();
         eventually("the rotation reaches the copy", || async {

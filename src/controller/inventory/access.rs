@@ -135,30 +135,7 @@ pub async fn openmcp(
         .find(|r| r.name_any() == name && r.namespace().as_deref() == Some(&entry.namespace))
         .map(|r| serde_json::to_value(&**r).unwrap_or_default());
     if !in_use {
-        let since = *lock(&state.unused_since)
-            .entry(remote_cluster.to_owned())
-            .or_insert_with(Instant::now);
-        if since.elapsed() < UNUSED_GRACE
-            && let Some(Some(request)) = existing.as_ref().map(granted_ref)
-        {
-            lock(&state.release_at).insert(remote_cluster.to_owned(), since + UNUSED_GRACE);
-            return Ok(Access::Ready(request));
-        }
-        lock(&state.release_at).remove(remote_cluster);
-        if existing.is_some() {
-            // Read again, not from the cache: a rule may have just begun to use the cluster (a
-            // new order), and the access it is about to connect with must stay.
-            if in_use_now(client, remote_cluster).await? {
-                lock(&state.unused_since).remove(remote_cluster);
-                if let Some(Some(request)) = existing.as_ref().map(granted_ref) {
-                    return Ok(Access::Ready(request));
-                }
-            } else {
-                tracing::info!(cluster = %remote_cluster, request = %name, "no rule uses the cluster; deleting mimeo's AccessRequest");
-                delete_quietly(&api, &name).await?;
-            }
-        }
-        return Ok(Access::Idle);
+        return unused(client, state, remote_cluster, (&api, &name), existing.as_ref()).await;
     }
     lock(&state.unused_since).remove(remote_cluster);
     lock(&state.release_at).remove(remote_cluster);
@@ -384,6 +361,41 @@ impl AccessState {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// openMCP: the access of a cluster no rule uses, per the cache: kept through [`UNUSED_GRACE`],
+/// then given back, unless the apiserver says a rule uses it now.
+async fn unused(
+    client: &Client,
+    state: &AccessState,
+    remote_cluster: &str,
+    (api, name): (&Api<DynamicObject>, &str),
+    existing: Option<&Value>,
+) -> Result<Access, kube::Error> {
+    let since = *lock(&state.unused_since)
+        .entry(remote_cluster.to_owned())
+        .or_insert_with(Instant::now);
+    if since.elapsed() < UNUSED_GRACE
+        && let Some(Some(request)) = existing.map(granted_ref)
+    {
+        lock(&state.release_at).insert(remote_cluster.to_owned(), since + UNUSED_GRACE);
+        return Ok(Access::Ready(request));
+    }
+    lock(&state.release_at).remove(remote_cluster);
+    if existing.is_some() {
+        // Read again, not from the cache: a rule may have just begun to use the cluster (a new
+        // order), and the access it is about to connect with must stay.
+        if in_use_now(client, remote_cluster).await? {
+            lock(&state.unused_since).remove(remote_cluster);
+            if let Some(Some(request)) = existing.map(granted_ref) {
+                return Ok(Access::Ready(request));
+            }
+        } else {
+            tracing::info!(cluster = %remote_cluster, request = %name, "no rule uses the cluster; deleting mimeo's AccessRequest");
+            delete_quietly(api, name).await?;
+        }
+    }
+    Ok(Access::Idle)
 }
 
 /// Whether rules use the `RemoteCluster` by its status as the apiserver has it now.
